@@ -1,0 +1,38 @@
+# Heliotrope. `make demo` and `make test` are all a fresh clone needs.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
+EXTRAS ?= dev,torch,airflow
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test lint bench e2e clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
+	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
+	@rm -f $(VENV)/.installed-* && touch $@
+
+demo: setup
+	$(BIN)/heliotrope replay --jobs docs/examples/demo-jobs.yaml --days 14 --out out/demo
+
+test: setup
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+lint: setup
+	$(BIN)/ruff check orchestrator providers policies tests dags
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+bench: setup
+	$(BIN)/pytest tests/benchmarks -m bench -s -p no:cacheprovider $(PYTEST_ARGS)
+
+e2e: setup
+	$(BIN)/pytest -m slow $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) out replay-out .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,78 @@
+"""Built-in facts: GPU types, instance types, regions and grid zones, PUE, data transfer.
+
+Everything here is a small table written as a Python literal, each figure with a comment
+naming its public source (vendor datasheet, provider documentation or pricing page, paper).
+Nothing is read from disk or the network; lookups are pure functions, so policies may import
+this package.
+
+- `gpus`: `GpuSpec` per GPU type (board power, memory, throughput relative to one
+  A100-80GB), alias normalisation, and the IT power of an instance (GPUs plus host).
+- `instances`: GPU type and count per instance type (AWS, GCP, Azure, local) and a few
+  on-demand list prices used when a trace has no price.
+- `regions`: regions per cloud with their Electricity Maps grid zone and continent, zone to
+  region, and PUE per cloud.
+- `network`: data-transfer price ($/GB), default bandwidth and transfer time between
+  locations.
+"""
+
+from orchestrator.catalog.gpus import (
+    GPUS,
+    HOST_BASE_KW,
+    HOST_PER_GPU_WATT,
+    GpuSpec,
+    canonical_gpu_name,
+    gpu,
+    instance_power_kw,
+)
+from orchestrator.catalog.instances import (
+    FRACTIONAL_GPU_SHAPES,
+    LIST_PRICES,
+    instance_gpus,
+    local_instance_type,
+    on_demand_usd_per_hour,
+)
+from orchestrator.catalog.network import (
+    bandwidth_gbps,
+    egress_usd_per_gb,
+    transfer_hours,
+)
+from orchestrator.catalog.regions import (
+    CLOUDS,
+    CONTINENTS,
+    REGIONS,
+    RegionInfo,
+    continent,
+    grid_zone,
+    pue,
+    region_info,
+    region_of_zone,
+    regions,
+)
+
+__all__ = [
+    "CLOUDS",
+    "CONTINENTS",
+    "FRACTIONAL_GPU_SHAPES",
+    "GPUS",
+    "HOST_BASE_KW",
+    "HOST_PER_GPU_WATT",
+    "LIST_PRICES",
+    "REGIONS",
+    "GpuSpec",
+    "RegionInfo",
+    "bandwidth_gbps",
+    "canonical_gpu_name",
+    "continent",
+    "egress_usd_per_gb",
+    "gpu",
+    "grid_zone",
+    "instance_gpus",
+    "instance_power_kw",
+    "local_instance_type",
+    "on_demand_usd_per_hour",
+    "pue",
+    "region_info",
+    "region_of_zone",
+    "regions",
+    "transfer_hours",
+]

@@ -1,0 +1,192 @@
+"""The `heliotrope` command line.
+
+Exit status: 0 success, 2 bad input (the message names the file, field and fix; nothing is
+written), 1 anything else. Progress bars go to stderr, so `--json` output stays clean.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from orchestrator import __version__
+from orchestrator.errors import HeliotropeError, InputError
+
+logger = logging.getLogger("heliotrope")
+err_console = Console(stderr=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.handler(args))
+    except InputError as exc:
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        return 2
+    except HeliotropeError as exc:
+        err_console.print(f"[bold red]failed:[/] {exc}", highlight=False, soft_wrap=True)
+        return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="heliotrope",
+        description="Carbon- and cost-aware orchestration of checkpointed GPU training jobs.",
+    )
+    p.add_argument("--version", action="version", version=f"heliotrope {__version__}")
+    p.add_argument("-v", "--verbose", action="store_true", help="log every decision")
+    sub = p.add_subparsers(title="commands")
+
+    r = sub.add_parser("replay", help="replay policies over a trace and report cost and carbon")
+    r.add_argument("--traces", type=Path, help="trace directory (default: the built-in scenario)")
+    r.add_argument("--jobs", type=Path, required=True, help="jobs file (docs/jobs.md)")
+    r.add_argument("--policies", default="on-demand,spot-failover,uniform-progress,"
+                   "carbon-greedy,curtailment-threshold", help="comma-separated policy names")
+    r.add_argument("--carbon-price", type=float, default=0.0, metavar="USD_PER_TONNE",
+                   help="price of carbon in the objective (0 = pure cost)")
+    r.add_argument("--seed", type=int, default=0, help="seed for spot gaps and the scenario")
+    r.add_argument("--tick-minutes", type=float, default=10.0, help="tick length")
+    r.add_argument("--days", type=float, default=14.0,
+                   help="length of the built-in scenario when --traces is not given")
+    r.add_argument("--out", type=Path, default=Path("replay-out"), help="output directory")
+    r.add_argument("--json", action="store_true", help="print results.json to stdout")
+    r.set_defaults(handler=_replay)
+
+    t = sub.add_parser("traces", help="create trace directories")
+    tsub = t.add_subparsers(title="trace commands")
+    ti = tsub.add_parser("import", help="convert ../shared/data style datasets into a trace")
+    ti.add_argument("data_dir", type=Path)
+    ti.add_argument("--out", type=Path, required=True)
+    ti.set_defaults(handler=_traces_import)
+    tg = tsub.add_parser("generate", help="generate the built-in seeded scenario")
+    tg.add_argument("--seed", type=int, default=0)
+    tg.add_argument("--days", type=float, default=14.0)
+    tg.add_argument("--start", type=datetime.fromisoformat, default=None,
+                    help="ISO start time (default 2024-04-01T00:00Z)")
+    tg.add_argument("--out", type=Path, required=True)
+    tg.set_defaults(handler=_traces_generate)
+
+    pol = sub.add_parser("policies", help="list the policies")
+    pol.set_defaults(handler=_policies)
+    return p
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=err_console, transient=False)
+
+
+def _policies(args: argparse.Namespace) -> int:
+    from policies.registry import POLICY_NAMES, make_policy
+
+    for name in POLICY_NAMES:
+        doc = (type(make_policy(name)).__doc__ or "").strip().splitlines()[0]
+        print(f"{name:24s} {doc}")
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from orchestrator.jobs import load_jobs
+    from orchestrator.replay.metrics import write_outputs
+    from orchestrator.replay.report import format_table
+    from orchestrator.replay.runner import run_replay
+    from orchestrator.signals.traces import read_trace
+    from policies.registry import make_policy
+
+    names = [n.strip() for n in args.policies.split(",") if n.strip()]
+    if not names:
+        raise InputError("", "--policies", "at least one policy name")
+    policies = [make_policy(n) for n in names]
+    if args.tick_minutes <= 0 or args.tick_minutes * 60 != int(args.tick_minutes * 60):
+        raise InputError("", "--tick-minutes", "a positive whole number of seconds",
+                         got=args.tick_minutes)
+    tick_s = int(args.tick_minutes * 60)
+    if args.traces is not None:
+        trace = read_trace(args.traces)
+        source = str(args.traces)
+    else:
+        from orchestrator.signals.scenario import generate
+
+        if args.days <= 0:
+            raise InputError("", "--days", "a positive number of days", got=args.days)
+        trace = generate(args.seed, args.days)
+        source = f"built-in scenario (seed {args.seed}, {args.days:g} days)"
+    trace_start = _manifest_start(trace.manifest)
+    jobs = load_jobs(args.jobs, trace_start=trace_start)
+
+    with _progress() as bar:
+        tasks: dict[str, Any] = {}
+
+        def report(policy: str, done: int, total: int) -> None:
+            if policy not in tasks:
+                tasks[policy] = bar.add_task(f"replay {policy}", total=total)
+            bar.update(tasks[policy], completed=done)
+
+        replay = run_replay(trace, jobs, policies, tick_s=tick_s, seed=args.seed,
+                            carbon_usd_per_tonne=args.carbon_price, progress=report)
+    extra = {"traces": source, "jobs_file": str(args.jobs)}
+    paths = write_outputs(replay, args.out, extra_config=extra)
+    res = json.loads(paths["results"].read_text())
+    if args.json:
+        print(json.dumps({"policies": res["policies"], "config": res["config"]}, indent=2))
+        return 0
+    out = Console()
+    out.print(format_table(res))
+    out.print(f"report: {paths['report']}")
+    return 0
+
+
+def _manifest_start(manifest: Any) -> datetime | None:
+    start = manifest.get("start") if hasattr(manifest, "get") else None
+    if not start:
+        return None
+    return datetime.fromisoformat(str(start))
+
+
+def _traces_import(args: argparse.Namespace) -> int:
+    from orchestrator.signals.importers import import_shared_data
+    from orchestrator.signals.traces import write_trace
+
+    with _progress() as bar:
+        task = bar.add_task("import", total=None)
+
+        def step(label: str) -> None:
+            bar.update(task, description=f"import {label}", advance=1)
+
+        trace = import_shared_data(args.data_dir, progress=step)
+    write_trace(trace, args.out)
+    rows = {name: len(getattr(trace, name)) for name in ("offers", "prices", "spot", "grid")}
+    print(f"wrote {args.out}: " + ", ".join(f"{v:,} {k}" for k, v in rows.items()))
+    return 0
+
+
+def _traces_generate(args: argparse.Namespace) -> int:
+    from orchestrator.signals.scenario import generate
+    from orchestrator.signals.traces import write_trace
+
+    if args.days <= 0:
+        raise InputError("", "--days", "a positive number of days", got=args.days)
+    kwargs = {"start": args.start} if args.start else {}
+    trace = generate(args.seed, args.days, **kwargs)
+    write_trace(trace, args.out)
+    print(f"wrote {args.out}: {len(trace.offers)} offers, {args.days:g} days, seed {args.seed}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""Clocks. Nothing in Heliotrope reads the time except through a `Clock`, so runs replay."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def now(self) -> datetime:
+        """Current time, always timezone-aware UTC."""
+        ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    """The wall clock."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            time.sleep(seconds)
+
+
+class FakeClock:
+    """A clock that moves only when told to; `sleep` advances it instantly."""
+
+    def __init__(self, start: datetime) -> None:
+        if start.tzinfo is None:
+            raise ValueError("FakeClock start must be timezone-aware (UTC)")
+        self._now = start.astimezone(UTC)
+
+    def now(self) -> datetime:
+        return self._now
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(seconds)
+
+    def advance(self, seconds: float) -> None:
+        if seconds < 0:
+            raise ValueError("a clock cannot go backwards")
+        self._now += timedelta(seconds=seconds)
+
+    def set(self, when: datetime) -> None:
+        if when < self._now:
+            raise ValueError("a clock cannot go backwards")
+        self._now = when
+
+
+def utc(value: datetime) -> datetime:
+    """Return `value` as aware UTC; naive datetimes are taken to be UTC."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)

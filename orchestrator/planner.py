@@ -1,0 +1,65 @@
+"""Turn a policy's decision into actions, against the actual fleet. Pure.
+
+The planner is where feasibility is enforced, so policies may be optimistic: an intent for
+an offer the job may not use, that has no price now, or whose spot capacity is already
+taken (by the fleet or by an earlier launch in this same plan) is refused with a reason.
+Finished jobs always release their instance. A move is terminate-then-launch; the
+executor checkpoints before it terminates.
+"""
+
+from __future__ import annotations
+
+import math
+
+from orchestrator.model import Action, ActionKind, Decision, Phase, Snapshot
+
+
+def plan(snapshot: Snapshot, decision: Decision, tick: int) -> tuple[list[Action], list[tuple[int, str]]]:
+    """Return (actions, refusals). Refusals are (job index, reason)."""
+    fleet = snapshot.fleet
+    actions: list[Action] = []
+    refused: list[tuple[int, str]] = []
+    for j in map(int, (fleet.phase == Phase.DONE).nonzero()[0]):
+        if fleet.offer[j] >= 0:
+            actions.append(_act(ActionKind.TERMINATE, snapshot, j, int(fleet.offer[j]), tick,
+                                "finished"))
+    free = snapshot.spot_capacity.copy()
+    fit = snapshot.fit
+    for j in sorted(decision.intents):
+        intent = decision.intents[j]
+        phase = fleet.phase[j]
+        current = int(fleet.offer[j])
+        if phase in (Phase.PENDING, Phase.DONE):
+            refused.append((j, f"job is {Phase(phase).name.lower()}"))
+            continue
+        if intent.offer == current:
+            continue
+        if intent.offer is None:
+            if current < 0:
+                continue
+            actions.append(_act(ActionKind.TERMINATE, snapshot, j, current, tick,
+                                f"pause: {intent.reason}"))
+            continue
+        o = intent.offer
+        if not 0 <= o < len(snapshot.offers):
+            refused.append((j, f"offer index {o} out of range"))
+            continue
+        need = int(fit.instances[j, o])
+        if fit.rate[j, o] <= 0:
+            refused.append((j, f"{snapshot.offers[o].gpu_type} not allowed for this job"))
+        elif math.isnan(snapshot.usd_per_hour[o]):
+            refused.append((j, f"{snapshot.offers[o].id} has no price now"))
+        elif not free[o] >= need:
+            refused.append((j, f"no spot capacity left at {snapshot.offers[o].id}"))
+        else:
+            free[o] -= need
+            if current >= 0:
+                actions.append(_act(ActionKind.TERMINATE, snapshot, j, current, tick,
+                                    f"move: {intent.reason}"))
+            actions.append(_act(ActionKind.LAUNCH, snapshot, j, o, tick, intent.reason))
+    return actions, refused
+
+
+def _act(kind: ActionKind, snapshot: Snapshot, j: int, offer: int, tick: int, reason: str) -> Action:
+    return Action(kind=kind, job=j, offer=offer,
+                  request_id=f"{snapshot.jobs[j].id}:{tick}:{kind.value}", reason=reason)

@@ -1,0 +1,268 @@
+"""The trace directory: one format for recorded, imported and generated signal history.
+
+A trace directory holds five files (see docs/traces.md for the full contract):
+
+- ``manifest.json``: format name and version, time span, sources, per-metric max age.
+- ``offers.parquet``: what can be bought: cloud, region, zone, instance_type, gpu_type,
+  gpu_count, grid_zone (one row per instance type per zone; both markets implied).
+- ``prices.parquet``: a change log of prices: time, cloud, region, zone ('' = every zone of
+  the region), instance_type, market ('spot' | 'on_demand'), usd_per_hour (NaN = no price
+  from then on). A row holds until the next row of the same key (as-of join).
+- ``spot.parquet``: a change log of spot capacity: time, cloud, zone, instance_type
+  ('' = every GPU instance type in the zone), capacity (instances obtainable: 0 = none,
+  NaN = unknown, a gap). A row holds until the next row of the same key.
+- ``grid.parquet``: samples per grid zone in long form: time, grid_zone, metric, value,
+  source. A sample holds until the next one of the same (grid_zone, metric), for at most
+  the metric's max age (manifest ``max_age_s``), then the value is unknown.
+
+Times are tz-aware UTC. Reading validates every column and names the file, column and row
+of the first problem.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import pandas as pd
+
+from orchestrator.errors import InputError
+
+FORMAT: Final = "heliotrope-trace"
+VERSION: Final = 1
+
+GRID_METRICS: Final = (
+    "carbon_avg_g_per_kwh",  # location-based (average) intensity, direct or life-cycle
+    "carbon_marginal_g_per_kwh",  # marginal operating emissions rate
+    "carbon_avg_yearly_g_per_kwh",  # yearly average, fallback where no hourly series exists
+    "curtailment_mw",  # renewable generation curtailed in the zone
+    "power_price_usd_per_mwh",  # wholesale price; negative prices kept (a curtailment proxy)
+)
+
+DEFAULT_MAX_AGE_S: Final[Mapping[str, float]] = {
+    "carbon_avg_g_per_kwh": 2 * 3600.0,
+    "carbon_marginal_g_per_kwh": 2 * 3600.0,
+    "carbon_avg_yearly_g_per_kwh": 366 * 86400.0,
+    "curtailment_mw": 2 * 3600.0,
+    "power_price_usd_per_mwh": 2 * 3600.0,
+}
+
+# column -> kind: "str", "int", "float", "time"
+COLUMNS: Final[Mapping[str, Mapping[str, str]]] = {
+    "offers": {
+        "cloud": "str",
+        "region": "str",
+        "zone": "str",
+        "instance_type": "str",
+        "gpu_type": "str",
+        "gpu_count": "int",
+        "grid_zone": "str",
+    },
+    "prices": {
+        "time": "time",
+        "cloud": "str",
+        "region": "str",
+        "zone": "str",
+        "instance_type": "str",
+        "market": "str",
+        "usd_per_hour": "float",
+    },
+    "spot": {
+        "time": "time",
+        "cloud": "str",
+        "zone": "str",
+        "instance_type": "str",
+        "capacity": "float",
+    },
+    "grid": {
+        "time": "time",
+        "grid_zone": "str",
+        "metric": "str",
+        "value": "float",
+        "source": "str",
+    },
+}
+MARKETS: Final = ("spot", "on_demand")
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A trace in memory. Frames follow `COLUMNS`; `manifest` is the parsed manifest.json."""
+
+    offers: pd.DataFrame
+    prices: pd.DataFrame
+    spot: pd.DataFrame
+    grid: pd.DataFrame
+    manifest: Mapping[str, Any] = field(default_factory=dict)
+
+    def max_age_s(self, metric: str) -> float:
+        ages = self.manifest.get("max_age_s", {})
+        return float(ages.get(metric, DEFAULT_MAX_AGE_S.get(metric, 2 * 3600.0)))
+
+
+def empty_frame(table: str) -> pd.DataFrame:
+    """An empty frame with the table's columns and dtypes."""
+    return _coerce(pd.DataFrame({c: [] for c in COLUMNS[table]}), table, "<memory>")
+
+
+def make_manifest(
+    *,
+    generator: str,
+    sources: list[Mapping[str, Any]] | None = None,
+    notes: list[str] | None = None,
+    max_age_s: Mapping[str, float] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "generator": generator,
+        "sources": list(sources or []),
+        "notes": list(notes or []),
+        "max_age_s": {**DEFAULT_MAX_AGE_S, **(max_age_s or {})},
+        **extra,
+    }
+
+
+def write_trace(trace: Trace, out: Path) -> Path:
+    """Write `trace` to directory `out` (created). Frames are validated first, so a bad
+    trace writes nothing. The manifest is written last: a directory without one is
+    incomplete."""
+    frames = {name: _coerce(getattr(trace, name), name, f"<{name}>") for name in COLUMNS}
+    for name, frame in frames.items():
+        _check_values(frame, name, f"<{name}>")
+    out.mkdir(parents=True, exist_ok=True)
+    for name, frame in frames.items():
+        sort_cols = ["time"] if "time" in frame.columns else list(frame.columns[:4])
+        frame = frame.sort_values(sort_cols, kind="stable").reset_index(drop=True)
+        frame.to_parquet(out / f"{name}.parquet", index=False)
+    manifest = dict(trace.manifest) or make_manifest(generator="unknown")
+    times = [f["time"] for f in (frames["prices"], frames["spot"], frames["grid"]) if len(f)]
+    if times:
+        manifest.setdefault("start", min(t.min() for t in times).isoformat())
+        manifest.setdefault("end", max(t.max() for t in times).isoformat())
+    tmp = out / "manifest.json.tmp"
+    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
+    tmp.replace(out / "manifest.json")
+    return out
+
+
+def read_trace(path: Path) -> Trace:
+    """Read and validate a trace directory. Raises `InputError` naming the file, the column
+    or row, what was expected and how to fix it."""
+    if not path.is_dir():
+        raise InputError(
+            str(path), "", "a trace directory", got="no such directory",
+            fix="run `heliotrope traces generate --out DIR` or `heliotrope traces import`",
+        )
+    manifest_path = path / "manifest.json"
+    if not manifest_path.is_file():
+        raise InputError(
+            str(manifest_path), "", "a manifest.json (written last, so its absence means an "
+            "incomplete trace)", got="missing", fix="re-create the trace directory",
+        )
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise InputError(str(manifest_path), f"line {exc.lineno}", "valid JSON", got=exc.msg) from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise InputError(str(manifest_path), "format", f"{FORMAT!r}",
+                         got=repr(manifest.get("format") if isinstance(manifest, dict) else manifest))
+    if manifest.get("version") != VERSION:
+        raise InputError(str(manifest_path), "version", f"{VERSION}", got=manifest.get("version"),
+                         fix="re-create the trace with this version of heliotrope")
+    frames: dict[str, pd.DataFrame] = {}
+    for name in COLUMNS:
+        file = path / f"{name}.parquet"
+        if not file.is_file():
+            raise InputError(str(file), "", f"the {name} table", got="missing",
+                             fix="re-create the trace directory")
+        try:
+            raw = pd.read_parquet(file)
+        except Exception as exc:  # pyarrow raises many types for a damaged file
+            raise InputError(str(file), "", "a readable Parquet file", got=type(exc).__name__) from exc
+        frame = _coerce(raw, name, str(file))
+        _check_values(frame, name, str(file))
+        frames[name] = frame
+    return Trace(manifest=manifest, **frames)
+
+
+def _coerce(frame: pd.DataFrame, table: str, where: str) -> pd.DataFrame:
+    spec = COLUMNS[table]
+    missing = [c for c in spec if c not in frame.columns]
+    if missing:
+        raise InputError(where, f"column {missing[0]!r}", f"columns {list(spec)}",
+                         got=list(frame.columns), fix=f"add the {missing[0]!r} column")
+    out: dict[str, Any] = {}
+    for col, kind in spec.items():
+        series = frame[col]
+        try:
+            if kind == "time":
+                out[col] = pd.to_datetime(series, utc=True)
+            elif kind == "str":
+                out[col] = series.fillna("").astype(str)
+            elif kind == "int":
+                out[col] = pd.to_numeric(series).astype(np.int64)
+            else:
+                out[col] = pd.to_numeric(series).astype(np.float64)
+        except (ValueError, TypeError) as exc:
+            raise InputError(where, f"column {col!r}", f"{kind} values", got=str(exc)[:120]) from exc
+    return pd.DataFrame(out, index=frame.index).reset_index(drop=True)
+
+
+def _first_bad_row(mask: pd.Series) -> int:
+    return int(np.flatnonzero(mask.to_numpy())[0])
+
+
+def _check_values(frame: pd.DataFrame, table: str, where: str) -> None:
+    if "time" in frame.columns and frame["time"].isna().any():
+        row = _first_bad_row(frame["time"].isna())
+        raise InputError(where, f"row {row}, column 'time'", "a UTC timestamp", got="empty")
+    if table == "offers":
+        bad = frame["gpu_count"] < 1
+        if bad.any():
+            row = _first_bad_row(bad)
+            raise InputError(where, f"row {row}, column 'gpu_count'", "at least 1",
+                             got=int(frame["gpu_count"].iloc[row]))
+        dup = frame.duplicated(["cloud", "zone", "instance_type"])
+        if dup.any():
+            row = _first_bad_row(dup)
+            raise InputError(where, f"row {row}", "one row per (cloud, zone, instance_type)",
+                             got="a duplicate", fix="drop the repeated row")
+    elif table == "prices":
+        bad_market = ~frame["market"].isin(MARKETS)
+        if bad_market.any():
+            row = _first_bad_row(bad_market)
+            raise InputError(where, f"row {row}, column 'market'", f"one of {MARKETS}",
+                             got=repr(frame["market"].iloc[row]))
+        neg = frame["usd_per_hour"] < 0
+        if neg.any():
+            row = _first_bad_row(neg)
+            raise InputError(where, f"row {row}, column 'usd_per_hour'", "a price >= 0 or NaN",
+                             got=float(frame["usd_per_hour"].iloc[row]))
+    elif table == "spot":
+        neg = frame["capacity"] < 0
+        if neg.any():
+            row = _first_bad_row(neg)
+            raise InputError(where, f"row {row}, column 'capacity'", "a count >= 0 or NaN",
+                             got=float(frame["capacity"].iloc[row]))
+    elif table == "grid":
+        bad = ~frame["metric"].isin(GRID_METRICS)
+        if bad.any():
+            row = _first_bad_row(bad)
+            raise InputError(where, f"row {row}, column 'metric'", f"one of {GRID_METRICS}",
+                             got=repr(frame["metric"].iloc[row]))
+        carbon = frame["metric"].str.startswith("carbon") & (frame["value"] < 0)
+        if carbon.any():
+            row = _first_bad_row(carbon)
+            raise InputError(where, f"row {row}, column 'value'", "a carbon intensity >= 0",
+                             got=float(frame["value"].iloc[row]))
+
+
+def is_missing(value: float) -> bool:
+    return math.isnan(value)

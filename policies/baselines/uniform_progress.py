@@ -1,0 +1,139 @@
+"""`uniform-progress`: Can't Be Late's Uniform Progress policy, single region.
+
+Source: Z. Wu, W.-L. Chiang, Z. Mao, Z. Yang, E. Friedman, S. Shenker, I. Stoica, "Can't Be
+Late: Optimizing Spot Instance Savings under Deadlines", NSDI'24, §4 (Uniform Progress with
+hysteresis and the deadline safety net). The paper's setting is one region and one instance
+type; here the region is the job's home region.
+
+Notation for job j at time t: W = `work_gpu_hours`, p = `progress_gpu_h`, d = `cold_start_h`,
+the uniform line ``p*(t) = W * (t - start) / (deadline - start)`` (clipped to [0, W]).
+Candidates are offers in the home region, priced, allowed for the job and able to take its
+instances now. `spot` = the cheapest such spot offer per unit of progress; `od` = the cheapest
+such on-demand offer per unit of progress; `od_fast` = the fastest such on-demand offer
+(highest `rate`, ties: cheapest), with rate r_fast.
+
+Rule, exactly, for every job that has started and is not DONE, in this order:
+1. Safety net: if ``(deadline - t) - d <= (W - p) / r_fast + safety_margin_ticks * tick_h``
+   (always true when no on-demand offer is priced), the job must be on on-demand: it stays
+   if it holds an on-demand instance at least as fast as r_fast, else it goes to `od_fast`.
+   It never leaves on-demand while this holds (the check is made every tick, first).
+   (With no priced on-demand offer at all, a waiting job takes `spot` if there is one.)
+2. On spot (STARTING or RUNNING): stay (a preemption makes it WAITING).
+3. On on-demand: stay until ``p >= p*(t) + hysteresis_cold_starts * d * rate_now`` (ahead of
+   the line by 2d hours of its current work rate); then go to `spot` if there is one, else
+   pause -- Uniform Progress idles when it is ahead and spot is unavailable.
+4. WAITING: launch `spot` if there is one; else, if behind the line (p < p*(t)), launch `od`;
+   else keep waiting.
+
+Why the safety net is sound: the slack ``(deadline - t) - d - (W - p) / r_fast`` falls by at
+most one tick per tick (time passes, progress never goes back unless a preemption loses
+unsaved work), so the first tick it is <= `tick_h` it is still >= 0, and a cold start of d
+followed by (W - p) / r_fast hours of on-demand finishes by the deadline. A job whose slack
+is >= 0 when it starts therefore never misses its deadline, provided on-demand capacity is
+there (it is inf) and preemptions lose no work (checkpoints at preemption notice); work a
+preemption throws away comes on top and is the residual risk, as in the paper.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from orchestrator.model import Decision, Intent, Phase, Snapshot
+from orchestrator.units import SECONDS_PER_HOUR
+from policies.baselines._common import (
+    home_mask,
+    job_floats,
+    job_times_s,
+    jobs_in,
+    launchable,
+    masked_argmin,
+    spot_mask,
+    take,
+    usd_per_progress,
+)
+
+_KEEP = -2
+_PAUSE = -1
+
+
+@dataclass(frozen=True, slots=True)
+class UniformProgress:
+    """Spot when available, on-demand to stay on the uniform line, hysteresis, safety net."""
+
+    hysteresis_cold_starts: float = 2.0
+    safety_margin_ticks: float = 1.0
+    name = "uniform-progress"
+
+    def __call__(self, snapshot: Snapshot) -> Decision:
+        js = jobs_in(snapshot, Phase.WAITING, Phase.STARTING, Phase.RUNNING)
+        n_offers = len(snapshot.offers)
+        if len(js) == 0 or n_offers == 0:
+            return Decision()
+        fleet = snapshot.fleet
+        fit = snapshot.fit
+        spot = spot_mask(snapshot)
+        rate = fit.rate[js]
+        ok = launchable(snapshot, fit, js) & home_mask(snapshot, js)
+        cost = usd_per_progress(snapshot, fit, js)
+        spot_best, _ = masked_argmin(cost, ok & spot[None, :])
+        od_ok = ok & ~spot[None, :]
+        od_best, _ = masked_argmin(cost, od_ok)
+        r_fast = np.where(od_ok, rate, 0.0).max(axis=1)
+        fast_best, _ = masked_argmin(cost, od_ok & (rate == r_fast[:, None]) & (rate > 0))
+
+        holding = (fleet.phase[js] != Phase.WAITING) & (fleet.offer[js] >= 0)
+        cur = np.where(holding, fleet.offer[js], -1)
+        cur_spot = holding & spot[np.maximum(cur, 0)]
+        cur_od = holding & ~cur_spot
+        rate_now = take(rate, cur, 0.0)
+
+        work = job_floats(snapshot, js, "work_gpu_hours")
+        cold_h = job_floats(snapshot, js, "cold_start_h")
+        start_s, deadline_s = job_times_s(snapshot, js)
+        progress = fleet.progress_gpu_h[js]
+        remaining = np.maximum(work - progress, 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            need_h = np.where(remaining > 0, remaining / r_fast, 0.0)
+            span_s = deadline_s - start_s
+            frac = np.where(span_s > 0, (snapshot.now_s - start_s) / span_s, 1.0)
+        left_h = (deadline_s - snapshot.now_s) / SECONDS_PER_HOUR
+        slack_h = left_h - cold_h - need_h
+        net = slack_h <= self.safety_margin_ticks * snapshot.tick_h
+        line = work * np.clip(frac, 0.0, 1.0)
+        lead = progress - line
+        margin = self.hysteresis_cold_starts * cold_h * rate_now
+
+        target = np.full(len(js), _KEEP, dtype=np.int64)
+        on_fast_od = cur_od & (rate_now >= r_fast)
+        to_fast = net & ~on_fast_od & (fast_best >= 0)
+        target[to_fast] = fast_best[to_fast]
+        free = ~net
+        back = free & cur_od & (lead >= margin)
+        target[back] = np.where(spot_best[back] >= 0, spot_best[back], _PAUSE)
+        waiting = free & ~holding
+        # With no priced on-demand offer the safety net cannot act; a waiting job takes spot.
+        to_spot = (waiting | (net & ~holding & (fast_best < 0))) & (spot_best >= 0)
+        target[to_spot] = spot_best[to_spot]
+        to_od = waiting & (spot_best < 0) & (lead < 0) & (od_best >= 0)
+        target[to_od] = od_best[to_od]
+
+        intents: dict[int, Intent] = {}
+        for i in np.flatnonzero(target != _KEEP).tolist():
+            o = int(target[i])
+            numbers = (f"progress {progress[i]:.2f} vs line {line[i]:.2f} GPU-h, "
+                       f"slack {slack_h[i]:.2f} h")
+            if to_fast[i]:
+                why = f"safety net (slack <= {self.safety_margin_ticks * snapshot.tick_h:.2f} h)"
+            elif back[i]:
+                why = (f"ahead of the line by >= {margin[i]:.2f} GPU-h "
+                       f"({self.hysteresis_cold_starts:g}d)")
+                why += ", spot available" if o >= 0 else ", no spot: pause"
+            elif to_spot[i]:
+                why = "spot available"
+            else:
+                why = "behind the line, no spot"
+            where = f"{snapshot.offers[o].id}: " if o >= 0 else ""
+            intents[int(js[i])] = Intent(o if o >= 0 else None, f"{where}{why}; {numbers}")
+        return Decision(intents)

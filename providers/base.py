@@ -1,0 +1,119 @@
+"""The compute-provider contract.
+
+Contract (after Ray autoscaler v2's cloud instance provider):
+- `launch` is idempotent per `request_id`: calling it twice with the same id returns the
+  same instance and buys nothing more. Failures come back as data (`LaunchOutcome.error`),
+  never as exceptions thrown into the loop.
+- `terminate` and `list_instances` touch only instances this provider launched for the
+  given cluster (tagged or labelled with it); anything else is invisible to them.
+- `poll_events` returns what happened since the last call (preemption notices, capacity
+  errors), as data, in time order. State is eventually consistent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+from orchestrator.model import InstanceId, JobId, Offer, OfferId
+
+
+class Capability(StrEnum):
+    SPOT = "spot"
+    ON_DEMAND = "on_demand"
+    PREEMPTION_NOTICE = "preemption_notice"
+    CHECKPOINT_STORE = "checkpoint_store"
+
+
+class InstanceState(StrEnum):
+    BOOTING = "booting"
+    RUNNING = "running"
+    TERMINATED = "terminated"
+    PREEMPTED = "preempted"
+
+
+class FailureKind(StrEnum):
+    CAPACITY = "capacity"  # no capacity now; another zone or later may work
+    QUOTA = "quota"  # account limit; needs a person
+    AUTH = "auth"  # credentials or permissions; needs a person
+    INVALID = "invalid"  # bad request (unknown offer, bad spec)
+    TRANSIENT = "transient"  # throttling, timeouts; retry later
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSpec:
+    """What to start: one instance of `offer_id` running `job_id`.
+
+    `env` is passed to the job (HELIOTROPE_* variables); `startup_s` is how long the job
+    needs before it makes progress (boot, checkpoint transfer and restore); the simulated
+    provider honours it, real ones take what they take.
+    """
+
+    job_id: JobId
+    offer_id: OfferId
+    cluster: str
+    startup_s: float = 0.0
+    count: int = 1  # instances in the job's gang, launched and preempted together
+    entrypoint: Sequence[str] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceInfo:
+    id: InstanceId
+    offer_id: OfferId
+    job_id: JobId
+    state: InstanceState
+    launched_at_s: float
+    ready_at_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderFailure:
+    kind: FailureKind
+    message: str
+    retry_after_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchOutcome:
+    instance_id: InstanceId | None
+    ready_at_s: float = float("nan")
+    error: ProviderFailure | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.instance_id is not None
+
+
+class EventType(StrEnum):
+    PREEMPTED = "preempted"
+    PREEMPTION_NOTICE = "preemption_notice"
+    CAPACITY_UNAVAILABLE = "capacity_unavailable"
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderEvent:
+    type: EventType
+    instance_id: InstanceId
+    job_id: JobId
+    time_s: float
+    detail: str = ""
+
+
+class ComputeProvider(Protocol):
+    name: str
+
+    def capabilities(self) -> frozenset[Capability]: ...
+
+    def offers(self) -> Sequence[Offer]: ...
+
+    def list_instances(self, *, cluster: str) -> Mapping[InstanceId, InstanceInfo]: ...
+
+    def launch(self, spec: LaunchSpec, *, request_id: str) -> LaunchOutcome: ...
+
+    def terminate(self, ids: Sequence[InstanceId], *, request_id: str) -> None: ...
+
+    def poll_events(self) -> list[ProviderEvent]: ...

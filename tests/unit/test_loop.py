@@ -1,0 +1,144 @@
+"""The tick loop on the simulated provider: hand-worked costs, preemptions, moves, refusals."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+import numpy as np
+import pytest
+
+from orchestrator import catalog
+from orchestrator.model import Decision, EventKind, Intent, JobSpec, Location, Phase, Snapshot
+from orchestrator.replay.runner import Replay, run_replay
+from tests.conftest import T0, tiny_trace
+
+AWS_OD, AWS_SPOT, GCP_OD, GCP_SPOT = 0, 1, 2, 3  # offer order in tiny_trace's grid
+
+
+@dataclass(frozen=True)
+class Scripted:
+    """A real (if simple) policy: `choose(snapshot, j)` returns an offer index, None or ...;
+    an intent is emitted only when it differs from what the job holds."""
+
+    choose: Callable[[Snapshot, int], int | None]
+    name: str = "scripted"
+
+    def __call__(self, snapshot: Snapshot) -> Decision:
+        intents = {}
+        for j in range(len(snapshot.jobs)):
+            if snapshot.fleet.phase[j] in (Phase.PENDING, Phase.DONE):
+                continue
+            target = self.choose(snapshot, j)
+            if target != snapshot.fleet.offer[j]:
+                intents[j] = Intent(target, "scripted")
+        return Decision(intents)
+
+
+def job(name: str = "a", work: float = 10.0, hours: float = 40.0, **kw: object) -> JobSpec:
+    args: dict[str, object] = {"id": name, "work_gpu_hours": work, "gpus": 1, "start": T0,
+                               "deadline": T0 + timedelta(hours=hours), "checkpoint_size_gb": 10.0,
+                               "cold_start_h": 0.1, "home_region": "us-east-1"}
+    args.update(kw)
+    return JobSpec(**args)  # type: ignore[arg-type]
+
+
+def replay(policy: Scripted, jobs: list[JobSpec], **trace_kw: object) -> Replay:
+    return run_replay(tiny_trace(**trace_kw), jobs, [policy], tick_s=600)  # type: ignore[arg-type]
+
+
+def kinds(r: Replay) -> list[str]:
+    return [e.kind.value for e in r.runs[0].events]
+
+
+def test_on_demand_job_costs_its_hours_times_price() -> None:
+    r = replay(Scripted(lambda s, j: AWS_OD), [job()])
+    f = r.runs[0].fleet
+    hours = 0.1 + 10.0 / catalog.gpu("V100").relative_throughput  # cold start + work / rate
+    assert f.usd[0] == pytest.approx(hours * 3.06)
+    assert f.finished_at_s[0] == pytest.approx(T0.timestamp() + hours * 3600)
+    power = catalog.instance_power_kw("V100", 1) * catalog.pue("aws")
+    assert f.kwh[0] == pytest.approx(power * hours)
+    assert f.kg_co2[0] == pytest.approx(power * hours * 400.0 / 1000)
+    assert kinds(r) == ["launched", "finished", "terminated"]
+
+
+def test_final_tick_billed_whole_when_asked() -> None:
+    trace = tiny_trace()
+    exact = run_replay(trace, [job()], [Scripted(lambda s, j: AWS_OD)], tick_s=600)
+    whole = run_replay(trace, [job()], [Scripted(lambda s, j: AWS_OD)], tick_s=600,
+                       bill_final_tick=True)
+    hours = 0.1 + 10.0 / catalog.gpu("V100").relative_throughput
+    assert whole.runs[0].fleet.usd[0] == pytest.approx(np.ceil(hours * 6) / 6 * 3.06)
+    assert whole.runs[0].fleet.usd[0] > exact.runs[0].fleet.usd[0]
+
+
+def test_preemption_loses_work_since_last_checkpoint() -> None:
+    # AWS spot available for 5.5 h, then gone for 3 h; the job checkpoints every 2 h.
+    r = replay(Scripted(lambda s, j: AWS_SPOT if s.spot_capacity[AWS_SPOT] > 0 or
+                        s.fleet.offer[j] == AWS_SPOT else None),
+               [job(checkpoint_interval_h=2.0)],
+               spot_pattern=((0.0, 1.0), (5.5, 0.0), (8.5, 1.0)))
+    events = r.runs[0].events
+    pre = next(e for e in events if e.kind is EventKind.PREEMPTED)
+    assert pre.time_s == pytest.approx(T0.timestamp() + 5.5 * 3600)
+    rate = catalog.gpu("V100").relative_throughput
+    # Ready at 0.1 h; checkpoints are taken at the first tick boundary at least 2 h after
+    # the previous one: 13/6 h and 25/6 h of wall time.
+    last_checkpoint_h = 25 / 6
+    assert pre.data["lost_gpu_h"] == pytest.approx((5.5 - last_checkpoint_h) * rate)
+    assert pre.data["progress_gpu_h"] == pytest.approx((last_checkpoint_h - 0.1) * rate)
+    relaunch = [e for e in events if e.kind is EventKind.LAUNCHED]
+    assert len(relaunch) == 2 and relaunch[1].time_s == pytest.approx(T0.timestamp() + 8.5 * 3600)
+    assert r.runs[0].fleet.preemptions[0] == 1
+    assert r.runs[0].fleet.phase[0] == Phase.DONE
+
+
+def test_move_checkpoints_pays_egress_and_transfer() -> None:
+    def policy(s: Snapshot, j: int) -> int:
+        return AWS_OD if s.now_s < T0.timestamp() + 2 * 3600 else GCP_OD
+
+    r = replay(Scripted(policy), [job(checkpoint_interval_h=100.0)])
+    f = r.runs[0].fleet
+    src, dst = Location("aws", "us-east-1", "us-east-1a"), Location("gcp", "europe-west4", "europe-west4-a")
+    egress = 10.0 * catalog.egress_usd_per_gb(src, dst)
+    assert egress > 0
+    assert f.egress_usd[0] == pytest.approx(egress)
+    assert f.migrations[0] == 1
+    launches = [e for e in r.runs[0].events if e.kind is EventKind.LAUNCHED]
+    transfer_h = catalog.transfer_hours(10.0, src, dst)
+    assert launches[1].data["ready_at_s"] == pytest.approx(
+        T0.timestamp() + 2 * 3600 + (0.1 + transfer_h) * 3600)
+    # Nothing was lost by the planned move: progress at the move was checkpointed.
+    v100 = catalog.gpu("V100").relative_throughput
+    a100 = catalog.gpu("A100-80GB").relative_throughput
+    done_before_move = 1.9 * v100
+    expected_finish_h = 2 + 0.1 + transfer_h + (10.0 - done_before_move) / a100
+    assert f.finished_at_s[0] == pytest.approx(T0.timestamp() + expected_finish_h * 3600)
+    assert f.usd[0] == pytest.approx(2 * 3.06 + (expected_finish_h - 2) * 5.07 + egress)
+
+
+def test_two_jobs_cannot_take_the_last_spot_slot() -> None:
+    r = replay(Scripted(lambda s, j: AWS_SPOT), [job("a"), job("b")],
+               spot_pattern=((0.0, 1.0),))
+    first = [e for e in r.runs[0].events if e.time_s == T0.timestamp()]
+    assert [e.kind for e in first].count(EventKind.LAUNCHED) == 1
+    assert any(e.kind is EventKind.REJECTED and "capacity" in e.detail for e in first)
+
+
+def test_disallowed_gpu_is_refused_and_job_waits() -> None:
+    v100_only = job("a", gpu_types=frozenset({"V100"}), hours=5)
+    r = replay(Scripted(lambda s, j: GCP_OD), [v100_only, job("b", hours=40)])
+    a_events = {e.kind for e in r.runs[0].events if e.job_id == "a"}
+    assert a_events == {EventKind.REJECTED}
+    assert r.runs[0].fleet.phase[0] == Phase.WAITING
+    assert r.runs[0].fleet.usd[0] == 0.0
+    assert r.runs[0].fleet.phase[1] == Phase.DONE
+
+
+def test_job_waits_until_its_start() -> None:
+    late = job(start=T0 + timedelta(hours=3), hours=40)
+    r = replay(Scripted(lambda s, j: AWS_OD), [late])
+    launch = next(e for e in r.runs[0].events if e.kind is EventKind.LAUNCHED)
+    assert launch.time_s == pytest.approx(T0.timestamp() + 3 * 3600)

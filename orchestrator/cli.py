@@ -146,6 +146,8 @@ def _replay(args: argparse.Namespace) -> int:
         print(json.dumps({"policies": res["policies"], "config": res["config"]}, indent=2))
         return 0
     out = Console()
+    if not out.is_terminal:
+        out = Console(width=160)  # logs and pipes: never squeeze the table
     out.print(format_table(res))
     out.print(f"report: {paths['report']}")
     return 0

@@ -213,12 +213,21 @@ def _rows(results: Mapping[str, Any]) -> list[Row]:
     return rows
 
 
+# Terminal headers: the HTML report has room for the long ones.
+SHORT_HEADERS: Mapping[str, str] = {
+    "usd": "USD", "objective_usd": "Obj. USD", "kg_co2": "kgCO₂", "kg_co2_marginal": "kgCO₂ marg.",
+    "curtailed_energy_share": "Curt.", "deadlines_met": "Met", "deadlines_missed": "Missed",
+    "infeasible": "Infeas.", "migrations": "Moves", "preemptions": "Preempt.",
+    "egress_usd": "Egress $", "mean_completion_h": "Mean h",
+}
+
+
 def format_table(results: Mapping[str, Any]) -> Table:
     """The per-policy results table for the terminal; best values in bold green."""
     table = Table(title="Replay results", title_justify="left", header_style="bold")
     table.add_column("Policy", no_wrap=True)
     for col in COLUMNS:
-        table.add_column(col.header, justify="right")
+        table.add_column(SHORT_HEADERS.get(col.key, col.header), justify="right")
     for row in _rows(results):
         cells = [
             f"[bold green]{_rich_escape(c.text)}[/]" if c.best else _rich_escape(c.text)

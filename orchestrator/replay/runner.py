@@ -69,6 +69,24 @@ def build_grid(trace: Trace, jobs: Sequence[JobSpec], tick_s: int, seed: int) ->
     return realize_spot(grid, seed)
 
 
+def check_home_regions(jobs: Sequence[JobSpec], grid: SignalGrid) -> None:
+    """Every job's home region must sell an on-demand instance the job may use."""
+    homes: dict[str, set[str]] = {}
+    for o in grid.offers:
+        if o.market is Market.ON_DEMAND:
+            homes.setdefault(o.region, set()).add(o.gpu_type)
+    for i, job in enumerate(jobs):
+        types = homes.get(job.home_region, set())
+        if not any(job.allows(t) for t in types):
+            regions = sorted(r for r, ts in homes.items() if any(job.allows(t) for t in ts))
+            raise InputError(
+                "jobs", f"job {job.id!r} (entry {i}) home_region",
+                "a region of the trace with an on-demand offer of an allowed GPU type",
+                got=repr(job.home_region),
+                fix="use one of: " + ", ".join(regions) if regions else
+                "allow more GPU types or use another trace")
+
+
 def feasible_jobs(jobs: Sequence[JobSpec], grid: SignalGrid) -> np.ndarray:
     """A job is feasible when the fastest on-demand offer it may use, priced at its start,
     finishes it by the deadline. Infeasible jobs are reported apart, not as misses."""
@@ -143,6 +161,7 @@ def run_replay(
     if not math.isfinite(carbon_usd_per_tonne) or carbon_usd_per_tonne < 0:
         raise InputError("", "--carbon-price", "a price >= 0 USD per tonne", got=carbon_usd_per_tonne)
     grid = build_grid(trace, jobs, tick_s, seed)
+    check_home_regions(jobs, grid)
     options = LoopOptions(cluster="replay", carbon_usd_per_tonne=carbon_usd_per_tonne,
                           bill_final_tick=bill_final_tick)
     runs = tuple(run_policy(p, jobs, grid, options=options, progress=progress) for p in policies)

@@ -249,14 +249,14 @@ def _ar1(eps: FloatArray, phi: float) -> FloatArray:
 def _sun(hours: pd.DatetimeIndex, lat: float, lon: float) -> FloatArray:
     """Sine of the sun's elevation (clipped at 0) at the middle of each hour: a clear-sky
     irradiance proxy (standard declination / hour-angle formulas)."""
-    doy = hours.dayofyear.to_numpy().astype(np.float64)
+    doy = hours.day_of_year.to_numpy().astype(np.float64)
     t = hours.hour.to_numpy().astype(np.float64) + 0.5
     decl = np.radians(23.44) * np.sin(2.0 * np.pi * (doy - 81.0) / 365.0)
     solar_time = (t + lon / 15.0) % 24.0
     hour_angle = 2.0 * np.pi * (solar_time - 12.0) / 24.0
     phi = math.radians(lat)
     sin_elev = math.sin(phi) * np.sin(decl) + math.cos(phi) * np.cos(decl) * np.cos(hour_angle)
-    return np.clip(sin_elev, 0.0, None)
+    return np.asarray(np.clip(sin_elev, 0.0, None), dtype=np.float64)
 
 
 def _peaks(local_hour: FloatArray) -> FloatArray:
@@ -322,8 +322,9 @@ def _grid_zone_frame(seed: int, name: str, z: _GridZone, hours: pd.DatetimeIndex
     curtail = np.zeros(n)
     if z.solar_curtailment_mw > 0:
         local = hours.tz_convert(z.tz)
-        day_codes, days = pd.factorize(local.normalize())
-        doy_day = days.dayofyear.to_numpy().astype(np.float64)
+        day_codes, day_index = pd.factorize(local.normalize())
+        days = pd.DatetimeIndex(day_index)
+        doy_day = days.day_of_year.to_numpy().astype(np.float64)
         season = _spring(doy_day)
         n_days = len(days)
         on = _rng(seed, "grid", name, "curtail-days").random(n_days) < 0.3 + 0.65 * season
@@ -336,7 +337,7 @@ def _grid_zone_frame(seed: int, name: str, z: _GridZone, hours: pd.DatetimeIndex
     if z.wind_curtailment_mw_per_sigma > 0:
         wind = -weather  # windy weather pushes intensity down
         curtail += z.wind_curtailment_mw_per_sigma * np.clip(wind - 1.0, 0.0, None)
-    curtail = np.round(np.minimum(curtail, z.curtailment_cap_mw), 1)
+    curtail = np.round(np.minimum(curtail, z.curtailment_cap_mw), 1).astype(np.float64)
     curtailing = curtail > 0
 
     # Marginal intensity: gas or coal on the margin, coal more likely at night (low load).
@@ -446,8 +447,9 @@ def _spot_pool(seed: int, pool: _Pool, n_ticks: int, tick_s: int
     return starts, capacity, availability
 
 
-def _spot_price_series(seed: int, cloud: str, where: str, instance_type: str,
-                       on_demand: float, n_ticks: int, tick_s: int) -> tuple[IntArray, FloatArray]:
+def _spot_price_series(seed: int, cloud: str, where: str, instance_type: str, *,
+                       on_demand: float, n_ticks: int, tick_s: int
+                       ) -> tuple[IntArray, FloatArray]:
     """Change rows (tick index, $/h) of one spot price: a discount drawn in the published
     range, times a mean-reverting walk in log price that moves at random change times."""
     rng = _rng(seed, "price", cloud, where, instance_type, "params")
@@ -552,14 +554,16 @@ def generate(
             # AWS prices spot per availability zone; GCP per region (zone '' = all zones).
             for where in (r.zones if r.cloud == "aws" else ("",)):
                 key = where or r.region
-                idx, usd = _spot_price_series(seed, r.cloud, key, itype, od, n_ticks, tick_s)
+                idx, usd = _spot_price_series(seed, r.cloud, key, itype, on_demand=od,
+                                              n_ticks=n_ticks, tick_s=tick_s)
                 price_parts.append(pd.DataFrame({
                     "time": tick_times(idx), "cloud": r.cloud, "region": r.region,
                     "zone": where, "instance_type": itype, "market": "spot",
                     "usd_per_hour": usd}))
-    for row in offers.itertuples(index=False):
-        pool = _Pool(str(row.cloud), str(row.region), str(row.zone), str(row.instance_type),
-                     int(row.gpu_count))
+    columns = ("cloud", "region", "zone", "instance_type", "gpu_count")
+    for cloud, region, zone, itype, count in zip(*(offers[c].tolist() for c in columns),
+                                                 strict=True):
+        pool = _Pool(str(cloud), str(region), str(zone), str(itype), int(count))
         idx, cap, _ = _spot_pool(seed, pool, n_ticks, tick_s)
         spot_parts.append(pd.DataFrame({
             "time": tick_times(idx), "cloud": pool.cloud, "zone": pool.zone,

@@ -52,13 +52,20 @@ class JobOfferFit:
     """Static job x offer facts, computed once per (jobs, offers) pair.
 
     `rate[j, o]` reference GPU-hours per hour (0: not allowed); `instances[j, o]`;
-    `power_kw[j, o]` IT power of all the job's instances (before PUE).
+    `power_kw[j, o]` IT power of all the job's instances (before PUE); `home[j, o]` whether
+    offer o is in job j's home region. Per-job vectors repeat the specs as arrays so that
+    policies stay vectorized.
     """
 
     rate: FloatArray
     instances: IntArray
     power_kw: FloatArray
     pue: FloatArray  # per offer
+    home: BoolArray
+    work_gpu_h: FloatArray
+    start_s: FloatArray
+    deadline_s: FloatArray
+    cold_start_h: FloatArray
 
     @staticmethod
     def build(jobs: Sequence[JobSpec], offers: Sequence[Offer]) -> JobOfferFit:
@@ -77,8 +84,16 @@ class JobOfferFit:
                     if o.gpu_type not in tp_cache:
                         tp_cache[o.gpu_type] = relative_throughput(job, o.gpu_type) * job.gpus
                     rate[j, k] = tp_cache[o.gpu_type]
-        return JobOfferFit(rate=rate, instances=inst, power_kw=power,
-                           pue=np.array([o.pue for o in offers]))
+        regions = np.array([o.region for o in offers], dtype=object)
+        home = np.array([regions == job.home_region for job in jobs], dtype=bool).reshape(n_j, n_o)
+        return JobOfferFit(
+            rate=rate, instances=inst, power_kw=power, pue=np.array([o.pue for o in offers]),
+            home=home,
+            work_gpu_h=np.array([job.work_gpu_hours for job in jobs], dtype=np.float64),
+            start_s=np.array([job.start.timestamp() for job in jobs], dtype=np.float64),
+            deadline_s=np.array([job.deadline.timestamp() for job in jobs], dtype=np.float64),
+            cold_start_h=np.array([job.cold_start_h for job in jobs], dtype=np.float64),
+        )
 
 
 def marginal_intensity(

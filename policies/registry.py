@@ -45,7 +45,7 @@ def policy_options(name: str) -> tuple[str, ...]:
     return ()
 
 
-def make_policy(name: str, **options: Any) -> Policy:
+def make_policy(name: str, /, **options: Any) -> Policy:
     """A policy by its name, with `options` as its dataclass fields."""
     cls = _constructor(name)
     known = policy_options(name)

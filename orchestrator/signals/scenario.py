@@ -81,12 +81,18 @@ REGIONS: Final[tuple[_Region, ...]] = (
     _Region("aws", "us-west-1", ("us-west-1b", "us-west-1c"), ("p5.48xlarge",), 1.25),
     _Region("aws", "us-west-2", ("us-west-2a", "us-west-2b"), _AWS_ALL, 1.00),
     _Region(
-        "aws", "eu-central-1", ("eu-central-1a", "eu-central-1b"),
-        ("p3.2xlarge", "p4d.24xlarge", "g6.xlarge"), 1.25,
+        "aws",
+        "eu-central-1",
+        ("eu-central-1a", "eu-central-1b"),
+        ("p3.2xlarge", "p4d.24xlarge", "g6.xlarge"),
+        1.25,
     ),
     _Region(
-        "aws", "eu-north-1", ("eu-north-1a", "eu-north-1b"),
-        ("p4d.24xlarge", "p5.48xlarge", "g6.xlarge"), 1.07,
+        "aws",
+        "eu-north-1",
+        ("eu-north-1a", "eu-north-1b"),
+        ("p4d.24xlarge", "p5.48xlarge", "g6.xlarge"),
+        1.07,
     ),
     _Region("aws", "ap-southeast-2", ("ap-southeast-2a", "ap-southeast-2b"), _AWS_ALL, 1.32),
     _Region("gcp", "us-central1", ("us-central1-a", "us-central1-b"), _GCP_ALL, 1.00),
@@ -118,7 +124,6 @@ REGIONS: Final[tuple[_Region, ...]] = (
 
 @dataclass(frozen=True, slots=True)
 class _GridZone:
-    tz: str
     lat: float
     lon: float
     yearly_g: float
@@ -135,32 +140,44 @@ class _GridZone:
     negative_price_above_mw: float = 2500.0  # curtailment beyond which the price is < 0
 
 
+_Z = _GridZone
+# fmt: off
 GRID_ZONES: Final[Mapping[str, _GridZone]] = {
-    "US-MIDA-PJM": _GridZone("America/New_York", 39.0, -77.5, 403, 0.03, 0.08, 0.35, 950,
-                             36.0, 0.10, 0.35),
-    "US-NW-BPAT": _GridZone("America/Los_Angeles", 45.6, -121.2, 109, 0.05, 0.30, 0.10, 950,
-                            60.0, 0.15, 0.30),
-    # CAISO: 3.4 TWh of wind and solar curtailed in 2024, 93% solar, mostly in spring
-    # (EIA, Today in Energy, 2025; CAISO "Managing oversupply"): several-GW midday peaks.
-    "US-CAL-CISO": _GridZone("America/Los_Angeles", 37.3, -121.9, 229, 0.56, 0.15, 0.0, 950,
-                             62.0, 0.55, 0.45, solar_curtailment_mw=8000.0),
-    "US-MIDW-MISO": _GridZone("America/Chicago", 41.3, -95.9, 487, 0.05, 0.15, 0.60, 950,
-                              33.0, 0.10, 0.30),
+    #                lat     lon  yearly  dip    cv  coal coal_g price p_dip  peak
+    "US-MIDA-PJM":  _Z(39.0,  -77.5, 403, 0.03, 0.08, 0.35,  950,  36.0, 0.10, 0.35),
+    "US-NW-BPAT":   _Z(45.6, -121.2, 109, 0.05, 0.30, 0.10,  950,  60.0, 0.15, 0.30),
+    # CAISO: 3.4 TWh of wind and solar curtailed in 2024, 93% solar, mostly in spring (EIA,
+    # Today in Energy, 2025; CAISO "Managing oversupply"), several GW at midday. The
+    # scenario curtails ~2.6 TWh/yr, 0.5-0.9 TWh in each of March-May.
+    "US-CAL-CISO":  _Z(37.3, -121.9, 229, 0.56, 0.15, 0.00,  950,  62.0, 0.55, 0.45,
+                       solar_curtailment_mw=8000.0),
+    "US-MIDW-MISO": _Z(41.3,  -95.9, 487, 0.05, 0.15, 0.60,  950,  33.0, 0.10, 0.30),
     # Germany: about 10 TWh of renewable output (mostly wind) curtailed in 2023 for grid
     # congestion (Bundesnetzagentur, Netzengpassmanagement 2023). The scenario curtails
-    # ~6 TWh/yr: congestion is regional and the national figure overstates one zone's share.
-    "DE": _GridZone("Europe/Berlin", 50.1, 8.7, 341, 0.34, 0.30, 0.50, 1050, 103.0, 0.35, 0.30,
-                    wind_curtailment_mw_per_sigma=8000.0, curtailment_cap_mw=15000.0,
-                    negative_price_above_mw=5000.0),
-    "NL": _GridZone("Europe/Amsterdam", 53.4, 6.8, 251, 0.25, 0.28, 0.15, 950, 103.0, 0.30,
-                    0.30),
-    "BE": _GridZone("Europe/Brussels", 50.5, 3.8, 153, 0.15, 0.20, 0.05, 950, 105.0, 0.25,
-                    0.30),
-    "SE-SE3": _GridZone("Europe/Stockholm", 59.3, 18.1, 21, 0.0, 0.30, 0.20, 950, 60.0, 0.05,
-                        0.30),
-    "JP-TK": _GridZone("Asia/Tokyo", 35.7, 139.7, 539, 0.33, 0.05, 0.35, 950, 89.0, 0.25, 0.25),
-    "AU-NSW": _GridZone("Australia/Sydney", -33.9, 151.2, 541, 0.53, 0.08, 0.80, 950, 96.0,
-                        0.45, 0.40),
+    # ~5 TWh/yr: congestion is regional and the national figure overstates one zone's share.
+    # Negative prices in ~5% of hours (EPEX DE-LU: 301 h in 2023, 457 h in 2024).
+    "DE":           _Z(50.1,    8.7, 341, 0.34, 0.30, 0.50, 1050, 103.0, 0.35, 0.30,
+                       wind_curtailment_mw_per_sigma=8000.0, curtailment_cap_mw=15000.0,
+                       negative_price_above_mw=5000.0),
+    "NL":           _Z(53.4,    6.8, 251, 0.25, 0.28, 0.15,  950, 103.0, 0.30, 0.30),
+    "BE":           _Z(50.5,    3.8, 153, 0.15, 0.20, 0.05,  950, 105.0, 0.25, 0.30),
+    "SE-SE3":       _Z(59.3,   18.1,  21, 0.00, 0.30, 0.20,  950,  60.0, 0.05, 0.30),
+    "JP-TK":        _Z(35.7,  139.7, 539, 0.33, 0.05, 0.35,  950,  89.0, 0.25, 0.25),
+    "AU-NSW":       _Z(-33.9, 151.2, 541, 0.53, 0.08, 0.80,  950,  96.0, 0.45, 0.40),
+}
+# fmt: on
+# Local clock of each zone (demand peaks follow the clock, the sun follows longitude).
+TIMEZONES: Final[Mapping[str, str]] = {
+    "US-MIDA-PJM": "America/New_York",
+    "US-NW-BPAT": "America/Los_Angeles",
+    "US-CAL-CISO": "America/Los_Angeles",
+    "US-MIDW-MISO": "America/Chicago",
+    "DE": "Europe/Berlin",
+    "NL": "Europe/Amsterdam",
+    "BE": "Europe/Brussels",
+    "SE-SE3": "Europe/Stockholm",
+    "JP-TK": "Asia/Tokyo",
+    "AU-NSW": "Australia/Sydney",
 }
 
 # Marginal plants, direct operating emissions (gCO2/kWh): gas combined cycle ~370-450 plus
@@ -261,6 +278,7 @@ def _sun(hours: pd.DatetimeIndex, lat: float, lon: float) -> FloatArray:
 
 def _peaks(local_hour: FloatArray) -> FloatArray:
     """Morning (~8h) and evening (~19h) demand peaks on the local clock, 0..1."""
+
     def bump(center: float, width: float) -> FloatArray:
         d = (local_hour - center + 12.0) % 24.0 - 12.0
         return np.exp(-0.5 * (d / width) ** 2)
@@ -274,12 +292,12 @@ def _local_hour(hours: pd.DatetimeIndex, tz: str) -> FloatArray:
 
 
 @functools.lru_cache(maxsize=64)
-def _reference_year(z: _GridZone) -> tuple[float, float]:
+def _reference_year(z: _GridZone, tz: str) -> tuple[float, float]:
     """Year means of the carbon and price diurnal shapes (normalizers, so that a year of
     the scenario has the zone's yearly level whatever window is generated)."""
     year = pd.date_range("2023-01-01", periods=8760, freq="h", tz="UTC")
     sun = _sun(year, z.lat, z.lon)
-    peaks = _peaks(_local_hour(year, z.tz))
+    peaks = _peaks(_local_hour(year, tz))
     return float(np.mean(_carbon_shape(z, sun))), float(np.mean(_price_shape(z, sun, peaks)))
 
 
@@ -297,12 +315,14 @@ def _spring(doy: FloatArray) -> FloatArray:
     return np.exp(-(((doy - 105.0) / 55.0) ** 2))
 
 
-def _grid_zone_frame(seed: int, name: str, z: _GridZone, hours: pd.DatetimeIndex) -> pd.DataFrame:
+def _grid_zone_frame(seed: int, name: str, hours: pd.DatetimeIndex) -> pd.DataFrame:
+    z = GRID_ZONES[name]
+    tz = TIMEZONES[name]
     n = len(hours)
     sun = _sun(hours, z.lat, z.lon)
-    local_hour = _local_hour(hours, z.tz)
+    local_hour = _local_hour(hours, tz)
     peaks = _peaks(local_hour)
-    carbon_norm, price_norm = _reference_year(z)
+    carbon_norm, price_norm = _reference_year(z, tz)
 
     # Weather: AR(1) with a ~36 h decorrelation time (synoptic weather lasts days).
     phi = math.exp(-1.0 / 36.0)
@@ -312,16 +332,12 @@ def _grid_zone_frame(seed: int, name: str, z: _GridZone, hours: pd.DatetimeIndex
     # Average intensity: yearly level x solar dip x lognormal weather (mean 1). High
     # `weather` = calm and cloudy (more fossil), low = windy/sunny.
     cv = z.weather_cv
-    carbon = (
-        z.yearly_g
-        * _carbon_shape(z, sun) / carbon_norm
-        * np.exp(cv * weather - 0.5 * cv * cv)
-    )
+    carbon = z.yearly_g * _carbon_shape(z, sun) / carbon_norm * np.exp(cv * weather - 0.5 * cv * cv)
 
     # Curtailment.
     curtail = np.zeros(n)
     if z.solar_curtailment_mw > 0:
-        local = hours.tz_convert(z.tz)
+        local = hours.tz_convert(tz)
         day_codes, day_index = pd.factorize(local.normalize())
         days = pd.DatetimeIndex(day_index)
         doy_day = days.day_of_year.to_numpy().astype(np.float64)
@@ -343,7 +359,7 @@ def _grid_zone_frame(seed: int, name: str, z: _GridZone, hours: pd.DatetimeIndex
     # Marginal intensity: gas or coal on the margin, coal more likely at night (low load).
     p_coal = np.clip(z.coal_share + 0.15 - 0.3 * np.clip(sun / 0.5, 0.0, 1.0), 0.0, 1.0)
     coal = _rng(seed, "grid", name, "marginal-plant").random(n) < p_coal
-    jitter = _rng(seed, "grid", name, "marginal-jitter").normal(0.0, 0.04, n)
+    jitter = np.clip(_rng(seed, "grid", name, "marginal-jitter").normal(0.0, 0.04, n), -0.1, 0.1)
     marginal = np.where(coal, z.coal_g, GAS_MARGINAL_G) * (1.0 + jitter)
     marginal = np.where(curtailing, 0.0, marginal)
 
@@ -352,8 +368,12 @@ def _grid_zone_frame(seed: int, name: str, z: _GridZone, hours: pd.DatetimeIndex
     # beyond ~1 GW (CAISO and EPEX negative prices in oversupply hours), floored at the
     # EPEX harmonised minimum clearing price of -500 EUR/MWh.
     noise = 0.15 * weather + 0.20 * price_noise  # log-scale std 0.25
-    price = (z.price_usd_per_mwh * _price_shape(z, sun, peaks) / price_norm
-             * np.exp(noise - 0.5 * 0.25**2))
+    price = (
+        z.price_usd_per_mwh
+        * _price_shape(z, sun, peaks)
+        / price_norm
+        * np.exp(noise - 0.5 * 0.25**2)
+    )
     price_curtailed = np.maximum(15.0 * (1.0 - curtail / z.negative_price_above_mw), -500.0)
     price = np.where(curtailing, np.minimum(price, price_curtailed), price)
 
@@ -364,14 +384,22 @@ def _grid_zone_frame(seed: int, name: str, z: _GridZone, hours: pd.DatetimeIndex
         "power_price_usd_per_mwh": np.round(price, 2),
     }
     frames = [
-        pd.DataFrame({"time": hours, "grid_zone": name, "metric": metric, "value": values,
-                      "source": SOURCE})
+        pd.DataFrame(
+            {"time": hours, "grid_zone": name, "metric": metric, "value": values, "source": SOURCE}
+        )
         for metric, values in metrics.items()
     ]
-    frames.append(pd.DataFrame({
-        "time": hours[:1], "grid_zone": name, "metric": "carbon_avg_yearly_g_per_kwh",
-        "value": [float(z.yearly_g)], "source": "Electricity Maps yearly 2024 (life-cycle)",
-    }))
+    frames.append(
+        pd.DataFrame(
+            {
+                "time": hours[:1],
+                "grid_zone": name,
+                "metric": "carbon_avg_yearly_g_per_kwh",
+                "value": [float(z.yearly_g)],
+                "source": "Electricity Maps yearly 2024 (life-cycle)",
+            }
+        )
+    )
     return pd.concat(frames, ignore_index=True)
 
 
@@ -380,8 +408,9 @@ def _grid_zone_frame(seed: int, name: str, z: _GridZone, hours: pd.DatetimeIndex
 # ---------------------------------------------------------------------------------------
 
 
-def _runs(rng: np.random.Generator, n: int, p_leave: tuple[float, float], first: int
-          ) -> tuple[IntArray, IntArray]:
+def _runs(
+    rng: np.random.Generator, n: int, p_leave: tuple[float, float], first: int
+) -> tuple[IntArray, IntArray]:
     """Run starts (tick index) and states of a two-state Markov chain over `n` ticks.
 
     `p_leave[s]` is the per-tick probability of leaving state s; run lengths are geometric,
@@ -417,8 +446,9 @@ class _Pool:
     gpu_count: int
 
 
-def _spot_pool(seed: int, pool: _Pool, n_ticks: int, tick_s: int
-               ) -> tuple[IntArray, FloatArray, float]:
+def _spot_pool(
+    seed: int, pool: _Pool, n_ticks: int, tick_s: int
+) -> tuple[IntArray, FloatArray, float]:
     """Change rows (tick index, capacity) of one pool and its target availability."""
     rng = _rng(seed, "spot", pool.cloud, pool.zone, pool.instance_type, "params")
     band = int(rng.choice(len(INTERRUPTION_BANDS), p=BAND_WEIGHTS))
@@ -447,9 +477,16 @@ def _spot_pool(seed: int, pool: _Pool, n_ticks: int, tick_s: int
     return starts, capacity, availability
 
 
-def _spot_price_series(seed: int, cloud: str, where: str, instance_type: str, *,
-                       on_demand: float, n_ticks: int, tick_s: int
-                       ) -> tuple[IntArray, FloatArray]:
+def _spot_price_series(
+    seed: int,
+    cloud: str,
+    where: str,
+    instance_type: str,
+    *,
+    on_demand: float,
+    n_ticks: int,
+    tick_s: int,
+) -> tuple[IntArray, FloatArray]:
     """Change rows (tick index, $/h) of one spot price: a discount drawn in the published
     range, times a mean-reverting walk in log price that moves at random change times."""
     rng = _rng(seed, "price", cloud, where, instance_type, "params")
@@ -468,7 +505,8 @@ def _spot_price_series(seed: int, cloud: str, where: str, instance_type: str, *,
         t = int(at[-1])
     change_ticks = np.concatenate([np.zeros(1, dtype=np.int64), *ticks])
     eps = _rng(seed, "price", cloud, where, instance_type, "eps").standard_normal(
-        (len(change_ticks), 1))
+        (len(change_ticks), 1)
+    )
     x = SPOT_PRICE_SIGMA * _ar1(eps, SPOT_PRICE_PHI)[:, 0]
     price = on_demand * (1.0 - discount) * np.exp(x - 0.5 * SPOT_PRICE_SIGMA**2)
     price = np.clip(price, on_demand * (1.0 - hi), on_demand * (1.0 - lo))
@@ -488,16 +526,26 @@ def offers_frame() -> pd.DataFrame:
     for r in REGIONS:
         zone_of_grid = grid_zone(r.cloud, r.region)
         if zone_of_grid is None or zone_of_grid not in GRID_ZONES:
-            raise ValueError(f"scenario region {r.cloud}/{r.region}: grid zone {zone_of_grid!r} "
-                             "has no scenario parameters")
+            raise ValueError(
+                f"scenario region {r.cloud}/{r.region}: grid zone {zone_of_grid!r} "
+                "has no scenario parameters"
+            )
         for zone in r.zones:
             for itype in r.instance_types:
                 gpus = instance_gpus(r.cloud, itype)
                 if gpus is None:
                     raise ValueError(f"catalog has no GPUs for {r.cloud}/{itype}")
-                rows.append({"cloud": r.cloud, "region": r.region, "zone": zone,
-                             "instance_type": itype, "gpu_type": gpus[0],
-                             "gpu_count": gpus[1], "grid_zone": zone_of_grid})
+                rows.append(
+                    {
+                        "cloud": r.cloud,
+                        "region": r.region,
+                        "zone": zone,
+                        "instance_type": itype,
+                        "gpu_type": gpus[0],
+                        "gpu_count": gpus[1],
+                        "grid_zone": zone_of_grid,
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -508,11 +556,21 @@ def _validate(seed: int, days: float, start: datetime, tick_s: int) -> None:
     if not (isinstance(days, (int, float)) and math.isfinite(days) and days > 0):
         raise InputError(where, "days", "a positive number of days", got=repr(days))
     if start.tzinfo is None or start.utcoffset() is None:
-        raise InputError(where, "start", "a tz-aware datetime", got=start.isoformat(),
-                         fix="pass e.g. datetime(2024, 4, 1, tzinfo=UTC)")
+        raise InputError(
+            where,
+            "start",
+            "a tz-aware datetime",
+            got=start.isoformat(),
+            fix="pass e.g. datetime(2024, 4, 1, tzinfo=UTC)",
+        )
     if not isinstance(tick_s, (int, np.integer)) or tick_s <= 0 or 86400 % int(tick_s) != 0:
-        raise InputError(where, "tick_s", "a positive number of seconds dividing a day",
-                         got=repr(tick_s), fix="use e.g. 60, 300, 600 or 3600")
+        raise InputError(
+            where,
+            "tick_s",
+            "a positive number of seconds dividing a day",
+            got=repr(tick_s),
+            fix="use e.g. 60, 300, 600 or 3600",
+        )
 
 
 def generate(
@@ -548,38 +606,67 @@ def generate(
             if base is None:
                 raise ValueError(f"catalog has no on-demand price for {r.cloud}/{itype}")
             od = round(base * r.price_factor, 4)
-            price_parts.append(pd.DataFrame({
-                "time": [tick0], "cloud": r.cloud, "region": r.region, "zone": "",
-                "instance_type": itype, "market": "on_demand", "usd_per_hour": [od]}))
+            price_parts.append(
+                pd.DataFrame(
+                    {
+                        "time": [tick0],
+                        "cloud": r.cloud,
+                        "region": r.region,
+                        "zone": "",
+                        "instance_type": itype,
+                        "market": "on_demand",
+                        "usd_per_hour": [od],
+                    }
+                )
+            )
             # AWS prices spot per availability zone; GCP per region (zone '' = all zones).
-            for where in (r.zones if r.cloud == "aws" else ("",)):
+            for where in r.zones if r.cloud == "aws" else ("",):
                 key = where or r.region
-                idx, usd = _spot_price_series(seed, r.cloud, key, itype, on_demand=od,
-                                              n_ticks=n_ticks, tick_s=tick_s)
-                price_parts.append(pd.DataFrame({
-                    "time": tick_times(idx), "cloud": r.cloud, "region": r.region,
-                    "zone": where, "instance_type": itype, "market": "spot",
-                    "usd_per_hour": usd}))
+                idx, usd = _spot_price_series(
+                    seed, r.cloud, key, itype, on_demand=od, n_ticks=n_ticks, tick_s=tick_s
+                )
+                price_parts.append(
+                    pd.DataFrame(
+                        {
+                            "time": tick_times(idx),
+                            "cloud": r.cloud,
+                            "region": r.region,
+                            "zone": where,
+                            "instance_type": itype,
+                            "market": "spot",
+                            "usd_per_hour": usd,
+                        }
+                    )
+                )
     columns = ("cloud", "region", "zone", "instance_type", "gpu_count")
-    for cloud, region, zone, itype, count in zip(*(offers[c].tolist() for c in columns),
-                                                 strict=True):
+    for cloud, region, zone, itype, count in zip(
+        *(offers[c].tolist() for c in columns), strict=True
+    ):
         pool = _Pool(str(cloud), str(region), str(zone), str(itype), int(count))
         idx, cap, _ = _spot_pool(seed, pool, n_ticks, tick_s)
-        spot_parts.append(pd.DataFrame({
-            "time": tick_times(idx), "cloud": pool.cloud, "zone": pool.zone,
-            "instance_type": pool.instance_type, "capacity": cap}))
+        spot_parts.append(
+            pd.DataFrame(
+                {
+                    "time": tick_times(idx),
+                    "cloud": pool.cloud,
+                    "zone": pool.zone,
+                    "instance_type": pool.instance_type,
+                    "capacity": cap,
+                }
+            )
+        )
 
     zones_used = sorted(set(offers["grid_zone"]))
-    grid = pd.concat([_grid_zone_frame(seed, z, GRID_ZONES[z], hours) for z in zones_used],
-                     ignore_index=True)
+    grid = pd.concat([_grid_zone_frame(seed, z, hours) for z in zones_used], ignore_index=True)
     prices = pd.concat(price_parts, ignore_index=True)
     spot = pd.concat(spot_parts, ignore_index=True)
-    prices = prices.sort_values(["time", "cloud", "region", "zone", "instance_type", "market"],
-                                kind="stable").reset_index(drop=True)
-    spot = spot.sort_values(["time", "cloud", "zone", "instance_type"],
-                            kind="stable").reset_index(drop=True)
-    grid = grid.sort_values(["time", "grid_zone", "metric"], kind="stable").reset_index(
-        drop=True)
+    prices = prices.sort_values(
+        ["time", "cloud", "region", "zone", "instance_type", "market"], kind="stable"
+    ).reset_index(drop=True)
+    spot = spot.sort_values(["time", "cloud", "zone", "instance_type"], kind="stable").reset_index(
+        drop=True
+    )
+    grid = grid.sort_values(["time", "grid_zone", "metric"], kind="stable").reset_index(drop=True)
 
     end = start_ts + timedelta(seconds=span_s)
     manifest = make_manifest(
@@ -596,40 +683,66 @@ def generate(
 
 
 SOURCES: Final[Sequence[Mapping[str, str]]] = (
-    {"name": "Electricity Maps yearly zone averages 2024 (life-cycle)",
-     "ref": "Electricity Maps data portal (ODbL) via thegreenwebfoundation/co2.js",
-     "used_for": "carbon_avg level per zone, carbon_avg_yearly_g_per_kwh"},
-    {"name": "Electricity Maps hourly carbon intensity 2024",
-     "ref": "Electricity Maps data portal (ODbL) via HewlettPackard/green-dcc",
-     "used_for": "solar dip and weather variability per zone"},
-    {"name": "CAISO duck curve; EIA Today in Energy (CAISO curtailed 3.4 TWh in 2024, 93% "
-             "solar, mostly in spring)",
-     "ref": "caiso.com 'What the duck curve tells us'; eia.gov/todayinenergy",
-     "used_for": "CISO midday dip and spring midday solar curtailment"},
-    {"name": "Bundesnetzagentur Netzengpassmanagement 2023 (~10 TWh renewables curtailed)",
-     "ref": "bundesnetzagentur.de", "used_for": "DE wind curtailment"},
-    {"name": "Siler-Evans et al. 2012, Marginal emissions factors for the US electricity "
-             "system (Environ. Sci. Technol.); IPCC AR5 WG3 Annex III",
-     "ref": "doi:10.1021/es300145v", "used_for": "marginal gas/coal intensity"},
-    {"name": "Wholesale prices 2023: CAISO OASIS, PJM, EPEX/ENTSO-E, JEPX, AEMO",
-     "ref": "as standardized in HewlettPackard/green-dcc",
-     "used_for": "power price level per zone; negative prices in oversupply"},
-    {"name": "AWS EC2 Spot ('up to 90% off'); GCP Spot VMs ('60-91% discount')",
-     "ref": "aws.amazon.com/ec2/spot; cloud.google.com/compute/docs/instances/spot",
-     "used_for": "spot discount range"},
-    {"name": "AWS Spot Instance Advisor interruption bands (<5%, 5-10%, 10-15%, 15-20%, >20%)",
-     "ref": "aws.amazon.com/ec2/spot/instance-advisor", "used_for": "spot interruption rate"},
-    {"name": "Can't Be Late (NSDI'24) spot availability traces; SkyNomad GCP H100 traces; "
-             "SpotHedge (EuroSys'25) GCP A100 traces",
-     "ref": "skypilot-org/spot-traces; andylizf/skynomad-artifact; MaoZiming/spothedge_ae",
-     "used_for": "availability range, outage lengths, capacity counts"},
-    {"name": "AWS spot price archive, p3.2xlarge, 9 zones, Feb-Mar 2023; GCP billing catalog "
-             "history",
-     "ref": "SkyNomad artifact; Cyclenerd/google-cloud-pricing-cost-calculator",
-     "used_for": "spot price change frequency and amplitude"},
-    {"name": "On-demand list prices and regional price ratios",
-     "ref": "orchestrator.catalog.LIST_PRICES; skypilot-catalog v8 aws/vms.csv; "
-            "Cyclenerd pricing.yml", "used_for": "on-demand prices"},
+    {
+        "name": "Electricity Maps yearly zone averages 2024 (life-cycle)",
+        "ref": "Electricity Maps data portal (ODbL) via thegreenwebfoundation/co2.js",
+        "used_for": "carbon_avg level per zone, carbon_avg_yearly_g_per_kwh",
+    },
+    {
+        "name": "Electricity Maps hourly carbon intensity 2024",
+        "ref": "Electricity Maps data portal (ODbL) via HewlettPackard/green-dcc",
+        "used_for": "solar dip and weather variability per zone",
+    },
+    {
+        "name": "CAISO duck curve; EIA Today in Energy (CAISO curtailed 3.4 TWh in 2024, 93% "
+        "solar, mostly in spring)",
+        "ref": "caiso.com 'What the duck curve tells us'; eia.gov/todayinenergy",
+        "used_for": "CISO midday dip and spring midday solar curtailment",
+    },
+    {
+        "name": "Bundesnetzagentur Netzengpassmanagement 2023 (~10 TWh renewables curtailed)",
+        "ref": "bundesnetzagentur.de",
+        "used_for": "DE wind curtailment",
+    },
+    {
+        "name": "Siler-Evans et al. 2012, Marginal emissions factors for the US electricity "
+        "system (Environ. Sci. Technol.); IPCC AR5 WG3 Annex III",
+        "ref": "doi:10.1021/es300145v",
+        "used_for": "marginal gas/coal intensity",
+    },
+    {
+        "name": "Wholesale prices 2023: CAISO OASIS, PJM, EPEX/ENTSO-E, JEPX, AEMO",
+        "ref": "as standardized in HewlettPackard/green-dcc",
+        "used_for": "power price level per zone; negative prices in oversupply",
+    },
+    {
+        "name": "AWS EC2 Spot ('up to 90% off'); GCP Spot VMs ('60-91% discount')",
+        "ref": "aws.amazon.com/ec2/spot; cloud.google.com/compute/docs/instances/spot",
+        "used_for": "spot discount range",
+    },
+    {
+        "name": "AWS Spot Instance Advisor interruption bands (<5%, 5-10%, 10-15%, 15-20%, >20%)",
+        "ref": "aws.amazon.com/ec2/spot/instance-advisor",
+        "used_for": "spot interruption rate",
+    },
+    {
+        "name": "Can't Be Late (NSDI'24) spot availability traces; SkyNomad GCP H100 traces; "
+        "SpotHedge (EuroSys'25) GCP A100 traces",
+        "ref": "skypilot-org/spot-traces; andylizf/skynomad-artifact; MaoZiming/spothedge_ae",
+        "used_for": "availability range, outage lengths, capacity counts",
+    },
+    {
+        "name": "AWS spot price archive, p3.2xlarge, 9 zones, Feb-Mar 2023; GCP billing catalog "
+        "history",
+        "ref": "SkyNomad artifact; Cyclenerd/google-cloud-pricing-cost-calculator",
+        "used_for": "spot price change frequency and amplitude",
+    },
+    {
+        "name": "On-demand list prices and regional price ratios",
+        "ref": "orchestrator.catalog.LIST_PRICES; skypilot-catalog v8 aws/vms.csv; "
+        "Cyclenerd pricing.yml",
+        "used_for": "on-demand prices",
+    },
 )
 
 NOTES: Final[Sequence[str]] = (
@@ -640,6 +753,5 @@ NOTES: Final[Sequence[str]] = (
     "Spot capacity is a two-state Markov chain per (zone, instance type); capacity 0 = "
     "none obtainable (running spot instances are interrupted).",
     "Grid rows are hourly samples (not a change log); prices and spot are change logs.",
-    "Interruption band weights for GPU pools (80% in the >20% band) are a scenario "
-    "assumption.",
+    "Interruption band weights for GPU pools (80% in the >20% band) are a scenario assumption.",
 )

@@ -1,8 +1,9 @@
 """Pure helpers the baselines share: per-call offer and job facts as numpy arrays.
 
-Every helper works on a subset of job rows `js` (an index array into `snapshot.jobs`), so a
-policy pays for the job x offer matrices only for the jobs it actually has to decide about.
-Nothing here keeps state between calls.
+Helpers work on a subset of job rows `js` (indices into `snapshot.jobs`) and of offer
+columns `cols` (indices into `snapshot.offers`), so a policy pays for job x offer matrices
+only for the jobs it has to decide about and the offers it could choose. Nothing here keeps
+state between calls.
 
 Feasibility, as every baseline uses it: job j can be launched on offer o now when o has a
 price (`usd_per_hour` not NaN), the job may use o's GPU (`fit.rate[j, o] > 0`) and o can take
@@ -38,70 +39,84 @@ def jobs_in(snapshot: Snapshot, *phases: Phase) -> IntArray:
     return np.flatnonzero(mask).astype(np.int64)
 
 
-def launchable(snapshot: Snapshot, fit: JobOfferFit, js: IntArray) -> BoolArray:
-    """[len(js), n_offers]: job js[i] could be launched on offer o now (module doc)."""
-    capacity = np.where(np.isnan(snapshot.spot_capacity), 0.0, snapshot.spot_capacity)
-    priced = np.isfinite(snapshot.usd_per_hour)
-    rate = fit.rate[js]
-    return (rate > 0) & priced[None, :] & (capacity[None, :] >= fit.instances[js])
+def priced_offers(snapshot: Snapshot, mask: BoolArray) -> IntArray:
+    """Indices of the offers where `mask` holds and there is a price now: the columns a
+    policy scores."""
+    return np.flatnonzero(mask & np.isfinite(snapshot.usd_per_hour)).astype(np.int64)
 
 
-def usd_per_progress(snapshot: Snapshot, fit: JobOfferFit, js: IntArray) -> FloatArray:
-    """[len(js), n_offers]: dollars per reference GPU-hour of progress,
+def launchable(snapshot: Snapshot, fit: JobOfferFit, js: IntArray, cols: IntArray) -> BoolArray:
+    """[len(js), len(cols)]: job js[i] could be launched on offer cols[k] now (module doc)."""
+    capacity = snapshot.spot_capacity[cols]
+    priced = np.isfinite(snapshot.usd_per_hour[cols])
+    sub = np.ix_(js, cols)
+    ok: BoolArray = (fit.rate[sub] > 0) & priced[None, :]
+    if not np.all(capacity == np.inf):  # on-demand only: nothing more to check
+        capacity = np.where(np.isnan(capacity), 0.0, capacity)
+        ok &= capacity[None, :] >= fit.instances[sub]
+    return ok
+
+
+def usd_per_progress(snapshot: Snapshot, fit: JobOfferFit, js: IntArray,
+                     cols: IntArray) -> FloatArray:
+    """[len(js), len(cols)]: dollars per reference GPU-hour of progress,
     ``usd_per_hour * instances / rate``; inf where the job may not run or there is no price."""
-    rate = fit.rate[js]
+    sub = np.ix_(js, cols)
+    rate = fit.rate[sub]
     with np.errstate(divide="ignore", invalid="ignore"):
-        out = snapshot.usd_per_hour[None, :] * fit.instances[js] / rate
+        out = snapshot.usd_per_hour[cols][None, :] * fit.instances[sub] / rate
     return np.where((rate > 0) & np.isfinite(out), out, np.inf)
 
 
-def home_mask(snapshot: Snapshot, js: IntArray) -> BoolArray:
-    """[len(js), n_offers]: offer o is in job js[i]'s home region (`Offer.region`)."""
-    codes: dict[str, int] = {}
-    offer_code = np.array([codes.setdefault(o.region, len(codes)) for o in snapshot.offers],
-                          dtype=np.int64)
+def region_groups(snapshot: Snapshot, js: IntArray) -> list[tuple[IntArray, IntArray]]:
+    """The jobs of `js` grouped by home region (`JobSpec.home_region` == `Offer.region`):
+    (positions in `js`, offers in that region). Jobs whose home region has no offer are
+    left out."""
+    by_region: dict[str, list[int]] = {}
+    for k, o in enumerate(snapshot.offers):
+        by_region.setdefault(o.region, []).append(k)
+    members: dict[str, list[int]] = {}
     jobs = snapshot.jobs
-    job_code = np.array([codes.get(jobs[j].home_region, -1) for j in js], dtype=np.int64)
-    mask: BoolArray = offer_code[None, :] == job_code[:, None]
-    return mask
+    for i, j in enumerate(js.tolist()):
+        members.setdefault(jobs[j].home_region, []).append(i)
+    return [(np.array(rows, dtype=np.int64), np.array(by_region[region], dtype=np.int64))
+            for region, rows in members.items() if region in by_region]
 
 
-def masked_argmin(score: FloatArray, mask: BoolArray) -> tuple[IntArray, FloatArray]:
-    """Per row: the column with the lowest finite `score` where `mask` holds (ties: the lowest
-    index) and that score; `NO_OFFER` and inf for rows with none."""
-    masked = np.where(mask, score, np.inf)
-    if masked.shape[1] == 0:
-        n = masked.shape[0]
+def masked_argmin(score: FloatArray, mask: BoolArray,
+                  cols: IntArray) -> tuple[IntArray, FloatArray]:
+    """Per row: the offer ``cols[k]`` with the lowest finite ``score[:, k]`` where `mask`
+    holds (ties: the lowest k) and that score; `NO_OFFER` and inf for rows with none."""
+    n = mask.shape[0]
+    if len(cols) == 0:
         return np.full(n, NO_OFFER, dtype=np.int64), np.full(n, np.inf)
-    idx = np.argmin(masked, axis=1).astype(np.int64)
-    best = masked[np.arange(masked.shape[0]), idx]
-    idx[~np.isfinite(best)] = NO_OFFER
-    return idx, best
+    masked = np.where(mask, score, np.inf)
+    k = np.argmin(masked, axis=1)
+    best = masked[np.arange(n), k]
+    offer = cols[k].astype(np.int64)
+    offer[~np.isfinite(best)] = NO_OFFER
+    return offer, best
 
 
-def current_offer_rows(snapshot: Snapshot, js: IntArray) -> tuple[IntArray, BoolArray]:
-    """The offer each job in `js` holds (`NO_OFFER` for none) and whether it holds one."""
-    cur = snapshot.fleet.offer[js]
-    return cur, cur >= 0
+def held_offer(snapshot: Snapshot, js: IntArray) -> IntArray:
+    """The offer each job in `js` holds an instance of (STARTING or RUNNING), else -1."""
+    fleet = snapshot.fleet
+    phase = fleet.phase[js]
+    holding = ((phase == Phase.STARTING) | (phase == Phase.RUNNING)) & (fleet.offer[js] >= 0)
+    held: IntArray = np.where(holding, fleet.offer[js], NO_OFFER)
+    return held
 
 
-def take(matrix: FloatArray, cur: IntArray, fill: float = math.nan) -> FloatArray:
-    """Per row i: ``matrix[i, cur[i]]``, `fill` where ``cur[i] < 0``."""
-    if len(cur) == 0:
-        return np.zeros(0)
-    vals = matrix[np.arange(len(cur)), np.maximum(cur, 0)]
+def take(matrix: FloatArray, js: IntArray, cur: IntArray, fill: float = math.nan) -> FloatArray:
+    """Per i: ``matrix[js[i], cur[i]]``, `fill` where ``cur[i] < 0``."""
+    vals = matrix[js, np.maximum(cur, 0)]
     return np.where(cur >= 0, vals, fill)
 
 
-def job_times_s(snapshot: Snapshot, js: IntArray) -> tuple[FloatArray, FloatArray]:
-    """Start and deadline of the jobs in `js`, POSIX seconds."""
+def job_facts(snapshot: Snapshot, js: IntArray) -> FloatArray:
+    """[len(js), 4]: work_gpu_hours, cold_start_h, start and deadline (POSIX seconds)."""
     jobs = snapshot.jobs
-    start = np.array([jobs[j].start.timestamp() for j in js], dtype=np.float64)
-    deadline = np.array([jobs[j].deadline.timestamp() for j in js], dtype=np.float64)
-    return start, deadline
-
-
-def job_floats(snapshot: Snapshot, js: IntArray, attr: str) -> FloatArray:
-    """A float attribute of the `JobSpec`s in `js` (e.g. "work_gpu_hours", "cold_start_h")."""
-    jobs = snapshot.jobs
-    return np.array([float(getattr(jobs[j], attr)) for j in js], dtype=np.float64)
+    facts = np.array([(s.work_gpu_hours, s.cold_start_h, s.start.timestamp(),
+                       s.deadline.timestamp()) for s in map(jobs.__getitem__, js.tolist())],
+                     dtype=np.float64)
+    return facts.reshape(len(js), 4)

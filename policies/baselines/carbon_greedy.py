@@ -26,11 +26,12 @@ import numpy as np
 
 from orchestrator.model import Decision, Intent, Phase, Snapshot
 from policies.baselines._common import (
+    held_offer,
     jobs_in,
     launchable,
     masked_argmin,
+    priced_offers,
     spot_mask,
-    take,
 )
 
 
@@ -45,19 +46,22 @@ class CarbonGreedy:
         js = jobs_in(snapshot, Phase.WAITING, Phase.STARTING, Phase.RUNNING)
         if len(js) == 0 or len(snapshot.offers) == 0:
             return Decision()
-        fleet = snapshot.fleet
         fit = snapshot.fit
-        rate = fit.rate[js]
+        g_per_kwh_facility = snapshot.carbon_g_per_kwh * fit.pue
+        cols = priced_offers(snapshot, ~spot_mask(snapshot) & np.isfinite(g_per_kwh_facility))
+        sub = np.ix_(js, cols)
+        rate = fit.rate[sub]
         with np.errstate(divide="ignore", invalid="ignore"):
-            g_per_gpu_h = (snapshot.carbon_g_per_kwh * fit.pue)[None, :] * fit.power_kw[js] / rate
-        g_per_gpu_h = np.where((rate > 0) & np.isfinite(g_per_gpu_h), g_per_gpu_h, np.inf)
-        ok = launchable(snapshot, fit, js) & ~spot_mask(snapshot)[None, :]
-        best, best_g = masked_argmin(g_per_gpu_h, ok)
+            g_per_gpu_h = g_per_kwh_facility[cols][None, :] * fit.power_kw[sub] / rate
+        g_per_gpu_h = np.where(rate > 0, g_per_gpu_h, np.inf)
+        best, best_g = masked_argmin(g_per_gpu_h, launchable(snapshot, fit, js, cols), cols)
 
-        holding = (fleet.phase[js] != Phase.WAITING) & (fleet.offer[js] >= 0)
-        cur = np.where(holding, fleet.offer[js], -1)
-        cur_g = take(g_per_gpu_h, cur, np.nan)
-        with np.errstate(invalid="ignore"):
+        cur = held_offer(snapshot, js)
+        holding = cur >= 0
+        at = np.maximum(cur, 0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cur_g = np.where(holding, g_per_kwh_facility[at] * fit.power_kw[js, at]
+                             / fit.rate[js, at], np.nan)
             better = best_g < (1.0 - self.hysteresis) * cur_g
         act = (best >= 0) & np.where(holding, better & (best != cur), True)
 

@@ -32,7 +32,14 @@ import numpy as np
 
 from orchestrator.model import BoolArray, Decision, FloatArray, IntArray, Intent, Phase, Snapshot
 from orchestrator.units import SECONDS_PER_HOUR
-from policies.baselines._common import jobs_in, launchable, masked_argmin, spot_mask
+from policies.baselines._common import (
+    held_offer,
+    jobs_in,
+    launchable,
+    masked_argmin,
+    priced_offers,
+    spot_mask,
+)
 from policies.costs import marginal_intensity
 
 # Added to the score of offers that are not curtailing, so any curtailing offer ranks first
@@ -75,15 +82,14 @@ class CurtailmentThreshold:
         js = jobs_in(snapshot, Phase.WAITING, Phase.STARTING, Phase.RUNNING)
         if len(js) == 0 or len(snapshot.offers) == 0:
             return Decision()
-        fleet = snapshot.fleet
         curtailing = np.asarray(snapshot.curtailing, dtype=np.bool_)
         marginal = marginal_intensity(snapshot.carbon_marginal_g_per_kwh,
                                       snapshot.carbon_g_per_kwh, curtailing)
         above_now = self._above(snapshot.carbon_marginal_g_per_kwh, snapshot.carbon_g_per_kwh,
                                 curtailing)
 
-        holding = (fleet.phase[js] != Phase.WAITING) & (fleet.offer[js] >= 0)
-        cur = np.where(holding, fleet.offer[js], -1)
+        cur = held_offer(snapshot, js)
+        holding = cur >= 0
         leave = holding & above_now[np.maximum(cur, 0)]
         above_s = np.zeros(len(js))
         if leave.any():
@@ -95,9 +101,10 @@ class CurtailmentThreshold:
 
         fit = snapshot.fit
         rows = js[decide]
-        ok = launchable(snapshot, fit, rows) & (~spot_mask(snapshot) & ~above_now)[None, :]
+        cols = priced_offers(snapshot, ~spot_mask(snapshot) & ~above_now)
         score = np.where(curtailing, 0.0, _NOT_CURTAILING_PENALTY_G_PER_KWH) + marginal
-        best, _ = masked_argmin(np.broadcast_to(score, ok.shape), ok)
+        ok = launchable(snapshot, fit, rows, cols)
+        best, _ = masked_argmin(np.broadcast_to(score[cols], ok.shape), ok, cols)
 
         intents: dict[int, Intent] = {}
         for i, o in zip(decide.tolist(), best.tolist(), strict=True):

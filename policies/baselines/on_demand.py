@@ -17,12 +17,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from orchestrator.model import Decision, Intent, Phase, Snapshot
 from policies.baselines._common import (
-    home_mask,
+    NO_OFFER,
     jobs_in,
     launchable,
     masked_argmin,
+    region_groups,
     spot_mask,
     usd_per_progress,
 )
@@ -39,9 +42,15 @@ class OnDemand:
         if len(js) == 0:
             return Decision()
         fit = snapshot.fit
-        mask = launchable(snapshot, fit, js) & home_mask(snapshot, js) & ~spot_mask(snapshot)
-        cost = usd_per_progress(snapshot, fit, js)
-        best, usd = masked_argmin(cost, mask)
+        on_demand = ~spot_mask(snapshot) & np.isfinite(snapshot.usd_per_hour)
+        best = np.full(len(js), NO_OFFER, dtype=np.int64)
+        usd = np.full(len(js), np.inf)
+        for rows, region_offers in region_groups(snapshot, js):
+            cols = region_offers[on_demand[region_offers]]
+            group = js[rows]
+            cost = usd_per_progress(snapshot, fit, group, cols)
+            ok = launchable(snapshot, fit, group, cols)
+            best[rows], usd[rows] = masked_argmin(cost, ok, cols)
         intents: dict[int, Intent] = {}
         for j, o, c in zip(js.tolist(), best.tolist(), usd.tolist(), strict=True):
             if o < 0:

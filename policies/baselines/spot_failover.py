@@ -37,6 +37,7 @@ from policies.baselines._common import (
     jobs_in,
     launchable,
     masked_argmin,
+    priced_offers,
     spot_mask,
     usd_per_progress,
 )
@@ -54,8 +55,11 @@ class SpotFailover:
             return Decision()
         fit = snapshot.fit
         offers = snapshot.offers
-        mask = launchable(snapshot, fit, js) & spot_mask(snapshot)[None, :]
-        cost = usd_per_progress(snapshot, fit, js)
+        with np.errstate(invalid="ignore"):
+            has_capacity = snapshot.spot_capacity > 0
+        cols = priced_offers(snapshot, spot_mask(snapshot) & has_capacity)
+        mask = launchable(snapshot, fit, js, cols)
+        cost = usd_per_progress(snapshot, fit, js, cols)
         preempted = snapshot.fleet.preempted_offer[js]
         blocked = np.zeros_like(mask)
         if np.any(preempted >= 0):
@@ -63,9 +67,9 @@ class SpotFailover:
             region = np.array([codes.setdefault((o.cloud, o.region), len(codes))
                                for o in offers], dtype=np.int64)
             blocked_region = np.where(preempted >= 0, region[np.maximum(preempted, 0)], -1)
-            blocked = region[None, :] == blocked_region[:, None]
-        best, usd = masked_argmin(cost, mask & ~blocked)
-        fallback, usd_fallback = masked_argmin(cost, mask)
+            blocked = region[cols][None, :] == blocked_region[:, None]
+        best, usd = masked_argmin(cost, mask & ~blocked, cols)
+        fallback, usd_fallback = masked_argmin(cost, mask, cols)
         intents: dict[int, Intent] = {}
         for i, j in enumerate(js.tolist()):
             o, c, p = int(best[i]), float(usd[i]), int(preempted[i])

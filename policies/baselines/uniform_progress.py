@@ -43,12 +43,13 @@ import numpy as np
 from orchestrator.model import Decision, Intent, Phase, Snapshot
 from orchestrator.units import SECONDS_PER_HOUR
 from policies.baselines._common import (
-    home_mask,
-    job_floats,
-    job_times_s,
+    NO_OFFER,
+    held_offer,
+    job_facts,
     jobs_in,
     launchable,
     masked_argmin,
+    region_groups,
     spot_mask,
     take,
     usd_per_progress,
@@ -74,24 +75,35 @@ class UniformProgress:
         fleet = snapshot.fleet
         fit = snapshot.fit
         spot = spot_mask(snapshot)
-        rate = fit.rate[js]
-        ok = launchable(snapshot, fit, js) & home_mask(snapshot, js)
-        cost = usd_per_progress(snapshot, fit, js)
-        spot_best, _ = masked_argmin(cost, ok & spot[None, :])
-        od_ok = ok & ~spot[None, :]
-        od_best, _ = masked_argmin(cost, od_ok)
-        r_fast = np.where(od_ok, rate, 0.0).max(axis=1)
-        fast_best, _ = masked_argmin(cost, od_ok & (rate == r_fast[:, None]) & (rate > 0))
+        priced = np.isfinite(snapshot.usd_per_hour)
+        spot_best = np.full(len(js), NO_OFFER, dtype=np.int64)
+        od_best = spot_best.copy()
+        fast_best = spot_best.copy()
+        r_fast = np.zeros(len(js))
+        for rows, region_offers in region_groups(snapshot, js):
+            cols = region_offers[priced[region_offers]]
+            if len(cols) == 0:
+                continue
+            group = js[rows]
+            ok = launchable(snapshot, fit, group, cols)
+            cost = usd_per_progress(snapshot, fit, group, cols)
+            is_spot = spot[cols][None, :]
+            spot_best[rows] = masked_argmin(cost, ok & is_spot, cols)[0]
+            od_ok = ok & ~is_spot
+            od_best[rows] = masked_argmin(cost, od_ok, cols)[0]
+            rate = fit.rate[np.ix_(group, cols)]
+            fastest = np.where(od_ok, rate, 0.0).max(axis=1)
+            r_fast[rows] = fastest
+            fast_best[rows] = masked_argmin(
+                cost, od_ok & (rate == fastest[:, None]) & (rate > 0), cols)[0]
 
-        holding = (fleet.phase[js] != Phase.WAITING) & (fleet.offer[js] >= 0)
-        cur = np.where(holding, fleet.offer[js], -1)
+        cur = held_offer(snapshot, js)
+        holding = cur >= 0
         cur_spot = holding & spot[np.maximum(cur, 0)]
         cur_od = holding & ~cur_spot
-        rate_now = take(rate, cur, 0.0)
+        rate_now = take(fit.rate, js, cur, 0.0)
 
-        work = job_floats(snapshot, js, "work_gpu_hours")
-        cold_h = job_floats(snapshot, js, "cold_start_h")
-        start_s, deadline_s = job_times_s(snapshot, js)
+        work, cold_h, start_s, deadline_s = job_facts(snapshot, js).T
         progress = fleet.progress_gpu_h[js]
         remaining = np.maximum(work - progress, 0.0)
         with np.errstate(divide="ignore", invalid="ignore"):

@@ -22,22 +22,14 @@ from orchestrator.signals.traces import COLUMNS, empty_frame
 # Columns of an offer candidate: the offers table minus what `offers.build_offers` derives,
 # plus the dataset's own GPU description used when the catalog does not know the type.
 CANDIDATE_COLUMNS: Final = (
-    "cloud", "region", "zone", "instance_type", "gpu_name", "gpu_count_hint",
+    "cloud",
+    "region",
+    "zone",
+    "instance_type",
+    "gpu_name",
+    "gpu_count_hint",
 )
 HOUR_NS: Final = 3600 * 10**9
-
-
-@dataclass
-class Part:
-    """What one importer produced. Frames follow `COLUMNS` (offers: `CANDIDATE_COLUMNS`)."""
-
-    name: str
-    offers: pd.DataFrame = field(default_factory=lambda: empty_candidates())
-    prices: pd.DataFrame = field(default_factory=lambda: empty_frame("prices"))
-    spot: pd.DataFrame = field(default_factory=lambda: empty_frame("spot"))
-    grid: pd.DataFrame = field(default_factory=lambda: empty_frame("grid"))
-    sources: list[dict[str, Any]] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
 
 
 def empty_candidates() -> pd.DataFrame:
@@ -46,8 +38,22 @@ def empty_candidates() -> pd.DataFrame:
     return frame
 
 
-def source_entry(name: str, data_dir: Path, path: Path, license_: str, rows: int,
-                 origin: str) -> dict[str, Any]:
+@dataclass
+class Part:
+    """What one importer produced. Frames follow `COLUMNS` (offers: `CANDIDATE_COLUMNS`)."""
+
+    name: str
+    offers: pd.DataFrame = field(default_factory=empty_candidates)
+    prices: pd.DataFrame = field(default_factory=lambda: empty_frame("prices"))
+    spot: pd.DataFrame = field(default_factory=lambda: empty_frame("spot"))
+    grid: pd.DataFrame = field(default_factory=lambda: empty_frame("grid"))
+    sources: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def source_entry(
+    name: str, data_dir: Path, path: Path, license_: str, *, rows: int, origin: str
+) -> dict[str, Any]:
     """One manifest ``sources`` entry. `rows` counts the data rows read from the file."""
     try:
         rel = str(path.relative_to(data_dir))
@@ -64,32 +70,45 @@ def read_csv(path: Path, required: Sequence[str], optional: Sequence[str] = ()) 
     wanted = set(required) | set(optional)
     try:
         frame = pd.read_csv(
-            path, usecols=lambda c: c in wanted, keep_default_na=False, na_values=[""],
+            path,
+            usecols=lambda c: c in wanted,
+            keep_default_na=False,
+            na_values=[""],
             low_memory=False,
         )
     except FileNotFoundError as exc:
         raise InputError(str(path), "", "the dataset file", got="missing") from exc
     except pd.errors.EmptyDataError as exc:
-        raise InputError(str(path), "", "a CSV file with a header row", got="an empty file") from exc
+        raise InputError(
+            str(path), "", "a CSV file with a header row", got="an empty file"
+        ) from exc
     except (pd.errors.ParserError, UnicodeDecodeError, EOFError, OSError, ValueError) as exc:
-        raise InputError(str(path), "", "a readable CSV file",
-                         got=f"{type(exc).__name__}: {str(exc)[:120]}") from exc
+        raise InputError(
+            str(path), "", "a readable CSV file", got=f"{type(exc).__name__}: {str(exc)[:120]}"
+        ) from exc
     missing = [c for c in required if c not in frame.columns]
     if missing:
-        raise InputError(str(path), f"column {missing[0]!r}", f"columns {list(required)}",
-                         got=f"columns {list(frame.columns)}",
-                         fix=f"restore the {missing[0]!r} column (see SOURCES.md)")
+        raise InputError(
+            str(path),
+            f"column {missing[0]!r}",
+            f"columns {list(required)}",
+            got=f"columns {list(frame.columns)}",
+            fix=f"restore the {missing[0]!r} column (see SOURCES.md)",
+        )
     return frame
 
 
 def _bad_value(path: Path, frame: pd.DataFrame, col: str, bad: pd.Series, expected: str) -> None:
     if bool(bad.any()):
         pos = int(np.flatnonzero(bad.to_numpy())[0])
-        raise InputError(str(path), f"line {pos + 2}, column {col!r}", expected,
-                         got=repr(frame[col].iloc[pos]))
+        raise InputError(
+            str(path), f"line {pos + 2}, column {col!r}", expected, got=repr(frame[col].iloc[pos])
+        )
 
 
-def to_number(path: Path, frame: pd.DataFrame, col: str, *, allow_missing: bool = True) -> pd.Series:
+def to_number(
+    path: Path, frame: pd.DataFrame, col: str, *, allow_missing: bool = True
+) -> pd.Series:
     """Column `col` as float64; raises on text that is not a number (and on empties unless
     `allow_missing`)."""
     raw = frame[col]
@@ -107,7 +126,8 @@ def to_utc(path: Path, frame: pd.DataFrame, col: str, fmt: str = "ISO8601") -> p
     """Column `col` parsed as UTC timestamps (naive text is taken as UTC)."""
     raw = frame[col]
     out = pd.to_datetime(raw, utc=True, format=fmt, errors="coerce")
-    _bad_value(path, frame, col, out.isna(), "a timestamp" + ("" if fmt == "ISO8601" else f" {fmt}"))
+    expected = "a timestamp" + ("" if fmt == "ISO8601" else f" {fmt}")
+    _bad_value(path, frame, col, out.isna(), expected)
     return out
 
 
@@ -138,7 +158,9 @@ def changes_only(frame: pd.DataFrame, keys: Sequence[str], value: str) -> pd.Dat
     return frame[~same]
 
 
-def drop_covered(lower: pd.DataFrame, higher: pd.DataFrame, within_ns: int = HOUR_NS) -> pd.DataFrame:
+def drop_covered(
+    lower: pd.DataFrame, higher: pd.DataFrame, within_ns: int = HOUR_NS
+) -> pd.DataFrame:
     """Grid rows of `lower` for which `higher` has a sample of the same (grid_zone, metric)
     less than `within_ns` earlier (or at the same time): the higher-priority source
     covers that moment, so the lower one is dropped there."""
@@ -147,8 +169,7 @@ def drop_covered(lower: pd.DataFrame, higher: pd.DataFrame, within_ns: int = HOU
     left = lower.assign(_row=np.arange(len(lower))).sort_values("time", kind="stable")
     right = higher[["time", "grid_zone", "metric"]].assign(_t_high=higher["time"])
     right = right.sort_values("time", kind="stable")
-    merged = pd.merge_asof(left, right, on="time", by=["grid_zone", "metric"],
-                           direction="backward")
+    merged = pd.merge_asof(left, right, on="time", by=["grid_zone", "metric"], direction="backward")
     age = merged["time"] - merged["_t_high"]
     covered = (age.notna() & (age < pd.Timedelta(within_ns, unit="ns"))).to_numpy()
     keep_rows = np.sort(merged["_row"].to_numpy()[~covered])

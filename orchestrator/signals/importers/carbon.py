@@ -45,17 +45,32 @@ GCP_YEARLY: Final = Path("carbon/gcp_region_cfe_and_grid_ci_yearly_2019_2024.csv
 
 HOURLY: Final = "carbon_avg_g_per_kwh"
 YEARLY: Final = "carbon_avg_yearly_g_per_kwh"
-_ODBL: Final = ("ODbL (Electricity Maps data portal; attribution and share-alike: credit "
-                "Electricity Maps, keep derived databases under ODbL)")
+_ODBL: Final = (
+    "ODbL (Electricity Maps data portal; attribution and share-alike: credit "
+    "Electricity Maps, keep derived databases under ODbL)"
+)
 
 
-def _hourly(path: Path, raw: pd.DataFrame, time_col: str, zone_col: str, value_col: str,
-            source: str, fmt: str = "ISO8601") -> tuple[pd.DataFrame, int]:
+def _hourly(
+    path: Path,
+    raw: pd.DataFrame,
+    *,
+    time_col: str,
+    zone_col: str,
+    value_col: str,
+    source: str,
+    fmt: str = "ISO8601",
+) -> tuple[pd.DataFrame, int]:
     value = to_number(path, raw, value_col)
     keep = value.notna().to_numpy()
-    frame = table("grid", time=to_utc(path, raw, time_col, fmt)[keep],
-                  grid_zone=to_text(path, raw, zone_col)[keep], metric=HOURLY,
-                  value=value[keep], source=source)
+    frame = table(
+        "grid",
+        time=to_utc(path, raw, time_col, fmt)[keep],
+        grid_zone=to_text(path, raw, zone_col)[keep],
+        metric=HOURLY,
+        value=value[keep],
+        source=source,
+    )
     return frame.reset_index(drop=True), int((~keep).sum())
 
 
@@ -63,15 +78,29 @@ def import_electricitymaps_hourly(data_dir: Path) -> Part:
     path = data_dir / EM_HOURLY
     raw = read_csv(path, ["datetime_utc", "zone_id", "ci_direct_gco2_per_kwh"])
     part = Part(name="electricitymaps_hourly")
-    part.grid, empty = _hourly(path, raw, "datetime_utc", "zone_id", "ci_direct_gco2_per_kwh",
-                               "electricitymaps")
+    part.grid, empty = _hourly(
+        path,
+        raw,
+        time_col="datetime_utc",
+        zone_col="zone_id",
+        value_col="ci_direct_gco2_per_kwh",
+        source="electricitymaps",
+    )
     part.notes.append(
         "Electricity Maps hourly: ci_direct (direct operational, consumption-based) is the "
         f"location-based average carbon_avg_g_per_kwh; {empty} empty values skipped. Data "
-        "(c) Electricity Maps, ODbL.")
-    part.sources.append(source_entry(
-        "electricitymaps_hourly_ci_16zones", data_dir, path, _ODBL, len(raw),
-        "HewlettPackard/green-dcc data/carbon_intensity @3f6ea95 (MIT repo)"))
+        "(c) Electricity Maps, ODbL."
+    )
+    part.sources.append(
+        source_entry(
+            "electricitymaps_hourly_ci_16zones",
+            data_dir,
+            path,
+            _ODBL,
+            rows=len(raw),
+            origin="HewlettPackard/green-dcc data/carbon_intensity @3f6ea95 (MIT repo)",
+        )
+    )
     return part
 
 
@@ -79,16 +108,29 @@ def import_eia930(data_dir: Path) -> Part:
     path = data_dir / EIA930
     raw = read_csv(path, ["datetime_utc", "em_zone_id_equiv", "avg_ci_gco2_per_kwh"])
     part = Part(name="eia930")
-    part.grid, empty = _hourly(path, raw, "datetime_utc", "em_zone_id_equiv",
-                               "avg_ci_gco2_per_kwh", "eia930")
+    part.grid, empty = _hourly(
+        path,
+        raw,
+        time_col="datetime_utc",
+        zone_col="em_zone_id_equiv",
+        value_col="avg_ci_gco2_per_kwh",
+        source="eia930",
+    )
     part.notes.append(
         "EIA-930 2022: production-based average intensity (emission factors of the SustainDC "
         "authors, undocumented) as carbon_avg_g_per_kwh, only for zone-hours Electricity Maps "
-        f"does not cover; {empty} empty hours skipped.")
-    part.sources.append(source_entry(
-        "eia930_hourly_genmix_ci_8BAs_2022", data_dir, path,
-        "public domain (EIA-930, US government); repo MIT", len(raw),
-        "HewlettPackard/dc-rl data/CarbonIntensity @a92b475"))
+        f"does not cover; {empty} empty hours skipped."
+    )
+    part.sources.append(
+        source_entry(
+            "eia930_hourly_genmix_ci_8BAs_2022",
+            data_dir,
+            path,
+            "public domain (EIA-930, US government); repo MIT",
+            rows=len(raw),
+            origin="HewlettPackard/dc-rl data/CarbonIntensity @a92b475",
+        )
+    )
     return part
 
 
@@ -96,17 +138,31 @@ def import_letswaitawhile(data_dir: Path) -> Part:
     path = data_dir / LETSWAITAWHILE
     raw = read_csv(path, ["time", "zone", "ci_gco2_per_kwh"])
     part = Part(name="letswaitawhile")
-    part.grid, empty = _hourly(path, raw, "time", "zone", "ci_gco2_per_kwh", "letswaitawhile",
-                               fmt="%Y-%m-%d %H:%M:%S")
+    part.grid, empty = _hourly(
+        path,
+        raw,
+        time_col="time",
+        zone_col="zone",
+        value_col="ci_gco2_per_kwh",
+        source="letswaitawhile",
+        fmt="%Y-%m-%d %H:%M:%S",
+    )
     part.notes.append(
         "Let's Wait Awhile DE/GB/FR 2020: intensity from ENTSO-E production with IPCC factors "
         "(DE 15 min, GB 30 min, FR hourly interpolated to 30 min); timestamps have no zone and "
         "are taken as UTC; used only where Electricity Maps hourly does not cover the time"
-        f"{f'; {empty} empty values skipped' if empty else ''}.")
-    part.sources.append(source_entry(
-        "letswaitawhile_ci_DE_GB_FR_2020", data_dir, path,
-        "no LICENSE file; the README asks for a citation of Wiesner et al., Middleware'21",
-        len(raw), "dos-group/lets-wait-awhile data/ @5e0d155"))
+        f"{f'; {empty} empty values skipped' if empty else ''}."
+    )
+    part.sources.append(
+        source_entry(
+            "letswaitawhile_ci_DE_GB_FR_2020",
+            data_dir,
+            path,
+            "no LICENSE file; the README asks for a citation of Wiesner et al., Middleware'21",
+            rows=len(raw),
+            origin="dos-group/lets-wait-awhile data/ @5e0d155",
+        )
+    )
     return part
 
 
@@ -121,15 +177,29 @@ def import_electricitymaps_yearly(data_dir: Path) -> Part:
     part = Part(name="electricitymaps_yearly")
     value = to_number(path, raw, "ci_lca_gco2eq_per_kwh")
     keep = value.notna().to_numpy()
-    part.grid = table("grid", time=_jan1(path, raw)[keep],
-                      grid_zone=to_text(path, raw, "zone_id")[keep], metric=YEARLY,
-                      value=value[keep], source="electricitymaps").reset_index(drop=True)
+    part.grid = table(
+        "grid",
+        time=_jan1(path, raw)[keep],
+        grid_zone=to_text(path, raw, "zone_id")[keep],
+        metric=YEARLY,
+        value=value[keep],
+        source="electricitymaps",
+    ).reset_index(drop=True)
     part.notes.append(
         "Electricity Maps yearly averages are life-cycle intensities (the file has no direct "
-        "column), written at Jan 1 00:00 UTC of their year as carbon_avg_yearly_g_per_kwh.")
-    part.sources.append(source_entry(
-        "electricitymaps_yearly_zone_averages", data_dir, path, _ODBL, len(raw),
-        "thegreenwebfoundation/co2.js data/output/electricity-maps @27cbe83 (code Apache-2.0)"))
+        "column), written at Jan 1 00:00 UTC of their year as carbon_avg_yearly_g_per_kwh."
+    )
+    part.sources.append(
+        source_entry(
+            "electricitymaps_yearly_zone_averages",
+            data_dir,
+            path,
+            _ODBL,
+            rows=len(raw),
+            origin="thegreenwebfoundation/co2.js data/output/electricity-maps @27cbe83 "
+            "(code Apache-2.0)",
+        )
+    )
     return part
 
 
@@ -139,24 +209,41 @@ def import_gcp_yearly(data_dir: Path) -> Part:
     part = Part(name="gcp_region_yearly")
     region = to_text(path, raw, "gcp_region")
     zones = {r: catalog.grid_zone("gcp", r) for r in region.unique()}
-    frame = pd.DataFrame({
-        "time": _jan1(path, raw),
-        "grid_zone": region.map(zones),
-        "value": to_number(path, raw, "grid_ci_gco2eq_per_kwh"),
-    })
+    frame = pd.DataFrame(
+        {
+            "time": _jan1(path, raw),
+            "grid_zone": region.map(zones),
+            "value": to_number(path, raw, "grid_ci_gco2eq_per_kwh"),
+        }
+    )
     unmapped = sorted(r for r, z in zones.items() if not z)
     if unmapped:
-        part.notes.append(f"GCP yearly: regions without a known grid zone skipped: "
-                          f"{', '.join(unmapped)}.")
+        part.notes.append(
+            f"GCP yearly: regions without a known grid zone skipped: {', '.join(unmapped)}."
+        )
     frame = frame.dropna(subset=["grid_zone", "value"])
-    frame = frame.groupby(["time", "grid_zone"], as_index=False)["value"].mean()
-    part.grid = table("grid", time=frame["time"], grid_zone=frame["grid_zone"], metric=YEARLY,
-                      value=frame["value"], source="gcp_region_carbon_info")
+    means = frame.groupby(["time", "grid_zone"], as_index=False)["value"].mean()
+    part.grid = table(
+        "grid",
+        time=means["time"],
+        grid_zone=means["grid_zone"],
+        metric=YEARLY,
+        value=means["value"],
+        source="gcp_region_carbon_info",
+    )
     part.notes.append(
         "GCP region-carbon-info yearly grid intensity (2019 life-cycle, later years direct) "
         "mapped to the region's grid zone via the catalog, averaged over the GCP regions of a "
-        "zone; used only for (zone, year) pairs the Electricity Maps yearly file lacks.")
-    part.sources.append(source_entry(
-        "gcp_region_cfe_and_grid_ci_yearly", data_dir, path, "Apache-2.0", len(raw),
-        "GoogleCloudPlatform/region-carbon-info data/yearly @49f3f26"))
+        "zone; used only for (zone, year) pairs the Electricity Maps yearly file lacks."
+    )
+    part.sources.append(
+        source_entry(
+            "gcp_region_cfe_and_grid_ci_yearly",
+            data_dir,
+            path,
+            "Apache-2.0",
+            rows=len(raw),
+            origin="GoogleCloudPlatform/region-carbon-info data/yearly @49f3f26",
+        )
+    )
     return part

@@ -29,6 +29,7 @@ from typing import Final
 from zoneinfo import ZoneInfo
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from orchestrator.errors import InputError
@@ -44,9 +45,14 @@ from orchestrator.signals.importers._common import (
 )
 
 CAISO: Final = Path("curtailment/caiso_wind_solar_curtailment_hourly_2016_2017.csv")
-WHOLESALE_USD: Final = Path("curtailment/wholesale_electricity_prices_hourly_usd_22zones_2020_2024.csv.gz")
+WHOLESALE_USD: Final = Path(
+    "curtailment/wholesale_electricity_prices_hourly_usd_22zones_2020_2024.csv.gz"
+)
 WHOLESALE_LOCAL: Final = Path(
-    "curtailment/wholesale_electricity_prices_hourly_local_currency_as_published.csv.gz")
+    "curtailment/wholesale_electricity_prices_hourly_local_currency_as_published.csv.gz"
+)
+
+ZONE_LIST: Final = Path("carbon/electricitymaps_hourly_ci_16zones_zone_list.csv")
 
 CAISO_ZONE: Final = "US-CAL-CISO"
 PACIFIC: Final = ZoneInfo("America/Los_Angeles")
@@ -62,12 +68,13 @@ PRICE_ZONE_TO_GRID_ZONE: Final = {
 EUR_TO_USD: Final = 1.07764
 AUD_TO_USD: Final = 0.63056
 _AUD_ZONES: Final = ("AU-NSW", "AU-VIC")
-_GREEN_DCC_LICENSE: Final = ("repo MIT; the underlying exchange and ISO data keep their own "
-                             "terms (research use)")
+_GREEN_DCC_LICENSE: Final = (
+    "repo MIT; the underlying exchange and ISO data keep their own terms (research use)"
+)
 
 
-def _ns(series: pd.Series) -> np.ndarray:
-    return series.dt.as_unit("ns").astype("int64").to_numpy()
+def _ns(series: pd.Series) -> npt.NDArray[np.int64]:
+    return np.asarray(series.dt.as_unit("ns").astype("int64").to_numpy(), dtype=np.int64)
 
 
 def caiso_hour_start_utc(report_date: pd.Series, hour_ending: pd.Series) -> pd.Series:
@@ -78,16 +85,21 @@ def caiso_hour_start_utc(report_date: pd.Series, hour_ending: pd.Series) -> pd.S
 
 def import_caiso_curtailment(data_dir: Path) -> Part:
     path = data_dir / CAISO
-    raw = read_csv(path, ["report_date", "hour_ending_pt", "curtailed_mwh"],
-                   optional=["curtailed_mw"])
+    raw = read_csv(
+        path, ["report_date", "hour_ending_pt", "curtailed_mwh"], optional=["curtailed_mw"]
+    )
     part = Part(name="caiso_curtailment")
     day = to_utc(path, raw, "report_date", "%Y-%m-%d").dt.tz_localize(None)
     he = to_number(path, raw, "hour_ending_pt", allow_missing=False)
     bad = (he < 1) | (he > 25) | (he != np.floor(he))
     if bool(bad.any()):
         pos = int(np.flatnonzero(bad.to_numpy())[0])
-        raise InputError(str(path), f"line {pos + 2}, column 'hour_ending_pt'",
-                         "an hour ending 1..25", got=repr(raw["hour_ending_pt"].iloc[pos]))
+        raise InputError(
+            str(path),
+            f"line {pos + 2}, column 'hour_ending_pt'",
+            "an hour ending 1..25",
+            got=repr(raw["hour_ending_pt"].iloc[pos]),
+        )
     mwh = to_number(path, raw, "curtailed_mwh")
     mw = to_number(path, raw, "curtailed_mw") if "curtailed_mw" in raw.columns else mwh * np.nan
     energy = mwh.fillna(mw)
@@ -96,32 +108,86 @@ def import_caiso_curtailment(data_dir: Path) -> Part:
     start_ns = _ns(caiso_hour_start_utc(day, he))
     # Every hour of each report day, local midnight to the next (23, 24 or 25 hours).
     days = pd.Series(np.unique(day.to_numpy()))
-    first_ns = _ns(caiso_hour_start_utc(days, pd.Series(1, index=days.index)))
-    after_ns = _ns(caiso_hour_start_utc(days + pd.Timedelta(days=1), pd.Series(1, index=days.index)))
+    hour_one = pd.Series(1, index=days.index)
+    first_ns = _ns(caiso_hour_start_utc(days, hour_one))
+    after_ns = _ns(caiso_hour_start_utc(days + pd.Timedelta(days=1), hour_one))
     n_hours = (after_ns - first_ns) // HOUR_NS
     offsets = np.arange(n_hours.sum()) - np.repeat(np.cumsum(n_hours) - n_hours, n_hours)
     hours_ns = np.repeat(first_ns, n_hours) + offsets * HOUR_NS
     day_pos = np.searchsorted(days.to_numpy(), day.to_numpy())
     outside = start_ns >= after_ns[day_pos]
     if outside.any():
-        part.notes.append(f"CAISO: {int(outside.sum())} rows with an hour ending beyond the "
-                          "length of their report day skipped.")
+        part.notes.append(
+            f"CAISO: {int(outside.sum())} rows with an hour ending beyond the "
+            "length of their report day skipped."
+        )
     summed = energy[~outside].fillna(0.0).groupby(start_ns[~outside]).sum()
     values = summed.reindex(hours_ns, fill_value=0.0).to_numpy()
     hours = pd.to_datetime(hours_ns, utc=True)
-    part.grid = table("grid", time=hours, grid_zone=CAISO_ZONE, metric="curtailment_mw",
-                      value=values, source="caiso")
+    part.grid = table(
+        "grid",
+        time=hours,
+        grid_zone=CAISO_ZONE,
+        metric="curtailment_mw",
+        value=values,
+        source="caiso",
+    )
     part.notes.append(
         "CAISO curtailment: hour ending h of the Pacific-time report day starts h-1 hours after "
         "local midnight (America/Los_Angeles), converted to UTC; value = curtailed MWh of the "
         "hour summed over types and fuels (= average MW); hours of report days without a row "
         f"are 0, days without a report are a gap. {n_mw} rows without MWh used their hourly "
-        f"maximum MW instead; {n_none} rows with neither counted as 0.")
-    part.sources.append(source_entry(
-        "caiso_wind_solar_curtailment_hourly", data_dir, path,
-        "MIT (scraper repo); CAISO public data", len(raw),
-        "ahrensdaniel/caiso-curtailment-scraper ctmtcsv/ @06e7b52"))
+        f"maximum MW instead; {n_none} rows with neither counted as 0."
+    )
+    part.sources.append(
+        source_entry(
+            "caiso_wind_solar_curtailment_hourly",
+            data_dir,
+            path,
+            "MIT (scraper repo); CAISO public data",
+            rows=len(raw),
+            origin="ahrensdaniel/caiso-curtailment-scraper ctmtcsv/ @06e7b52",
+        )
+    )
     return part
+
+
+def _zone_mapping(data_dir: Path, part: Part) -> dict[str, str]:
+    """green-dcc folder -> Electricity Maps zone id from the zone list file where present
+    (it must agree with `PRICE_ZONE_TO_GRID_ZONE`), else the built-in table."""
+    path = data_dir / ZONE_LIST
+    mapping = dict(PRICE_ZONE_TO_GRID_ZONE)
+    if not path.is_file():
+        part.notes.append(f"{ZONE_LIST} missing: the built-in price zone mapping is used.")
+        return mapping
+    raw = read_csv(path, ["zone_id", "green_dcc_folder"])
+    listed = {
+        f: z
+        for f, z in zip(
+            to_text(path, raw, "green_dcc_folder"), to_text(path, raw, "zone_id"), strict=True
+        )
+        if f != z
+    }
+    for folder, zone in listed.items():
+        if mapping.get(folder, zone) != zone:
+            raise InputError(
+                str(path),
+                "column 'zone_id'",
+                f"{mapping[folder]!r} for green_dcc_folder {folder!r}",
+                got=repr(zone),
+            )
+        mapping[folder] = zone
+    part.sources.append(
+        source_entry(
+            "electricitymaps_hourly_ci_16zones_zone_list",
+            data_dir,
+            path,
+            "ODbL zone ids (Electricity Maps); folder names from HewlettPackard/green-dcc (MIT)",
+            rows=len(raw),
+            origin="HewlettPackard/green-dcc data/carbon_intensity folder names @3f6ea95",
+        )
+    )
+    return mapping
 
 
 def import_wholesale_usd(data_dir: Path) -> Part:
@@ -133,53 +199,83 @@ def import_wholesale_usd(data_dir: Path) -> Part:
     aud = zone.isin(_AUD_ZONES)
     value = value.where(~aud, value * AUD_TO_USD)
     keep = value.notna().to_numpy()
-    grid_zone = zone.replace(PRICE_ZONE_TO_GRID_ZONE)
-    part.grid = table("grid", time=to_utc(path, raw, "datetime_utc")[keep],
-                      grid_zone=grid_zone[keep], metric="power_price_usd_per_mwh",
-                      value=value[keep], source="green-dcc").reset_index(drop=True)
+    grid_zone = zone.replace(_zone_mapping(data_dir, part))
+    part.grid = table(
+        "grid",
+        time=to_utc(path, raw, "datetime_utc")[keep],
+        grid_zone=grid_zone[keep],
+        metric="power_price_usd_per_mwh",
+        value=value[keep],
+        source="green-dcc",
+    ).reset_index(drop=True)
     part.notes.append(
         "Wholesale prices (green-dcc, converted by its authors at fixed 2025-03-27 rates, "
         "smoothed with a 2-hour rolling mean and gap-interpolated): zones mapped to Electricity "
         "Maps ids DE-LU -> DE, BR-SP -> BR-CS, CL-SIC -> CL-SEN (zone list file), others "
         f"unchanged; AU-NSW and AU-VIC are AUD labelled USD, converted at {AUD_TO_USD} USD/AUD "
-        "(green-dcc's rate); negative prices kept.")
-    part.sources.append(source_entry(
-        "wholesale_electricity_prices_hourly_usd", data_dir, path, _GREEN_DCC_LICENSE, len(raw),
-        "HewlettPackard/green-dcc data/electricity_prices/standardized @3f6ea95"))
+        "(green-dcc's rate); negative prices kept."
+    )
+    part.sources.append(
+        source_entry(
+            "wholesale_electricity_prices_hourly_usd",
+            data_dir,
+            path,
+            _GREEN_DCC_LICENSE,
+            rows=len(raw),
+            origin="HewlettPackard/green-dcc data/electricity_prices/standardized @3f6ea95",
+        )
+    )
     return part
 
 
 def import_gb_prices(data_dir: Path) -> Part:
     path = data_dir / WHOLESALE_LOCAL
-    raw = read_csv(path, ["datetime_as_published", "zone", "currency",
-                          "price_per_mwh_local_currency"])
+    raw = read_csv(
+        path, ["datetime_as_published", "zone", "currency", "price_per_mwh_local_currency"]
+    )
     part = Part(name="wholesale_prices_gb")
     gb = raw[raw["zone"] == "GB"].reset_index(drop=True)
     currencies = set(gb["currency"].dropna().astype("str"))
     if currencies - {"EUR"}:
-        raise InputError(str(path), "column 'currency'", "EUR for zone GB",
-                         got=", ".join(sorted(currencies)))
-    local = pd.to_datetime(gb["datetime_as_published"], format="%Y-%m-%d %H:%M:%S",
-                           errors="coerce")
+        raise InputError(
+            str(path), "column 'currency'", "EUR for zone GB", got=", ".join(sorted(currencies))
+        )
+    local = pd.to_datetime(gb["datetime_as_published"], format="%Y-%m-%d %H:%M:%S", errors="coerce")
     if bool(local.isna().any()):
         pos = int(np.flatnonzero(local.isna().to_numpy())[0])
-        raise InputError(str(path), "column 'datetime_as_published'",
-                         "a local time YYYY-MM-DD HH:MM:SS for zone GB",
-                         got=repr(gb["datetime_as_published"].iloc[pos]))
+        raise InputError(
+            str(path),
+            "column 'datetime_as_published'",
+            "a local time YYYY-MM-DD HH:MM:SS for zone GB",
+            got=repr(gb["datetime_as_published"].iloc[pos]),
+        )
     time = local.dt.tz_localize(ECO2MIX_TZ, ambiguous="NaT", nonexistent="NaT")
     value = to_number(path, gb, "price_per_mwh_local_currency") * EUR_TO_USD
     keep = (time.notna() & value.notna()).to_numpy()
-    frame = table("grid", time=time[keep].dt.tz_convert("UTC"), grid_zone="GB",
-                  metric="power_price_usd_per_mwh", value=value[keep], source="green-dcc-gb-eur")
+    frame = table(
+        "grid",
+        time=time[keep].dt.tz_convert("UTC"),
+        grid_zone="GB",
+        metric="power_price_usd_per_mwh",
+        value=value[keep],
+        source="green-dcc-gb-eur",
+    )
     part.grid = frame.drop_duplicates(["time"], keep="first").reset_index(drop=True)
     part.notes.append(
         "GB wholesale prices: the local-currency file's GB rows (EUR, RTE eco2mix day-ahead; "
         "timestamps read as French local time, Europe/Paris, the publisher's clock: +-1 h "
         f"uncertain) converted at a fixed {EUR_TO_USD} USD/EUR (green-dcc's rate); "
         f"{int((~keep).sum())} rows at DST-ambiguous or missing local times skipped; the "
-        "'GB_incompleted' rows are ignored. Not smoothed, unlike the USD file.")
-    part.sources.append(source_entry(
-        "wholesale_electricity_prices_hourly_local_currency", data_dir, path,
-        _GREEN_DCC_LICENSE, len(raw),
-        "HewlettPackard/green-dcc data/electricity_prices/processed + scripts/GB @3f6ea95"))
+        "'GB_incompleted' rows are ignored. Not smoothed, unlike the USD file."
+    )
+    part.sources.append(
+        source_entry(
+            "wholesale_electricity_prices_hourly_local_currency",
+            data_dir,
+            path,
+            _GREEN_DCC_LICENSE,
+            rows=len(raw),
+            origin="HewlettPackard/green-dcc electricity_prices/processed + scripts/GB @3f6ea95",
+        )
+    )
     return part

@@ -50,29 +50,50 @@ def _market_rows(frame: pd.DataFrame, value: str, market: str) -> pd.DataFrame:
     """Rows of one market from a per-(instance_type, region) time-sorted frame: empty values
     before the first price are skipped (the market did not exist yet); later empty values are
     kept as NaN (the price ended)."""
-    started = frame[value].notna().groupby(
-        [frame["instance_type"], frame["region"]], sort=False).cummax()
+    started = (
+        frame[value].notna().groupby([frame["instance_type"], frame["region"]], sort=False).cummax()
+    )
     rows = frame[started.to_numpy()]
-    return table("prices", time=rows["time"], cloud="gcp", region=rows["region"], zone="",
-                 instance_type=rows["instance_type"], market=market,
-                 usd_per_hour=rows[value])
+    return table(
+        "prices",
+        time=rows["time"],
+        cloud="gcp",
+        region=rows["region"],
+        zone="",
+        instance_type=rows["instance_type"],
+        market=market,
+        usd_per_hour=rows[value],
+    )
 
 
 def import_gcp_prices(data_dir: Path) -> Part:
     path = data_dir / GCP_HISTORY
-    raw = read_csv(path, ["valid_from_utc", "last_observed_utc", "instance_type", "gpu_model",
-                          "gpu_count", "region", "ondemand_usd_per_hour", "spot_usd_per_hour"])
+    raw = read_csv(
+        path,
+        [
+            "valid_from_utc",
+            "last_observed_utc",
+            "instance_type",
+            "gpu_model",
+            "gpu_count",
+            "region",
+            "ondemand_usd_per_hour",
+            "spot_usd_per_hour",
+        ],
+    )
     part = Part(name="gcp_prices")
-    frame = pd.DataFrame({
-        "time": to_utc(path, raw, "valid_from_utc"),
-        "last_seen": to_utc(path, raw, "last_observed_utc"),
-        "instance_type": to_text(path, raw, "instance_type"),
-        "region": to_text(path, raw, "region"),
-        "gpu_model": raw["gpu_model"].fillna("").astype("str"),
-        "gpu_count": to_number(path, raw, "gpu_count"),
-        "on_demand": to_number(path, raw, "ondemand_usd_per_hour"),
-        "spot": to_number(path, raw, "spot_usd_per_hour"),
-    }).sort_values(["instance_type", "region", "time"], kind="stable")
+    frame = pd.DataFrame(
+        {
+            "time": to_utc(path, raw, "valid_from_utc"),
+            "last_seen": to_utc(path, raw, "last_observed_utc"),
+            "instance_type": to_text(path, raw, "instance_type"),
+            "region": to_text(path, raw, "region"),
+            "gpu_model": raw["gpu_model"].fillna("").astype("str"),
+            "gpu_count": to_number(path, raw, "gpu_count"),
+            "on_demand": to_number(path, raw, "ondemand_usd_per_hour"),
+            "spot": to_number(path, raw, "spot_usd_per_hour"),
+        }
+    ).sort_values(["instance_type", "region", "time"], kind="stable")
 
     # Times at which the price pages were observed: the index file, plus every time named in
     # the history itself (each is a snapshot time).
@@ -81,100 +102,179 @@ def import_gcp_prices(data_dir: Path) -> Part:
     if index_path.is_file():
         index = read_csv(index_path, ["snapshot_utc"])
         snap_times = pd.concat([snap_times, to_utc(index_path, index, "snapshot_utc")])
-        part.sources.append(source_entry(
-            "gcp_price_snapshots_index", data_dir, index_path, "Apache-2.0", len(index),
-            "Cyclenerd/google-cloud-pricing-cost-calculator (commit list of pricing.yml)"))
+        part.sources.append(
+            source_entry(
+                "gcp_price_snapshots_index",
+                data_dir,
+                index_path,
+                "Apache-2.0",
+                rows=len(index),
+                origin="Cyclenerd/google-cloud-pricing-cost-calculator (pricing.yml commits)",
+            )
+        )
     else:
-        part.notes.append(f"{GCP_SNAPSHOTS} missing: the end of a withdrawn GCP machine type "
-                          "is placed at the next time named in the price history instead.")
+        part.notes.append(
+            f"{GCP_SNAPSHOTS} missing: the end of a withdrawn GCP machine type "
+            "is placed at the next time named in the price history instead."
+        )
     snaps = np.unique(snap_times.dt.as_unit("ns").astype("int64").to_numpy())
 
     last_seen = frame.groupby(["instance_type", "region"], sort=False)["last_seen"].max()
     ended = last_seen[last_seen < pd.Timestamp(int(snaps[-1]), unit="ns", tz="UTC")]
-    next_idx = np.searchsorted(snaps, ended.dt.as_unit("ns").astype("int64").to_numpy(),
-                               side="right")
-    ends = pd.DataFrame({
-        "time": pd.to_datetime(snaps[next_idx], utc=True),
-        "instance_type": ended.index.get_level_values("instance_type"),
-        "region": ended.index.get_level_values("region"),
-        "on_demand": np.nan,
-        "spot": np.nan,
-    })
-    with_ends = pd.concat([frame.drop(columns=["last_seen", "gpu_model", "gpu_count"]), ends],
-                          ignore_index=True)
+    next_idx = np.searchsorted(
+        snaps, ended.dt.as_unit("ns").astype("int64").to_numpy(), side="right"
+    )
+    ends = pd.DataFrame(
+        {
+            "time": pd.to_datetime(snaps[next_idx], utc=True),
+            "instance_type": ended.index.get_level_values("instance_type"),
+            "region": ended.index.get_level_values("region"),
+            "on_demand": np.nan,
+            "spot": np.nan,
+        }
+    )
+    with_ends = pd.concat(
+        [frame.drop(columns=["last_seen", "gpu_model", "gpu_count"]), ends], ignore_index=True
+    )
     with_ends = with_ends.sort_values(["instance_type", "region", "time"], kind="stable")
-    prices = pd.concat([_market_rows(with_ends, "on_demand", "on_demand"),
-                        _market_rows(with_ends, "spot", "spot")], ignore_index=True)
-    prices = prices.sort_values(_PRICE_KEYS + ["time"], kind="stable")
+    prices = pd.concat(
+        [
+            _market_rows(with_ends, "on_demand", "on_demand"),
+            _market_rows(with_ends, "spot", "spot"),
+        ],
+        ignore_index=True,
+    )
+    prices = prices.sort_values([*_PRICE_KEYS, "time"], kind="stable")
     part.prices = changes_only(prices, _PRICE_KEYS, "usd_per_hour").reset_index(drop=True)
     if len(ended):
         part.notes.append(
             f"GCP prices: {len(ended)} (machine type, region) pairs disappear from the price "
             "pages before the last snapshot; a NaN row for both markets at the first snapshot "
-            "without them ends their prices.")
+            "without them ends their prices."
+        )
 
     last = frame.groupby(["region", "instance_type"], sort=True).last().reset_index()
-    part.offers = pd.DataFrame({
-        "cloud": "gcp", "region": last["region"], "zone": last["region"],
-        "instance_type": last["instance_type"], "gpu_name": last["gpu_model"],
-        "gpu_count_hint": last["gpu_count"],
-    })[list(CANDIDATE_COLUMNS)]
-    part.sources.append(source_entry(
-        "gcp_gpu_vm_price_history", data_dir, path, "Apache-2.0", len(raw),
-        "Cyclenerd/google-cloud-pricing-cost-calculator pricing.yml, 290 versions "
-        "d4890e9..fd66b26 (Google Cloud Billing Catalog)"))
+    part.offers = pd.DataFrame(
+        {
+            "cloud": "gcp",
+            "region": last["region"],
+            "zone": last["region"],
+            "instance_type": last["instance_type"],
+            "gpu_name": last["gpu_model"],
+            "gpu_count_hint": last["gpu_count"],
+        }
+    )[list(CANDIDATE_COLUMNS)]
+    part.sources.append(
+        source_entry(
+            "gcp_gpu_vm_price_history",
+            data_dir,
+            path,
+            "Apache-2.0",
+            rows=len(raw),
+            origin="Cyclenerd/google-cloud-pricing-cost-calculator pricing.yml, 290 versions "
+            "d4890e9..fd66b26 (Google Cloud Billing Catalog)",
+        )
+    )
     part.notes.append(
         "GCP prices are region-level (zone ''); the history names no zones. GCP offers are "
         "region-level (zone = region) except where a spot trace names zones of the region for "
-        "the same machine type; spot prices start 2023-05-08 (empty before, not written).")
+        "the same machine type; spot prices start 2023-05-08 (empty before, not written)."
+    )
     return part
 
 
 def import_aws_prices(data_dir: Path) -> Part:
     path = data_dir / AWS_SNAPSHOT
-    raw = read_csv(path, ["instance_type", "accelerator_name", "accelerator_count",
-                          "ondemand_usd_per_hour", "spot_usd_per_hour", "region",
-                          "availability_zone_id"])
+    raw = read_csv(
+        path,
+        [
+            "instance_type",
+            "accelerator_name",
+            "accelerator_count",
+            "ondemand_usd_per_hour",
+            "spot_usd_per_hour",
+            "region",
+            "availability_zone_id",
+        ],
+    )
     part = Part(name="aws_prices")
-    frame = pd.DataFrame({
-        "instance_type": to_text(path, raw, "instance_type"),
-        "gpu_name": raw["accelerator_name"].fillna("").astype("str"),
-        "gpu_count_hint": to_number(path, raw, "accelerator_count"),
-        "on_demand": to_number(path, raw, "ondemand_usd_per_hour"),
-        "spot": to_number(path, raw, "spot_usd_per_hour"),
-        "region": to_text(path, raw, "region"),
-        "zone": to_text(path, raw, "availability_zone_id"),
-    })
+    frame = pd.DataFrame(
+        {
+            "instance_type": to_text(path, raw, "instance_type"),
+            "gpu_name": raw["accelerator_name"].fillna("").astype("str"),
+            "gpu_count_hint": to_number(path, raw, "accelerator_count"),
+            "on_demand": to_number(path, raw, "ondemand_usd_per_hour"),
+            "spot": to_number(path, raw, "spot_usd_per_hour"),
+            "region": to_text(path, raw, "region"),
+            "zone": to_text(path, raw, "availability_zone_id"),
+        }
+    )
     od = frame.dropna(subset=["on_demand"])
     n_values = od.groupby(["region", "instance_type"])["on_demand"].transform("nunique")
     regional = od[n_values == 1].drop_duplicates(["region", "instance_type"])
     zonal = od[n_values > 1]
     spot = frame.dropna(subset=["spot"])
-    part.prices = pd.concat([
-        table("prices", time=AWS_SNAPSHOT_TIME, cloud="aws", region=regional["region"], zone="",
-              instance_type=regional["instance_type"], market="on_demand",
-              usd_per_hour=regional["on_demand"]),
-        table("prices", time=AWS_SNAPSHOT_TIME, cloud="aws", region=zonal["region"],
-              zone=zonal["zone"], instance_type=zonal["instance_type"], market="on_demand",
-              usd_per_hour=zonal["on_demand"]),
-        table("prices", time=AWS_SNAPSHOT_TIME, cloud="aws", region=spot["region"],
-              zone=spot["zone"], instance_type=spot["instance_type"], market="spot",
-              usd_per_hour=spot["spot"]),
-    ], ignore_index=True)
-    part.offers = pd.DataFrame({
-        "cloud": "aws", "region": frame["region"], "zone": frame["zone"],
-        "instance_type": frame["instance_type"], "gpu_name": frame["gpu_name"],
-        "gpu_count_hint": frame["gpu_count_hint"],
-    })[list(CANDIDATE_COLUMNS)]
-    part.sources.append(source_entry(
-        "aws_gpu_vm_prices_snapshot_skypilot_v8", data_dir, path,
-        "no LICENSE file in the repository; AWS public list and Spot prices", len(raw),
-        "skypilot-org/skypilot-catalog catalogs/v8/aws/vms.csv @00148f2"))
-    n_equal = int((frame["spot"] == frame["on_demand"]).sum())
+    part.prices = pd.concat(
+        [
+            table(
+                "prices",
+                time=AWS_SNAPSHOT_TIME,
+                cloud="aws",
+                region=regional["region"],
+                zone="",
+                instance_type=regional["instance_type"],
+                market="on_demand",
+                usd_per_hour=regional["on_demand"],
+            ),
+            table(
+                "prices",
+                time=AWS_SNAPSHOT_TIME,
+                cloud="aws",
+                region=zonal["region"],
+                zone=zonal["zone"],
+                instance_type=zonal["instance_type"],
+                market="on_demand",
+                usd_per_hour=zonal["on_demand"],
+            ),
+            table(
+                "prices",
+                time=AWS_SNAPSHOT_TIME,
+                cloud="aws",
+                region=spot["region"],
+                zone=spot["zone"],
+                instance_type=spot["instance_type"],
+                market="spot",
+                usd_per_hour=spot["spot"],
+            ),
+        ],
+        ignore_index=True,
+    )
+    part.offers = pd.DataFrame(
+        {
+            "cloud": "aws",
+            "region": frame["region"],
+            "zone": frame["zone"],
+            "instance_type": frame["instance_type"],
+            "gpu_name": frame["gpu_name"],
+            "gpu_count_hint": frame["gpu_count_hint"],
+        }
+    )[list(CANDIDATE_COLUMNS)]
+    part.sources.append(
+        source_entry(
+            "aws_gpu_vm_prices_snapshot_skypilot_v8",
+            data_dir,
+            path,
+            "no LICENSE file in the repository; AWS public list and Spot prices",
+            rows=len(raw),
+            origin="skypilot-org/skypilot-catalog catalogs/v8/aws/vms.csv @00148f2",
+        )
+    )
+    n_equal = int(np.isclose(frame["spot"], frame["on_demand"], rtol=1e-4, atol=0.0).sum())
     part.notes.append(
         "AWS prices are a single undated catalog snapshot (late 2025 or 2026) assumed constant: "
         f"written at {AWS_SNAPSHOT_TIME.isoformat()} so that every replay window is priced. "
         "Spot prices per availability-zone id; on-demand prices region-level (zone ''), "
-        f"equal across zones in the file. {n_equal} rows have spot equal to on-demand (usually "
-        "no spot capacity, or a price at the cap); kept as published.")
+        f"equal across zones in the file. {n_equal} rows have spot equal to on-demand (within "
+        "0.01 %: usually no spot capacity, or a price at the cap); kept as published."
+    )
     return part

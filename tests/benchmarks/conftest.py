@@ -1,0 +1,31 @@
+"""Benchmarks run only under `make bench` (marker `bench`); they print, never assert speed."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+
+def reference_workload_s() -> float:
+    """A fixed mix of numpy and interpreter work, timed now: the yardstick that turns
+    timings on a shared, noisy machine into ratios."""
+    rng = np.random.default_rng(0)
+    a = rng.random((200, 200))
+    t = time.perf_counter()
+    for _ in range(40):
+        a = np.sqrt(a @ a.T / 200.0)
+    total = 0
+    for i in range(100_000):
+        total += i % 7
+    return time.perf_counter() - t
+
+
+def best_of(n: int, fn: Callable[[], object]) -> float:
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)

@@ -1,0 +1,86 @@
+"""Replay speed: 100 jobs x 30 days at 10-minute ticks x 40 offers (issue #2).
+
+Prints job-ticks per second and peak memory per policy, and each time as a ratio to the
+on-demand replay and to a reference workload measured in the same run.
+Target: >= 200,000 job-ticks/s on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+
+from orchestrator.loop import LoopOptions
+from orchestrator.model import JobSpec
+from orchestrator.replay.runner import build_grid, run_policy
+from orchestrator.signals.scenario import generate
+from policies.registry import POLICY_NAMES, make_policy
+from tests.benchmarks.conftest import best_of, reference_workload_s
+
+pytestmark = pytest.mark.bench
+
+T0 = datetime(2024, 4, 1, tzinfo=UTC)
+
+
+def fleet(n: int, regions: list[str]) -> list[JobSpec]:
+    rng = np.random.default_rng(7)
+    jobs = []
+    for i in range(n):
+        start = T0 + timedelta(hours=float(rng.uniform(0, 48)))
+        gpus = int(rng.choice([1, 8]))
+        work = float(rng.uniform(20, 120)) * gpus
+        jobs.append(JobSpec(
+            id=f"job-{i:03d}", work_gpu_hours=work, gpus=gpus, start=start,
+            deadline=start + timedelta(hours=float(rng.uniform(150, 600))),
+            checkpoint_size_gb=float(rng.uniform(5, 200)), cold_start_h=0.1,
+            home_region=regions[i % len(regions)],
+            gpu_types=frozenset({"A100-80GB", "A100-40GB", "H100", "L4", "V100"})))
+    # One long job holds the window open for the full 30 days.
+    jobs[-1] = JobSpec(**{**_fields(jobs[-1]), "start": T0, "deadline": T0 + timedelta(days=30)})
+    return jobs
+
+
+def test_replay_job_ticks_per_second() -> None:
+    trace = generate(0, 32)
+    regions = sorted(set(trace.offers["region"]))
+    jobs = fleet(100, regions)
+    grid = build_grid(trace, jobs, 600, 0)
+    # The first 40 offers, but the 30 days from T0 exactly.
+    grid = grid.select(range(min(40, len(grid.offers))))
+    home = {o.region for o in grid.offers}
+    jobs = [j if j.home_region in home else JobSpec(**{**_fields(j), "home_region": sorted(home)[0]})
+            for j in jobs]
+    n_ticks = min(grid.n_ticks, 30 * 144)
+    grid = _truncate(grid, n_ticks)
+    job_ticks = len(jobs) * n_ticks
+    ref = reference_workload_s()
+    print(f"\nreplay: {len(jobs)} jobs x {n_ticks} ticks x {len(grid.offers)} offers "
+          f"= {job_ticks:,} job-ticks; reference workload {ref:.3f} s")
+    base = None
+    for name in POLICY_NAMES:
+        policy = make_policy(name)
+        seconds = best_of(2, lambda p=policy: run_policy(p, jobs, grid, options=LoopOptions()))
+        tracemalloc.start()
+        run_policy(policy, jobs, grid, options=LoopOptions())
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        base = base or seconds
+        print(f"  {name:24s} {seconds:6.2f} s  {job_ticks / seconds:>10,.0f} job-ticks/s  "
+              f"x{seconds / base:4.2f} of on-demand  x{seconds / ref:6.1f} of reference  "
+              f"peak {peak / 2**20:6.1f} MiB")
+
+
+def _fields(job: JobSpec) -> dict[str, object]:
+    return {f: getattr(job, f) for f in job.__dataclass_fields__}
+
+
+def _truncate(grid, n):  # type: ignore[no-untyped-def]
+    import dataclasses
+
+    return dataclasses.replace(grid, **{
+        name: getattr(grid, name)[:n] for name in (
+            "usd_per_hour", "spot_capacity", "carbon_g_per_kwh", "carbon_marginal_g_per_kwh",
+            "carbon_hourly_known", "curtailing")})

@@ -41,7 +41,7 @@ def execute(
             continue
         src_k = int(fleet.checkpoint_offer[action.job])
         src = snapshot.offers[src_k].location if src_k >= 0 else None
-        move = move_cost(job, src, offer.location)
+        move = move_cost(job, src, offer.location, snapshot.settings)
         startup_s = (job.cold_start_h + move.transfer_h) * 3600.0
         outcome = provider.launch(
             LaunchSpec(job_id=job.id, offer_id=offer.id, cluster=cluster, startup_s=startup_s,

@@ -25,6 +25,7 @@ from orchestrator.accounting import SignalRow, accrue
 from orchestrator.clock import utc
 from orchestrator.executor import execute
 from orchestrator.model import (
+    CostSettings,
     Event,
     EventKind,
     FleetState,
@@ -61,8 +62,7 @@ class EventLog:
 @dataclasses.dataclass(frozen=True, slots=True)
 class LoopOptions:
     cluster: str = "heliotrope"
-    carbon_usd_per_tonne: float = 0.0
-    bill_final_tick: bool = False
+    settings: CostSettings = CostSettings()
 
 
 class Controller:
@@ -145,7 +145,7 @@ class Controller:
         row = SignalRow(g.usd_per_hour[k], g.carbon_g_per_kwh[k],
                         g.carbon_marginal_g_per_kwh[k], g.curtailing[k])
         done = accrue(self.fleet, self.fit, row, self._work, self._ckpt_s, t0_s, t1_s,
-                      bill_final_tick=self.options.bill_final_tick)
+                      bill_final_tick=self.options.settings.bill_final_tick)
         return [self._stamp(Event(float(self.fleet.finished_at_s[j]), self.jobs[j].id,
                                   EventKind.FINISHED, g.offers[self.fleet.offer[j]].id,
                                   "work complete"), int(j)) for j in done]
@@ -182,7 +182,7 @@ class Controller:
             carbon_g_per_kwh=g.carbon_g_per_kwh[k],
             carbon_marginal_g_per_kwh=g.carbon_marginal_g_per_kwh[k],
             curtailing=g.curtailing[k], jobs=self.jobs, fleet=self.fleet.frozen_copy(),
-            fit=self.fit, carbon_usd_per_tonne=self.options.carbon_usd_per_tonne,
+            fit=self.fit, settings=self.options.settings,
             history=SignalHistory(g, k),
         )
 

@@ -189,6 +189,21 @@ class FleetState:
 
 
 @dataclass(frozen=True, slots=True)
+class CostSettings:
+    """How the world charges: shared by the policy (to predict) and the loop (to account).
+
+    `egress_usd_per_gb` overrides the catalog's per-route prices for every cross-region
+    move (a benchmark setting); `transfer_time` off makes checkpoint copies instant;
+    `bill_final_tick` bills the whole tick in which a job finishes.
+    """
+
+    carbon_usd_per_tonne: float = 0.0
+    egress_usd_per_gb: float | None = None
+    transfer_time: bool = True
+    bill_final_tick: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """Everything a policy may look at, frozen at `now`.
 
@@ -212,8 +227,12 @@ class Snapshot:
     jobs: Sequence[JobSpec]
     fleet: FleetState
     fit: JobOfferFit
-    carbon_usd_per_tonne: float = 0.0
+    settings: CostSettings = field(default_factory=CostSettings)
     history: SignalHistory | None = None
+
+    @property
+    def carbon_usd_per_tonne(self) -> float:
+        return self.settings.carbon_usd_per_tonne
 
     def offer_index(self) -> Mapping[OfferId, int]:
         return {o.id: k for k, o in enumerate(self.offers)}

@@ -25,7 +25,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from orchestrator import catalog
-from orchestrator.model import BoolArray, FloatArray, IntArray, JobSpec, Location, Offer
+from orchestrator.model import (
+    BoolArray,
+    CostSettings,
+    FloatArray,
+    IntArray,
+    JobSpec,
+    Location,
+    Offer,
+)
 
 
 def relative_throughput(job: JobSpec, gpu_type: str) -> float:
@@ -125,16 +133,19 @@ class MoveCost:
     transfer_h: float
 
 
-def move_cost(job: JobSpec, src: Location | None, dst: Location) -> MoveCost:
+def move_cost(
+    job: JobSpec, src: Location | None, dst: Location, settings: CostSettings | None = None
+) -> MoveCost:
     """Egress and transfer time for the job's checkpoint; nothing to move when `src` is None
     (no checkpoint yet) or it already sits in `dst`'s region."""
     if src is None or (src.cloud == dst.cloud and src.region == dst.region):
         return MoveCost(0.0, 0.0)
+    settings = settings or CostSettings()
     size = job.checkpoint_size_gb
-    return MoveCost(
-        egress_usd=size * catalog.egress_usd_per_gb(src, dst),
-        transfer_h=catalog.transfer_hours(size, src, dst),
-    )
+    per_gb = (settings.egress_usd_per_gb if settings.egress_usd_per_gb is not None
+              else catalog.egress_usd_per_gb(src, dst))
+    transfer_h = catalog.transfer_hours(size, src, dst) if settings.transfer_time else 0.0
+    return MoveCost(egress_usd=size * per_gb, transfer_h=transfer_h)
 
 
 def lost_work_gpu_h(progress_gpu_h: float, checkpointed_gpu_h: float) -> float:

@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from orchestrator.errors import InputError, UnknownNameError
 from policies.base import Policy
+from policies.heliotrope import Heliotrope
 from policies.baselines import (
     CarbonGreedy,
     CurtailmentThreshold,
@@ -29,8 +30,9 @@ _CONSTRUCTORS: Final[Mapping[str, Callable[..., Policy]]] = MappingProxyType({
     UniformProgress.name: UniformProgress,
     CarbonGreedy.name: CarbonGreedy,
     CurtailmentThreshold.name: CurtailmentThreshold,
-    # Ours and the hindsight bound go here when they land:
-    #   "heliotrope": policies.heliotrope.Heliotrope,
+    # Ours.
+    Heliotrope.name: Heliotrope,
+    # The hindsight bound goes here when it lands:
     #   "oracle": policies.oracle.Oracle,
 })
 

@@ -6,6 +6,7 @@ a seeded hazard, and the same jobs. A fresh simulated provider and fake clock pe
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ import numpy as np
 from orchestrator.clock import FakeClock, utc
 from orchestrator.errors import InputError
 from orchestrator.loop import Controller, EventLog, LoopOptions
-from orchestrator.model import Event, FleetState, JobSpec, Market, Offer
+from orchestrator.model import CostSettings, Event, FleetState, JobSpec, Market, Offer
 from orchestrator.signals.grid import SignalGrid
 from orchestrator.signals.traces import Trace
 from policies.base import Policy
@@ -153,7 +154,7 @@ def run_replay(
     tick_s: int = 600,
     seed: int = 0,
     carbon_usd_per_tonne: float = 0.0,
-    bill_final_tick: bool = False,
+    settings: CostSettings | None = None,
     progress: ProgressFn | None = None,
 ) -> Replay:
     if not jobs:
@@ -162,8 +163,9 @@ def run_replay(
         raise InputError("", "--carbon-price", "a price >= 0 USD per tonne", got=carbon_usd_per_tonne)
     grid = build_grid(trace, jobs, tick_s, seed)
     check_home_regions(jobs, grid)
-    options = LoopOptions(cluster="replay", carbon_usd_per_tonne=carbon_usd_per_tonne,
-                          bill_final_tick=bill_final_tick)
+    settings = dataclasses.replace(settings or CostSettings(),
+                                   carbon_usd_per_tonne=carbon_usd_per_tonne)
+    options = LoopOptions(cluster="replay", settings=settings)
     runs = tuple(run_policy(p, jobs, grid, options=options, progress=progress) for p in policies)
     return Replay(jobs=tuple(jobs), grid=grid, feasible=feasible_jobs(jobs, grid), runs=runs,
                   carbon_usd_per_tonne=carbon_usd_per_tonne, seed=seed,

@@ -14,6 +14,7 @@ on-demand capacity is inf).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -21,21 +22,24 @@ from orchestrator.model import BoolArray, FloatArray, IntArray, Market, Phase, S
 from policies.costs import JobOfferFit
 
 NO_OFFER = -1
+_SPOT = Market.SPOT  # enum lookups are slow on 3.11; these run per offer / per call
+_STARTING = int(Phase.STARTING)
+_RUNNING = int(Phase.RUNNING)
 
 
 def spot_mask(snapshot: Snapshot) -> BoolArray:
     """Per offer: True for the spot market."""
+    spot = _SPOT
     offers = snapshot.offers
-    return np.fromiter((o.market is Market.SPOT for o in offers), dtype=np.bool_,
-                       count=len(offers))
+    return np.fromiter((o.market is spot for o in offers), dtype=np.bool_, count=len(offers))
 
 
 def jobs_in(snapshot: Snapshot, *phases: Phase) -> IntArray:
     """Indices of the jobs whose phase is one of `phases`."""
     phase = snapshot.fleet.phase
-    mask = phase == phases[0]
+    mask = phase == int(phases[0])
     for p in phases[1:]:
-        mask |= phase == p
+        mask |= phase == int(p)
     return np.flatnonzero(mask).astype(np.int64)
 
 
@@ -57,30 +61,44 @@ def launchable(snapshot: Snapshot, fit: JobOfferFit, js: IntArray, cols: IntArra
     return ok
 
 
-def usd_per_progress(snapshot: Snapshot, fit: JobOfferFit, js: IntArray,
-                     cols: IntArray) -> FloatArray:
-    """[len(js), len(cols)]: dollars per reference GPU-hour of progress,
-    ``usd_per_hour * instances / rate``; inf where the job may not run or there is no price."""
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    """Job x offer facts on the columns `cols` for the job rows `js` of one call."""
+
+    cols: IntArray
+    rate: FloatArray  # [len(js), len(cols)] reference GPU-hours per hour
+    ok: BoolArray  # launchable now (module doc)
+    usd_per_gpu_h: FloatArray  # usd_per_hour * instances / rate; inf where not launchable
+
+
+def candidates(snapshot: Snapshot, fit: JobOfferFit, js: IntArray,
+               cols: IntArray) -> Candidates:
+    """`launchable` and dollars per unit of progress in one pass over the job x offer sub-matrix."""
     sub = np.ix_(js, cols)
     rate = fit.rate[sub]
+    instances = fit.instances[sub]
+    price = snapshot.usd_per_hour[cols]
+    ok = (rate > 0) & np.isfinite(price)[None, :]
+    capacity = snapshot.spot_capacity[cols]
+    if not np.all(capacity == np.inf):
+        ok &= np.where(np.isnan(capacity), 0.0, capacity)[None, :] >= instances
     with np.errstate(divide="ignore", invalid="ignore"):
-        out = snapshot.usd_per_hour[cols][None, :] * fit.instances[sub] / rate
-    return np.where((rate > 0) & np.isfinite(out), out, np.inf)
+        cost = np.where(ok, price[None, :] * instances / rate, np.inf)
+    return Candidates(cols, rate, ok, cost)
 
 
-def region_groups(snapshot: Snapshot, js: IntArray) -> list[tuple[IntArray, IntArray]]:
-    """The jobs of `js` grouped by home region (`JobSpec.home_region` == `Offer.region`):
-    (positions in `js`, offers in that region). Jobs whose home region has no offer are
-    left out."""
-    by_region: dict[str, list[int]] = {}
-    for k, o in enumerate(snapshot.offers):
-        by_region.setdefault(o.region, []).append(k)
-    members: dict[str, list[int]] = {}
+def home_mask(snapshot: Snapshot, js: IntArray, cols: IntArray) -> BoolArray:
+    """[len(js), len(cols)]: offer cols[k] is in job js[i]'s home region
+    (`JobSpec.home_region` == `Offer.region`)."""
+    codes: dict[str, int] = {}
+    offers = snapshot.offers
+    offer_code = np.array([codes.setdefault(offers[k].region, len(codes))
+                           for k in cols.tolist()], dtype=np.int64)
     jobs = snapshot.jobs
-    for i, j in enumerate(js.tolist()):
-        members.setdefault(jobs[j].home_region, []).append(i)
-    return [(np.array(rows, dtype=np.int64), np.array(by_region[region], dtype=np.int64))
-            for region, rows in members.items() if region in by_region]
+    job_code = np.array([codes.get(jobs[j].home_region, -1) for j in js.tolist()],
+                        dtype=np.int64)
+    mask: BoolArray = offer_code[None, :] == job_code[:, None]
+    return mask
 
 
 def masked_argmin(score: FloatArray, mask: BoolArray,
@@ -102,7 +120,7 @@ def held_offer(snapshot: Snapshot, js: IntArray) -> IntArray:
     """The offer each job in `js` holds an instance of (STARTING or RUNNING), else -1."""
     fleet = snapshot.fleet
     phase = fleet.phase[js]
-    holding = ((phase == Phase.STARTING) | (phase == Phase.RUNNING)) & (fleet.offer[js] >= 0)
+    holding = ((phase == _STARTING) | (phase == _RUNNING)) & (fleet.offer[js] >= 0)
     held: IntArray = np.where(holding, fleet.offer[js], NO_OFFER)
     return held
 

@@ -17,17 +17,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from orchestrator.model import Decision, Intent, Phase, Snapshot
 from policies.baselines._common import (
-    NO_OFFER,
+    candidates,
+    home_mask,
     jobs_in,
-    launchable,
     masked_argmin,
-    region_groups,
+    priced_offers,
     spot_mask,
-    usd_per_progress,
 )
 
 
@@ -41,16 +38,10 @@ class OnDemand:
         js = jobs_in(snapshot, Phase.WAITING)
         if len(js) == 0:
             return Decision()
-        fit = snapshot.fit
-        on_demand = ~spot_mask(snapshot) & np.isfinite(snapshot.usd_per_hour)
-        best = np.full(len(js), NO_OFFER, dtype=np.int64)
-        usd = np.full(len(js), np.inf)
-        for rows, region_offers in region_groups(snapshot, js):
-            cols = region_offers[on_demand[region_offers]]
-            group = js[rows]
-            cost = usd_per_progress(snapshot, fit, group, cols)
-            ok = launchable(snapshot, fit, group, cols)
-            best[rows], usd[rows] = masked_argmin(cost, ok, cols)
+        cols = priced_offers(snapshot, ~spot_mask(snapshot))
+        cand = candidates(snapshot, snapshot.fit, js, cols)
+        home = home_mask(snapshot, js, cols)
+        best, usd = masked_argmin(cand.usd_per_gpu_h, cand.ok & home, cols)
         intents: dict[int, Intent] = {}
         for j, o, c in zip(js.tolist(), best.tolist(), usd.tolist(), strict=True):
             if o < 0:

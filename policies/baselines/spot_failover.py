@@ -34,12 +34,11 @@ import numpy as np
 
 from orchestrator.model import Decision, Intent, Phase, Snapshot
 from policies.baselines._common import (
+    candidates,
     jobs_in,
-    launchable,
     masked_argmin,
     priced_offers,
     spot_mask,
-    usd_per_progress,
 )
 
 
@@ -58,8 +57,8 @@ class SpotFailover:
         with np.errstate(invalid="ignore"):
             has_capacity = snapshot.spot_capacity > 0
         cols = priced_offers(snapshot, spot_mask(snapshot) & has_capacity)
-        mask = launchable(snapshot, fit, js, cols)
-        cost = usd_per_progress(snapshot, fit, js, cols)
+        cand = candidates(snapshot, fit, js, cols)
+        mask, cost = cand.ok, cand.usd_per_gpu_h
         preempted = snapshot.fleet.preempted_offer[js]
         blocked = np.zeros_like(mask)
         if np.any(preempted >= 0):

@@ -43,16 +43,15 @@ import numpy as np
 from orchestrator.model import Decision, Intent, Phase, Snapshot
 from orchestrator.units import SECONDS_PER_HOUR
 from policies.baselines._common import (
-    NO_OFFER,
+    candidates,
     held_offer,
+    home_mask,
     job_facts,
     jobs_in,
-    launchable,
     masked_argmin,
-    region_groups,
+    priced_offers,
     spot_mask,
     take,
-    usd_per_progress,
 )
 
 _KEEP = -2
@@ -75,27 +74,20 @@ class UniformProgress:
         fleet = snapshot.fleet
         fit = snapshot.fit
         spot = spot_mask(snapshot)
-        priced = np.isfinite(snapshot.usd_per_hour)
-        spot_best = np.full(len(js), NO_OFFER, dtype=np.int64)
-        od_best = spot_best.copy()
-        fast_best = spot_best.copy()
-        r_fast = np.zeros(len(js))
-        for rows, region_offers in region_groups(snapshot, js):
-            cols = region_offers[priced[region_offers]]
-            if len(cols) == 0:
-                continue
-            group = js[rows]
-            ok = launchable(snapshot, fit, group, cols)
-            cost = usd_per_progress(snapshot, fit, group, cols)
-            is_spot = spot[cols][None, :]
-            spot_best[rows] = masked_argmin(cost, ok & is_spot, cols)[0]
-            od_ok = ok & ~is_spot
-            od_best[rows] = masked_argmin(cost, od_ok, cols)[0]
-            rate = fit.rate[np.ix_(group, cols)]
-            fastest = np.where(od_ok, rate, 0.0).max(axis=1)
-            r_fast[rows] = fastest
-            fast_best[rows] = masked_argmin(
-                cost, od_ok & (rate == fastest[:, None]) & (rate > 0), cols)[0]
+        cols = priced_offers(snapshot, np.ones(n_offers, dtype=np.bool_))
+        home = home_mask(snapshot, js, cols)
+        in_some_home = home.any(axis=0)
+        cols, home = cols[in_some_home], home[:, in_some_home]
+        cand = candidates(snapshot, fit, js, cols)
+        ok = cand.ok & home
+        is_spot = spot[cols][None, :]
+        spot_best, _ = masked_argmin(cand.usd_per_gpu_h, ok & is_spot, cols)
+        od_ok = ok & ~is_spot
+        od_best, _ = masked_argmin(cand.usd_per_gpu_h, od_ok, cols)
+        od_rate = np.where(od_ok, cand.rate, 0.0)
+        r_fast = od_rate.max(axis=1) if len(cols) else np.zeros(len(js))
+        fast_best, _ = masked_argmin(
+            cand.usd_per_gpu_h, od_ok & (od_rate == r_fast[:, None]) & (od_rate > 0), cols)
 
         cur = held_offer(snapshot, js)
         holding = cur >= 0

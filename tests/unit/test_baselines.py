@@ -466,7 +466,8 @@ def test_curtailment_threshold_options() -> None:
 
 # --- every policy ----------------------------------------------------------------------
 
-ALL: list[Policy] = [OnDemand(), SpotFailover(), UniformProgress(), CarbonGreedy(), CurtailmentThreshold()]
+ALL: list[Policy] = [OnDemand(), SpotFailover(), UniformProgress(), CarbonGreedy(),
+                     CurtailmentThreshold()]
 
 
 @pytest.mark.parametrize("policy", ALL, ids=[p.name for p in ALL])

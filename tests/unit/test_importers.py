@@ -17,12 +17,13 @@ import pandas as pd
 import pytest
 
 from orchestrator.errors import InputError
-from orchestrator.signals.importers import DATASETS, import_shared_data
-from orchestrator.signals.importers import carbon, power, prices, spot
+from orchestrator.signals.importers import DATASETS, carbon, import_shared_data, power, prices, spot
 from orchestrator.signals.traces import GRID_METRICS, read_trace, write_trace
 
 SHARED = Path(
-    os.environ.get("HELIOTROPE_TRACES", str(Path(__file__).resolve().parents[2] / ".." / "shared" / "data"))
+    os.environ.get(
+        "HELIOTROPE_TRACES", str(Path(__file__).resolve().parents[2] / ".." / "shared" / "data")
+    )
 ).resolve()
 
 pytestmark = [
@@ -41,7 +42,9 @@ def real(rel: Path) -> pd.DataFrame:
     return pd.read_csv(SHARED / rel, dtype=str, keep_default_na=False)
 
 
-def mini(data_dir: Path, rel: Path, *, head: int | None = None, where: Filter | None = None) -> pd.DataFrame:
+def mini(
+    data_dir: Path, rel: Path, *, head: int | None = None, where: Filter | None = None
+) -> pd.DataFrame:
     """Copy rows of the real file `rel` (the first `head`, or those `where` selects) to
     `data_dir / rel` and return them."""
     frame = real(rel)
@@ -56,7 +59,11 @@ def mini(data_dir: Path, rel: Path, *, head: int | None = None, where: Filter | 
 
 
 def utc(text: str) -> pd.Timestamp:
-    return pd.Timestamp(text).tz_convert("UTC") if "+" in text or text.endswith("Z") else pd.Timestamp(text, tz="UTC")
+    return (
+        pd.Timestamp(text).tz_convert("UTC")
+        if "+" in text or text.endswith("Z")
+        else pd.Timestamp(text, tz="UTC")
+    )
 
 
 def rows(frame: pd.DataFrame, **eq: object) -> pd.DataFrame:
@@ -73,8 +80,10 @@ def test_gcp_history_skips_spot_before_it_existed_and_ends_withdrawn_types(tmp_p
     mini(
         tmp_path,
         prices.GCP_HISTORY,
-        where=lambda f: ((f.instance_type == "a2-highgpu-1g") & (f.region == "us-central1"))
-        | ((f.instance_type == "a3-megagpu-8g") & (f.region == "africa-south1")),
+        where=lambda f: (
+            ((f.instance_type == "a2-highgpu-1g") & (f.region == "us-central1"))
+            | ((f.instance_type == "a3-megagpu-8g") & (f.region == "africa-south1"))
+        ),
     )
     mini(tmp_path, prices.GCP_SNAPSHOTS)
     part = prices.import_gcp_prices(tmp_path)
@@ -104,9 +113,20 @@ def test_aws_snapshot_prices_from_the_start_per_zone_id(tmp_path: Path) -> None:
     part = prices.import_aws_prices(tmp_path)
     assert (part.prices["time"] == utc("2020-01-01T00:00:00Z")).all()
     first = head.iloc[0]  # g5.12xlarge, ap-east-1, ape1-az1
-    spot_row = rows(part.prices, zone=first["availability_zone_id"], instance_type=first["instance_type"], market="spot")
+    spot_row = rows(
+        part.prices,
+        zone=first["availability_zone_id"],
+        instance_type=first["instance_type"],
+        market="spot",
+    )
     assert spot_row["usd_per_hour"].tolist() == [float(first["spot_usd_per_hour"])]
-    od = rows(part.prices, region=first["region"], zone="", instance_type=first["instance_type"], market="on_demand")
+    od = rows(
+        part.prices,
+        region=first["region"],
+        zone="",
+        instance_type=first["instance_type"],
+        market="on_demand",
+    )
     assert od["usd_per_hour"].tolist() == [float(first["ondemand_usd_per_hour"])]
     assert set(part.offers["zone"]) == set(head["availability_zone_id"])
     assert any("single undated catalog snapshot" in n for n in part.notes)
@@ -143,13 +163,17 @@ def test_cbl_segments_become_a_utc_change_log_ending_in_nan(tmp_path: Path) -> N
 
 def test_bamboo_counts_with_a_zone_become_capacity_rows(tmp_path: Path) -> None:
     mini(tmp_path, spot.COUNTS_META)
-    mini(tmp_path, spot.COUNTS, head=5)  # g4dn.xlarge in us-east-1c from 2020-11-20 19:30
+    mini(tmp_path, spot.COUNTS, head=4)  # g4dn.xlarge in us-east-1c from 2020-11-20 19:30
     part = spot.import_instance_counts(tmp_path)
     s = rows(part.spot, zone="us-east-1c", instance_type="g4dn.xlarge")
     start = utc("2020-11-20T19:30:00Z")
     # 0 at t=0; 0 then 4 at 21529 s (the last count at a repeated time wins); NaN at the
     # end named in the trace (2020-11-21 22:00).
-    assert list(s["time"]) == [start, start + pd.Timedelta(seconds=21529), utc("2020-11-21T22:00:00Z")]
+    assert list(s["time"]) == [
+        start,
+        start + pd.Timedelta(seconds=21529),
+        utc("2020-11-21T22:00:00Z"),
+    ]
     assert s["capacity"].tolist()[:2] == [0.0, 4.0]
     assert np.isnan(s["capacity"].iloc[2])
     assert any("parcae/p3trace" in n for n in part.notes)
@@ -169,7 +193,9 @@ def test_skynomad_gcp_availability_and_zone_prices(tmp_path: Path) -> None:
     assert spot_price["usd_per_hour"].iloc[0] == pytest.approx(18.979008)
     assert spot_price["time"].iloc[0] == utc("2025-10-04T00:10:00Z")
     assert np.isnan(spot_price["usd_per_hour"].iloc[-1])  # the zone override ends
-    assert part.offers[["zone", "region", "instance_type"]].values.tolist() == [["us-west1-b", "us-west1", "a3-highgpu-8g"]]
+    assert part.offers[["zone", "region", "instance_type"]].values.tolist() == [
+        ["us-west1-b", "us-west1", "a3-highgpu-8g"]
+    ]
 
 
 def test_skynomad_aws_spot_price_on_cbl_ticks_only_when_it_changes(tmp_path: Path) -> None:
@@ -202,12 +228,19 @@ def test_eia930_only_for_zone_hours_electricity_maps_lacks(tmp_path: Path) -> No
     ciso = rows(g, grid_zone="US-CAL-CISO")
     assert set(ciso["source"]) == {"electricitymaps"} and len(ciso) == 3
     assert not g.duplicated(["time", "grid_zone"]).any()
-    assert any("Electricity Maps hourly carbon: skipped" not in n for n in trace.manifest["notes"])
 
 
 def test_letswaitawhile_is_utc_and_yields_to_electricity_maps(tmp_path: Path) -> None:
-    mini(tmp_path, carbon.LETSWAITAWHILE, where=lambda f: f.time.str.startswith(("2019-12-20 00:", "2021-01-09 10:")))
-    mini(tmp_path, carbon.EM_HOURLY, where=lambda f: f.datetime_utc.str.startswith("2021-01-09T10") & (f.zone_id == "DE"))
+    mini(
+        tmp_path,
+        carbon.LETSWAITAWHILE,
+        where=lambda f: f.time.str.startswith(("2019-12-20 00:", "2021-01-09 10:")),
+    )
+    mini(
+        tmp_path,
+        carbon.EM_HOURLY,
+        where=lambda f: f.datetime_utc.str.startswith("2021-01-09T10") & (f.zone_id == "DE"),
+    )
     trace = import_shared_data(tmp_path)
     g = trace.grid
     lwa = g[g["source"] == "letswaitawhile"]
@@ -221,7 +254,11 @@ def test_letswaitawhile_is_utc_and_yields_to_electricity_maps(tmp_path: Path) ->
 
 def test_yearly_values_at_jan_1_with_electricity_maps_preferred(tmp_path: Path) -> None:
     mini(tmp_path, carbon.EM_YEARLY, where=lambda f: f.zone_id.isin(["NA", "BE", "FI"]))
-    mini(tmp_path, carbon.GCP_YEARLY, where=lambda f: f.gcp_region.isin(["europe-west1", "europe-north1"]))
+    mini(
+        tmp_path,
+        carbon.GCP_YEARLY,
+        where=lambda f: f.gcp_region.isin(["europe-west1", "europe-north1"]),
+    )
     trace = import_shared_data(tmp_path)
     y = trace.grid[trace.grid["metric"] == "carbon_avg_yearly_g_per_kwh"]
     assert set(y["grid_zone"]) == {"NA", "BE", "FI"}  # "NA" is Namibia, not a missing value
@@ -237,7 +274,11 @@ def test_yearly_values_at_jan_1_with_electricity_maps_preferred(tmp_path: Path) 
 
 
 def test_caiso_hour_ending_pacific_to_utc_with_zeros_on_report_days(tmp_path: Path) -> None:
-    mini(tmp_path, power.CAISO, where=lambda f: f.report_date.isin(["2016-07-04", "2016-11-06", "2017-03-12"]))
+    mini(
+        tmp_path,
+        power.CAISO,
+        where=lambda f: f.report_date.isin(["2016-07-04", "2016-11-06", "2017-03-12"]),
+    )
     part = power.import_caiso_curtailment(tmp_path)
     g = part.grid
     assert (g["grid_zone"] == "US-CAL-CISO").all() and (g["metric"] == "curtailment_mw").all()
@@ -248,13 +289,19 @@ def test_caiso_hour_ending_pacific_to_utc_with_zeros_on_report_days(tmp_path: Pa
     assert value[utc("2016-07-04T10:00:00Z")] == 11.0  # HE 4: wind 11 MWh
     assert value[utc("2016-07-04T14:00:00Z")] == 241.0  # HE 8: solar 214 + wind 27
     # DST days: 25 hours on 2016-11-06, 23 on 2017-03-12; nothing for days without report.
-    assert ((g["time"] >= utc("2016-11-06T07:00:00Z")) & (g["time"] < utc("2016-11-07T08:00:00Z"))).sum() == 25
-    assert ((g["time"] >= utc("2017-03-12T08:00:00Z")) & (g["time"] < utc("2017-03-13T07:00:00Z"))).sum() == 23
+    assert (
+        (g["time"] >= utc("2016-11-06T07:00:00Z")) & (g["time"] < utc("2016-11-07T08:00:00Z"))
+    ).sum() == 25
+    assert (
+        (g["time"] >= utc("2017-03-12T08:00:00Z")) & (g["time"] < utc("2017-03-13T07:00:00Z"))
+    ).sum() == 23
     assert len(g) == 24 + 25 + 23
 
 
 def test_caiso_winter_hour_ending_one_is_eight_utc() -> None:
-    got = power.caiso_hour_start_utc(pd.Series(pd.to_datetime(["2016-12-01", "2016-07-01"])), pd.Series([1, 1]))
+    got = power.caiso_hour_start_utc(
+        pd.Series(pd.to_datetime(["2016-12-01", "2016-07-01"])), pd.Series([1, 1])
+    )
     assert list(got) == [utc("2016-12-01T08:00:00Z"), utc("2016-07-01T07:00:00Z")]
 
 
@@ -266,12 +313,23 @@ def test_wholesale_negative_de_price_kept_and_zones_mapped(tmp_path: Path) -> No
     assert g["DE"] == -484.399  # DE-LU -> DE, negative price kept
     assert {"BR-CS", "CL-SEN"} <= set(g.index) and not {"DE-LU", "BR-SP", "CL-SIC"} & set(g.index)
     raw = real(power.WHOLESALE_USD)
-    au = float(raw[(raw.datetime_utc == "2023-07-02T13:00:00Z") & (raw.zone == "AU-NSW")]["price_usd_per_mwh"].iloc[0])
+    au = float(
+        raw[(raw.datetime_utc == "2023-07-02T13:00:00Z") & (raw.zone == "AU-NSW")][
+            "price_usd_per_mwh"
+        ].iloc[0]
+    )
     assert g["AU-NSW"] == pytest.approx(au * power.AUD_TO_USD)  # AUD labelled USD
 
 
 def test_gb_prices_from_eur_file(tmp_path: Path) -> None:
-    mini(tmp_path, power.WHOLESALE_LOCAL, where=lambda f: f.zone.isin(["GB", "GB_incompleted", "DE-LU"]), head=None)
+    mini(
+        tmp_path,
+        power.WHOLESALE_LOCAL,
+        where=lambda f: (
+            f.zone.isin(["GB", "GB_incompleted", "DE-LU"])
+            & f.datetime_as_published.str.startswith(("2020-01-01", "2020-03-29", "2020-10-25"))
+        ),
+    )
     part = power.import_gb_prices(tmp_path)
     g = part.grid.sort_values("time")
     assert set(g["grid_zone"]) == {"GB"}
@@ -297,7 +355,9 @@ def test_unparsable_value_names_line_and_column(tmp_path: Path) -> None:
     frame = mini(tmp_path, power.CAISO, head=5)
     frame.loc[frame.index[2], "curtailed_mwh"] = "lots"
     frame.to_csv(tmp_path / power.CAISO, index=False)
-    with pytest.raises(InputError, match=r"caiso_wind_solar.*line 4, column 'curtailed_mwh'.*'lots'"):
+    with pytest.raises(
+        InputError, match=r"caiso_wind_solar.*line 4, column 'curtailed_mwh'.*'lots'"
+    ):
         power.import_caiso_curtailment(tmp_path)
 
 
@@ -327,13 +387,21 @@ def test_full_import_round_trips(tmp_path: Path) -> None:
     manifest = back.manifest
     assert manifest["generator"] == "import"
     names = {s["name"] for s in manifest["sources"]}
-    assert {"gcp_gpu_vm_price_history", "electricitymaps_hourly_ci_16zones", "spot_traces_segments",
-            "caiso_wind_solar_curtailment_hourly"} <= names
+    assert {
+        "gcp_gpu_vm_price_history",
+        "electricitymaps_hourly_ci_16zones",
+        "spot_traces_segments",
+        "caiso_wind_solar_curtailment_hourly",
+    } <= names
     assert all(s["license"] and s["rows"] > 0 for s in manifest["sources"])
     assert not any("skipped, missing" in n for n in manifest["notes"])
     offers = back.offers
-    h100 = offers[(offers["instance_type"] == "a3-highgpu-8g") & (offers["region"] == "us-central1")]
+    h100 = offers[
+        (offers["instance_type"] == "a3-highgpu-8g") & (offers["region"] == "us-central1")
+    ]
     assert set(h100["zone"]) == {"us-central1-a", "us-central1-b", "us-central1-c"}
     assert set(h100["gpu_type"]) == {"H100"} and set(h100["gpu_count"]) == {8}
     assert not (offers["zone"].str.len() == 0).any()
-    assert (offers["zone"].str.match(r"^[a-z]+-[a-z]+\d+$") == (offers["zone"] == offers["region"])).all()
+    assert (
+        offers["zone"].str.match(r"^[a-z]+-[a-z]+\d+$") == (offers["zone"] == offers["region"])
+    ).all()

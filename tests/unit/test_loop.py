@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from orchestrator import catalog
-from orchestrator.model import Decision, EventKind, Intent, JobSpec, Location, Phase, Snapshot
+from orchestrator.model import CostSettings, Decision, EventKind, Intent, JobSpec, Location, Phase, Snapshot
 from orchestrator.replay.runner import Replay, run_replay
 from tests.conftest import T0, tiny_trace
 
@@ -68,7 +68,7 @@ def test_final_tick_billed_whole_when_asked() -> None:
     trace = tiny_trace()
     exact = run_replay(trace, [job()], [Scripted(lambda s, j: AWS_OD)], tick_s=600)
     whole = run_replay(trace, [job()], [Scripted(lambda s, j: AWS_OD)], tick_s=600,
-                       bill_final_tick=True)
+                       settings=CostSettings(bill_final_tick=True))
     hours = 0.1 + 10.0 / catalog.gpu("V100").relative_throughput
     assert whole.runs[0].fleet.usd[0] == pytest.approx(np.ceil(hours * 6) / 6 * 3.06)
     assert whole.runs[0].fleet.usd[0] > exact.runs[0].fleet.usd[0]

@@ -114,6 +114,19 @@ def _finish(frame: pd.DataFrame, table: str) -> pd.DataFrame:
     return frame.sort_values(["time", *_KEYS[table][1:]], kind="stable").reset_index(drop=True)
 
 
+def _coverage(parts: list[Part]) -> dict[str, dict[str, str]]:
+    """First and last row time of each imported dataset: the windows a replay can use."""
+    out: dict[str, dict[str, str]] = {}
+    for part in parts:
+        times = [f["time"] for f in (part.prices, part.spot, part.grid) if len(f)]
+        if times:
+            out[part.name] = {
+                "start": min(pd.Timestamp(t.min()) for t in times).isoformat(),
+                "end": max(pd.Timestamp(t.max()) for t in times).isoformat(),
+            }
+    return out
+
+
 def import_shared_data(data_dir: Path, *, progress: Callable[[str], None] | None = None) -> Trace:
     """Convert every dataset under `data_dir` into one `Trace` (not written; see
     `write_trace`). `progress` is called with a short label before each dataset."""
@@ -163,7 +176,9 @@ def import_shared_data(data_dir: Path, *, progress: Callable[[str], None] | None
     spot_rows = _finish(pd.concat([p.spot for p in parts], ignore_index=True), "spot")
     grid_rows = _finish(_resolve_grid([p.grid for p in parts]), "grid")
     sources: list[Mapping[str, Any]] = [s for p in parts for s in p.sources]
-    manifest = make_manifest(generator="import", sources=sources, notes=notes)
+    manifest = make_manifest(
+        generator="import", sources=sources, notes=notes, coverage=_coverage(parts)
+    )
     return Trace(
         offers=offers, prices=price_rows, spot=spot_rows, grid=grid_rows, manifest=manifest
     )

@@ -8,6 +8,7 @@ notes. Reading is strict: a missing required column or a value that does not par
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,7 +83,14 @@ def read_csv(path: Path, required: Sequence[str], optional: Sequence[str] = ()) 
         raise InputError(
             str(path), "", "a CSV file with a header row", got="an empty file"
         ) from exc
-    except (pd.errors.ParserError, UnicodeDecodeError, EOFError, OSError, ValueError) as exc:
+    except (
+        pd.errors.ParserError,
+        UnicodeDecodeError,
+        EOFError,
+        OSError,
+        ValueError,
+        zlib.error,
+    ) as exc:
         raise InputError(
             str(path), "", "a readable CSV file", got=f"{type(exc).__name__}: {str(exc)[:120]}"
         ) from exc

@@ -120,7 +120,8 @@ def import_gcp_prices(data_dir: Path) -> Part:
     snaps = np.unique(snap_times.dt.as_unit("ns").astype("int64").to_numpy())
 
     last_seen = frame.groupby(["instance_type", "region"], sort=False)["last_seen"].max()
-    ended = last_seen[last_seen < pd.Timestamp(int(snaps[-1]), unit="ns", tz="UTC")]
+    final = pd.Timestamp(int(snaps[-1]), unit="ns", tz="UTC") if len(snaps) else None
+    ended = last_seen[last_seen < final] if final is not None else last_seen.iloc[:0]
     next_idx = np.searchsorted(
         snaps, ended.dt.as_unit("ns").astype("int64").to_numpy(), side="right"
     )

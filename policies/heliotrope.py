@@ -1,0 +1,242 @@
+"""`heliotrope`: a per-action utility over every (offer, market) and idling, with a deadline
+safety net, for cost, carbon and curtailment at once.
+
+In the spirit of SkyNomad (Li et al., arXiv 2601.06520, §3.2). For each job j that has
+started and is not done, and each offer o it may use now, the policy estimates the utility
+per hour of going (or staying) there for the expected stay S:
+
+    u[j, o] = (V_j * progress[j, o] - cost[j, o]) / S[j, o]        idling: u = 0
+
+- progress: ``rate[j, o] * (S - startup)``; startup is the cold start plus the checkpoint
+  transfer from where the checkpoint lies (0 to stay where it runs).
+- cost: ``(price_o * instances + carbon_price * kgCO2/h) * S + egress``; the kgCO2 per hour
+  uses the zone's forecast intensity over the next hours (`orchestrator.signals.forecast`).
+- S: ``min(expected spot lifetime, hours to finish)``; the lifetime of a spot offer is
+  estimated from its own availability history up to now (`policies.spot_lifetime`), so an
+  egress and a cold start are amortized over the stay they buy.
+- V_j, the value of a unit of progress, is deadline pressure as a shadow price: it moves
+  from the cheapest spot cost per unit of progress (plenty of slack: only a bargain is worth
+  running) to the cheapest on-demand cost (no slack: any progress is worth its on-demand
+  price), as ``V = c_low + (c_od - c_low) * f ** pressure_exponent`` with ``f`` the share of
+  the remaining time the job must run on the fastest on-demand offer.
+
+A running job moves only when the best option beats staying by `hysteresis` (relative).
+Safety net (as Can't Be Late): when the slack ``time left - startup - work / r_fast`` is
+below `safety_margin_ticks` ticks, the job goes to, and stays on, the cheapest on-demand
+offer that still finishes in time. Fleet capacity: jobs are served in order of increasing
+slack and take spot slots one by one, so two jobs never count on the same last slot.
+Budgets: options whose cost to finish exceeds the job's remaining budget are dropped while
+another option remains. Beyond SkyNomad: carbon (priced), heterogeneous GPU throughput
+(rates per GPU type), budgets and fleet capacity. Energy drawn while a zone curtails shows up
+through the zone's low intensity then.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from orchestrator import catalog
+from orchestrator.model import (
+    Decision,
+    FloatArray,
+    Intent,
+    IntArray,
+    Location,
+    Market,
+    Phase,
+    Snapshot,
+)
+from orchestrator.signals.forecast import forecast_mean
+from policies.spot_lifetime import expected_lifetime_h
+
+_ACTIVE = (int(Phase.WAITING), int(Phase.STARTING), int(Phase.RUNNING))
+
+
+@dataclass
+class Heliotrope:
+    """Utility per action with deadline pressure, spot lifetimes, carbon forecasts and a
+    safety net (module doc)."""
+
+    name: ClassVar[str] = "heliotrope"
+    pressure_exponent: float = 2.0
+    safety_margin_ticks: float = 2.0
+    hysteresis: float = 0.05
+    lifetime_lookback_h: float = 168.0
+    lifetime_prior_h: float = 6.0
+    carbon_horizon_h: float = 6.0
+    _memo: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __call__(self, snapshot: Snapshot) -> Decision:
+        fleet = snapshot.fleet
+        js = np.flatnonzero(np.isin(fleet.phase, _ACTIVE))
+        if js.size == 0:
+            return Decision({})
+        tick_h = snapshot.tick_h
+        fit = snapshot.fit
+        offers = snapshot.offers
+        n_o = len(offers)
+        spot = self._spot_mask(snapshot)
+        price = snapshot.usd_per_hour
+        priced = np.isfinite(price)
+        capacity = np.where(np.isnan(snapshot.spot_capacity), 0.0, snapshot.spot_capacity)
+
+        lifetime = np.full(n_o, np.inf)
+        carbon = snapshot.carbon_g_per_kwh
+        if snapshot.history is not None:
+            look = max(2, int(self.lifetime_lookback_h / tick_h))
+            avail = snapshot.history.spot_capacity(look)
+            life = expected_lifetime_h(np.where(np.isinf(avail), 1.0, avail), tick_h,
+                                       prior_hours=self.lifetime_prior_h)
+            lifetime = np.where(spot, life, np.inf)
+            period = max(1, round(24.0 / tick_h))
+            horizon = max(1, round(self.carbon_horizon_h / tick_h))
+            rows = snapshot.history.carbon_g_per_kwh(period + 1)
+            carbon = forecast_mean(rows, horizon, period) if rows.shape[0] > period else carbon
+
+        rate = fit.rate[js]
+        inst = fit.instances[js]
+        carbon_usd_per_kwh = snapshot.carbon_usd_per_tonne * carbon / 1e6
+        hourly = price[None, :] * inst + fit.power_kw[js] * fit.pue[None, :] * carbon_usd_per_kwh[None, :]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            per_progress = np.where(rate > 0, hourly / rate, np.inf)
+        per_progress = np.where(priced[None, :], per_progress, np.inf)
+
+        current = fleet.offer[js]
+        holding = current >= 0
+        usable = (rate > 0) & priced[None, :]
+        can_launch = usable & (capacity[None, :] >= inst)
+        rows_j = np.arange(js.size)
+        feasible = can_launch.copy()
+        feasible[rows_j[holding], current[holding]] = True  # staying needs no new slot
+
+        # Startup and egress of a move, from where the checkpoint lies.
+        src = fleet.checkpoint_offer[js]
+        egress_pg, transfer_h_per_gb = self._move_matrices(snapshot)
+        size = np.array([snapshot.jobs[j].checkpoint_size_gb for j in js])
+        has_ckpt = src >= 0
+        src_row = np.maximum(src, 0)
+        egress = np.where(has_ckpt[:, None], egress_pg[src_row] * size[:, None], 0.0)
+        transfer = np.where(has_ckpt[:, None], transfer_h_per_gb[src_row] * size[:, None], 0.0)
+        startup = fit.cold_start_h[js][:, None] + transfer
+        now_s = snapshot.now_s
+        if holding.any():
+            hj = rows_j[holding]
+            ready_in = np.maximum(0.0, (fleet.ready_at_s[js[hj]] - now_s) / 3600.0)
+            startup[hj, current[holding]] = np.nan_to_num(ready_in)
+            egress[hj, current[holding]] = 0.0
+
+        remaining = np.maximum(fit.work_gpu_h[js] - fleet.progress_gpu_h[js], 0.0)
+        time_left = (fit.deadline_s[js] - now_s) / 3600.0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            finish_h = startup + remaining[:, None] / rate
+        stay = np.minimum(lifetime[None, :], finish_h)
+        stay = np.maximum(stay, tick_h)
+
+        # Value of progress: from the cheapest spot price to the on-demand price as slack runs out.
+        od = (~spot)[None, :] & usable
+        c_od = np.min(np.where(od, per_progress, np.inf), axis=1)
+        c_low = np.min(np.where(spot[None, :] & usable, per_progress, np.inf), axis=1)
+        c_low = np.where(np.isfinite(c_low), np.minimum(c_low, c_od), c_od)
+        r_fast = np.max(np.where(od, rate, 0.0), axis=1)
+        d_fast = np.min(np.where(od & (rate >= r_fast[:, None]), startup, np.inf), axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            need_h = np.where(r_fast > 0, remaining / r_fast, np.inf)
+            f = np.clip(need_h / np.maximum(time_left - d_fast, 1e-9), 0.0, 1.0)
+        value = c_low + (c_od - c_low) * f**self.pressure_exponent
+        value = np.where(np.isfinite(value), value, 0.0)
+
+        progress = rate * np.maximum(stay - startup, 0.0)
+        with np.errstate(invalid="ignore"):
+            utility = (value[:, None] * progress - hourly * stay - egress) / stay
+        utility = np.where(feasible & np.isfinite(utility), utility, -np.inf)
+
+        # Budgets: drop options that cannot finish within what is left, while others remain.
+        budget = np.array([snapshot.jobs[j].budget_usd or math.inf for j in js])
+        if np.isfinite(budget).any():
+            left = budget - fleet.usd[js]
+            affordable = per_progress * remaining[:, None] + egress <= left[:, None]
+            keep = affordable & np.isfinite(utility)
+            some = keep.any(axis=1)
+            utility = np.where(some[:, None] & ~keep, -np.inf, utility)
+
+        slack = time_left - d_fast - need_h
+        urgent = slack <= self.safety_margin_ticks * tick_h
+        # The safety net's choice: cheapest on-demand that still finishes in time, else fastest.
+        in_time = od & (finish_h <= time_left[:, None])
+        net_choice = np.argmin(np.where(in_time, per_progress, np.inf), axis=1)
+        none_in_time = ~in_time.any(axis=1)
+        fastest = np.argmax(np.where(od, rate - 1e-9 * per_progress, -np.inf), axis=1)
+        net_choice = np.where(none_in_time, fastest, net_choice)
+
+        intents: dict[int, Intent] = {}
+        free = capacity.copy()
+        for i in np.argsort(slack, kind="stable"):
+            j = int(js[i])
+            cur = int(current[i])
+            if urgent[i] and r_fast[i] > 0:
+                on_od = cur >= 0 and not spot[cur] and rate[i, cur] >= r_fast[i] - 1e-12
+                if on_od and finish_h[i, cur] <= time_left[i]:
+                    continue
+                target = int(net_choice[i])
+                if target != cur:
+                    intents[j] = Intent(target, f"safety net: slack {slack[i]:.2f} h")
+                continue
+            row = utility[i].copy()
+            row[spot & (free < inst[i])] = -np.inf
+            if cur >= 0:
+                row[cur] = utility[i, cur]
+            best = int(np.argmax(row))
+            best_u = row[best]
+            if cur >= 0:
+                cur_u = utility[i, cur]
+                if best == cur or best_u <= cur_u + self.hysteresis * abs(cur_u) + 1e-9:
+                    continue
+                if best_u <= 0.0:
+                    if cur_u < 0.0:
+                        intents[j] = Intent(None, f"pause: staying loses {-cur_u:.2f} $/h of value")
+                    continue
+            elif best_u <= 0.0 or not np.isfinite(best_u):
+                continue
+            if spot[best]:
+                free[best] -= inst[i, best]
+            intents[j] = Intent(best, f"utility {best_u:.2f} $/h (V {value[i]:.2f} $/gpu-h, "
+                                      f"stay {stay[i, best]:.1f} h)")
+        return Decision(intents)
+
+    # -- cached per offer set -----------------------------------------------------------------
+    def _spot_mask(self, snapshot: Snapshot) -> np.ndarray:
+        key = ("spot", id(snapshot.offers))
+        if key not in self._memo:
+            self._memo[key] = np.array([o.market is Market.SPOT for o in snapshot.offers])
+        result: np.ndarray = self._memo[key]
+        return result
+
+    def _move_matrices(self, snapshot: Snapshot) -> tuple[FloatArray, FloatArray]:
+        """[src offer, dst offer]: egress USD per GB and transfer hours per GB."""
+        settings = snapshot.settings
+        key = ("move", id(snapshot.offers), settings.egress_usd_per_gb, settings.transfer_time)
+        if key not in self._memo:
+            offers = snapshot.offers
+            regions: dict[tuple[str, str], int] = {}
+            code: IntArray = np.array([regions.setdefault((o.cloud, o.region), len(regions))
+                                       for o in offers], dtype=np.int64)
+            locs = [Location(c, r) for c, r in regions]
+            n = len(locs)
+            egress = np.zeros((n, n))
+            transfer = np.zeros((n, n))
+            for a, src in enumerate(locs):
+                for b, dst in enumerate(locs):
+                    if a == b:
+                        continue
+                    egress[a, b] = (settings.egress_usd_per_gb
+                                    if settings.egress_usd_per_gb is not None
+                                    else catalog.egress_usd_per_gb(src, dst))
+                    if settings.transfer_time:
+                        transfer[a, b] = catalog.transfer_hours(1.0, src, dst)
+            self._memo[key] = (egress[np.ix_(code, code)], transfer[np.ix_(code, code)])
+        result: tuple[FloatArray, FloatArray] = self._memo[key]
+        return result

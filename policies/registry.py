@@ -14,7 +14,6 @@ from typing import Any, Final
 
 from orchestrator.errors import InputError, UnknownNameError
 from policies.base import Policy
-from policies.heliotrope import Heliotrope
 from policies.baselines import (
     CarbonGreedy,
     CurtailmentThreshold,
@@ -22,6 +21,7 @@ from policies.baselines import (
     SpotFailover,
     UniformProgress,
 )
+from policies.heliotrope import Heliotrope
 
 _CONSTRUCTORS: Final[Mapping[str, Callable[..., Policy]]] = MappingProxyType({
     # Baselines (DESIGN.md §5).

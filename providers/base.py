@@ -89,9 +89,12 @@ class LaunchOutcome:
 
 
 class EventType(StrEnum):
-    PREEMPTED = "preempted"
-    PREEMPTION_NOTICE = "preemption_notice"
+    PREEMPTED = "preempted"  # the instance was taken away (spot reclaim, local preempt)
+    PREEMPTION_NOTICE = "preemption_notice"  # it will be taken away soon
     CAPACITY_UNAVAILABLE = "capacity_unavailable"
+    COMPLETED = "completed"  # the job's process exited successfully: the work is done
+    FAILED = "failed"  # the job's process exited with an error
+    PROGRESS = "progress"  # the job reported progress; `value` is the fraction done (0..1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +104,7 @@ class ProviderEvent:
     job_id: JobId
     time_s: float
     detail: str = ""
+    value: float = 0.0
 
 
 class ComputeProvider(Protocol):

@@ -68,3 +68,11 @@ def tiny_trace(
     )
     return Trace(offers=offers, prices=prices, spot=spot, grid=grid,
                  manifest=make_manifest(generator="test", start=T0.isoformat()))
+
+
+@pytest.fixture(scope="module")
+def shared_data_module() -> Path:
+    path = shared_data_dir()
+    if not (path / "SOURCES.md").is_file():
+        pytest.skip(f"shared traces not found at {path} (set HELIOTROPE_TRACES)")
+    return path

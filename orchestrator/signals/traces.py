@@ -6,8 +6,9 @@ A trace directory holds five files (see docs/traces.md for the full contract):
 - ``offers.parquet``: what can be bought: cloud, region, zone, instance_type, gpu_type,
   gpu_count, grid_zone (one row per instance type per zone; both markets implied).
 - ``prices.parquet``: a change log of prices: time, cloud, region, zone ('' = every zone of
-  the region), instance_type, market ('spot' | 'on_demand'), usd_per_hour (NaN = no price
-  from then on). A row holds until the next row of the same key (as-of join).
+  the region), instance_type, market ('spot' | 'on_demand'), usd_per_hour. A row holds until
+  the next row of the same key (as-of join). NaN on a region row means "not sold from then
+  on"; NaN on a zone row means "no zone-specific price": the region's price applies.
 - ``spot.parquet``: a change log of spot capacity: time, cloud, zone, instance_type
   ('' = every GPU instance type in the zone), capacity (instances obtainable: 0 = none,
   NaN = unknown, a gap). A row holds until the next row of the same key.

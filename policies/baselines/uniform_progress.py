@@ -19,9 +19,10 @@ Rule, exactly, for every job that has started and is not DONE, in this order:
    It never leaves on-demand while this holds (the check is made every tick, first).
    (With no priced on-demand offer at all, a waiting job takes `spot` if there is one.)
 2. On spot (STARTING or RUNNING): stay (a preemption makes it WAITING).
-3. On on-demand: stay until ``p >= p*(t) + hysteresis_cold_starts * d * rate_now`` (ahead of
-   the line by 2d hours of its current work rate); then go to `spot` if there is one, else
-   pause -- Uniform Progress idles when it is ahead and spot is unavailable.
+3. Hysteresis, on on-demand: stay until ``p >= p*(t + hysteresis_cold_starts * d)`` -- the
+   paper's ``cp(t) >= ep(t + 2d)``: ahead of the line by 2d hours along it, i.e. by
+   ``2d * W / (deadline - start)`` GPU-hours; then go to `spot` if there is one, else pause
+   (the paper's state machine goes from on-demand to idle when ahead and spot is gone).
 4. WAITING: launch `spot` if there is one; else, if behind the line (p < p*(t)), launch `od`;
    else keep waiting.
 
@@ -98,23 +99,25 @@ class UniformProgress:
         work, cold_h, start_s, deadline_s = job_facts(snapshot, js).T
         progress = fleet.progress_gpu_h[js]
         remaining = np.maximum(work - progress, 0.0)
+        later_s = snapshot.now_s + self.hysteresis_cold_starts * cold_h * SECONDS_PER_HOUR
         with np.errstate(divide="ignore", invalid="ignore"):
             need_h = np.where(remaining > 0, remaining / r_fast, 0.0)
             span_s = deadline_s - start_s
             frac = np.where(span_s > 0, (snapshot.now_s - start_s) / span_s, 1.0)
+            frac_later = np.where(span_s > 0, (later_s - start_s) / span_s, 1.0)
         left_h = (deadline_s - snapshot.now_s) / SECONDS_PER_HOUR
         slack_h = left_h - cold_h - need_h
         net = slack_h <= self.safety_margin_ticks * snapshot.tick_h
         line = work * np.clip(frac, 0.0, 1.0)
+        line_later = work * np.clip(frac_later, 0.0, 1.0)
         lead = progress - line
-        margin = self.hysteresis_cold_starts * cold_h * rate_now
 
         target = np.full(len(js), _KEEP, dtype=np.int64)
         on_fast_od = cur_od & (rate_now >= r_fast)
         to_fast = net & ~on_fast_od & (fast_best >= 0)
         target[to_fast] = fast_best[to_fast]
         free = ~net
-        back = free & cur_od & (lead >= margin)
+        back = free & cur_od & (progress >= line_later)
         target[back] = np.where(spot_best[back] >= 0, spot_best[back], _PAUSE)
         waiting = free & ~holding
         # With no priced on-demand offer the safety net cannot act; a waiting job takes spot.
@@ -131,8 +134,8 @@ class UniformProgress:
             if to_fast[i]:
                 why = f"safety net (slack <= {self.safety_margin_ticks * snapshot.tick_h:.2f} h)"
             elif back[i]:
-                why = (f"ahead of the line by >= {margin[i]:.2f} GPU-h "
-                       f"({self.hysteresis_cold_starts:g}d)")
+                why = (f"on-demand ahead of the line {self.hysteresis_cold_starts:g}d later "
+                       f"({line_later[i]:.2f} GPU-h)")
                 why += ", spot available" if o >= 0 else ", no spot: pause"
             elif to_spot[i]:
                 why = "spot available"

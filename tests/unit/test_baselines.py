@@ -243,7 +243,7 @@ def test_spot_failover(situation: str, world: World, expected: Expected) -> None
 
 # --- uniform-progress ------------------------------------------------------------------
 # Job: W = 64 GPU-h, rate 8/h, d = 0.5 h, start T0, deadline T0 + 32 h: the line rises
-# 2 GPU-h per hour. At now = 8 h the line is at 16; the hysteresis margin is 2 * 0.5 * 8 = 8.
+# 2 GPU-h per hour. At now = 8 h the line is at 16; hysteresis: ep(t + 2d) = ep(9 h) = 18.
 # Safety-net slack = (32 - now) - 0.5 - (64 - p) / 8; it fires when slack <= tick = 0.25.
 # At now = 25.75 h and p = 20: slack = 6.25 - 0.5 - 5.5 = 0.25 (fires); at 25.5 h: 0.5.
 
@@ -264,12 +264,14 @@ UNIFORM_PROGRESS_ROWS: list[tuple[str, World, Expected]] = [
      World(progress=10.0, spot_capacity={1: math.nan}), 0),
     ("running on spot behind the line: stays",
      World(phase=Phase.RUNNING, offer=1, progress=10.0), KEEP),
-    ("on on-demand, ahead by 7.875 < 8 (2d of work), spot available: stays",
-     World(phase=Phase.RUNNING, offer=0, progress=23.875), KEEP),
-    ("on on-demand, ahead by exactly 8, spot available: back to spot",
-     World(phase=Phase.RUNNING, offer=0, progress=24.0), 1),
-    ("on on-demand, ahead by 8, no spot: pause",
-     World(phase=Phase.RUNNING, offer=0, progress=24.0, spot_capacity=NO_HOME_SPOT), PAUSE),
+    ("on on-demand, 17.875 < ep(t + 2d) = 18, spot available: stays",
+     World(phase=Phase.RUNNING, offer=0, progress=17.875), KEEP),
+    ("on on-demand, at ep(t + 2d) = 18 exactly, spot available: back to spot",
+     World(phase=Phase.RUNNING, offer=0, progress=18.0), 1),
+    ("on on-demand, at ep(t + 2d), no spot: pause (idle, as in the paper)",
+     World(phase=Phase.RUNNING, offer=0, progress=18.0, spot_capacity=NO_HOME_SPOT), PAUSE),
+    ("on on-demand ahead of the line but < ep(t + 2d), no spot: stays",
+     World(phase=Phase.RUNNING, offer=0, progress=17.0, spot_capacity=NO_HOME_SPOT), KEEP),
     ("on on-demand behind the line, spot available: stays",
      World(phase=Phase.RUNNING, offer=0, progress=10.0), KEEP),
     ("safety net at slack = tick exactly: on-demand although spot is available",

@@ -10,6 +10,11 @@ Two methods, compared on the real Electricity Maps traces by `make bench`
   baseline for signals with a daily cycle (Hyndman & Athanasopoulos, FPP3 §5.2).
 - `blend`: seasonal naive shifted by today's level: ``x[t+h-P] + (x[t] - x[t-P])``, which
   keeps the daily shape but follows multi-day weather swings. Clipped at zero.
+
+Measured on Electricity Maps 2023, 16 zones, 1-24 h ahead (`make bench`): persistence MAE
+44.9 gCO2/kWh, seasonal naive 25.5 (x0.57), blend 29.6 (x0.66). Seasonal naive is the
+default. (statsforecast was not adopted: its dependencies outweigh a 0.57 baseline we have
+not yet shown it beats.)
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ Method = Literal["persistence", "seasonal_naive", "blend"]
 FloatArray = npt.NDArray[np.float64]
 
 
-def forecast(history: FloatArray, horizon: int, period: int, method: Method = "blend") -> FloatArray:
+def forecast(
+    history: FloatArray, horizon: int, period: int, method: Method = "seasonal_naive"
+) -> FloatArray:
     """Forecast `horizon` steps past the last row of `history` ([n, series]).
 
     Falls back to persistence where fewer than `period` rows exist. NaNs in history are
@@ -46,7 +53,9 @@ def forecast(history: FloatArray, horizon: int, period: int, method: Method = "b
     return np.maximum(seasonal + level[None, :], 0.0)
 
 
-def forecast_mean(history: FloatArray, horizon: int, period: int, method: Method = "blend") -> FloatArray:
+def forecast_mean(
+    history: FloatArray, horizon: int, period: int, method: Method = "seasonal_naive"
+) -> FloatArray:
     """Mean of the forecast over the next `horizon` steps, per series (the current row
     included, since it holds for the current step)."""
     if horizon <= 1:

@@ -1,0 +1,38 @@
+"""Which carbon forecast to use (issue #3): mean absolute error of persistence, seasonal
+naive and the level-corrected blend, 1-24 h ahead, on the real Electricity Maps hourly
+traces of 2023 (16 zones). Prints MAE per method and its ratio to persistence."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from orchestrator.signals.forecast import forecast
+from tests.conftest import shared_data_dir
+
+pytestmark = pytest.mark.bench
+
+
+def test_carbon_forecast_accuracy() -> None:
+    path = shared_data_dir() / "carbon" / "electricitymaps_hourly_ci_16zones_2021_2024.csv.gz"
+    if not path.is_file():
+        pytest.skip(f"{path} not found")
+    frame = pd.read_csv(path, usecols=["datetime_utc", "zone_id", "ci_direct_gco2_per_kwh"])
+    frame = frame[frame["datetime_utc"].str.startswith("2023")]
+    wide = frame.pivot_table(index="datetime_utc", columns="zone_id",
+                             values="ci_direct_gco2_per_kwh").sort_index()
+    values = wide.to_numpy(dtype=float)
+    horizon, period = 24, 24
+    errors: dict[str, list[float]] = {"persistence": [], "seasonal_naive": [], "blend": []}
+    for origin in range(7 * 24, values.shape[0] - horizon, 6):
+        past = values[origin - 7 * 24: origin + 1]
+        truth = values[origin + 1: origin + 1 + horizon]
+        for method in errors:
+            pred = forecast(past, horizon, period, method)  # type: ignore[arg-type]
+            errors[method].append(float(np.nanmean(np.abs(pred - truth))))
+    base = np.mean(errors["persistence"])
+    print(f"\ncarbon forecast, 1-24 h ahead, {wide.shape[1]} zones, 2023, "
+          f"{len(errors['blend'])} origins")
+    for method, errs in errors.items():
+        print(f"  {method:15s} MAE {np.mean(errs):7.2f} gCO2/kWh  x{np.mean(errs) / base:5.3f} of persistence")

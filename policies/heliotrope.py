@@ -122,6 +122,7 @@ class Heliotrope:
         egress = np.where(has_ckpt[:, None], egress_pg[src_row] * size[:, None], 0.0)
         transfer = np.where(has_ckpt[:, None], transfer_h_per_gb[src_row] * size[:, None], 0.0)
         startup = fit.cold_start_h[js][:, None] + transfer
+        fresh_startup = startup.copy()  # what a new launch costs, even where the job runs now
         now_s = snapshot.now_s
         if holding.any():
             hj = rows_j[holding]
@@ -142,15 +143,18 @@ class Heliotrope:
         c_low = np.min(np.where(spot[None, :] & usable, per_progress, np.inf), axis=1)
         c_low = np.where(np.isfinite(c_low), np.minimum(c_low, c_od), c_od)
         r_fast = np.max(np.where(od, rate, 0.0), axis=1)
-        d_fast = np.min(np.where(od & (rate >= r_fast[:, None]), startup, np.inf), axis=1)
+        # The fallback is a fresh on-demand launch: its cold start counts even for a job that
+        # runs on on-demand now, or leaving it for spot would spend the last of the slack.
+        d_fast = np.min(np.where(od & (rate >= r_fast[:, None]), fresh_startup, np.inf), axis=1)
         with np.errstate(divide="ignore", invalid="ignore"):
             need_h = np.where(r_fast > 0, remaining / r_fast, np.inf)
             f = np.clip(need_h / np.maximum(time_left - d_fast, 1e-9), 0.0, 1.0)
-        value = c_low + (c_od - c_low) * f**self.pressure_exponent
+        with np.errstate(invalid="ignore"):
+            value = c_low + (c_od - c_low) * f**self.pressure_exponent
         value = np.where(np.isfinite(value), value, 0.0)
 
-        progress = rate * np.maximum(stay - startup, 0.0)
         with np.errstate(invalid="ignore"):
+            progress = rate * np.maximum(stay - startup, 0.0)
             utility = (value[:, None] * progress - hourly * stay - egress) / stay
         utility = np.where(feasible & np.isfinite(utility), utility, -np.inf)
 

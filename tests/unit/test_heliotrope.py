@@ -1,0 +1,89 @@
+"""Table-driven tests of the `heliotrope` policy, in the baselines' tiny world
+(tests/unit/test_baselines.py: offers 0/1 aws us-east-1 on-demand/spot, 2/3 aws us-west-2,
+4/5 gcp europe-west4; on-demand 40/32/36 $/h, spot 10/8/12 $/h; one 8-GPU job of 64
+reference GPU-hours, 8 h of work on A100s, deadline 32 h after T0)."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+
+import numpy as np
+import pytest
+
+from orchestrator.model import CostSettings, Market, Phase, Snapshot
+from policies.heliotrope import Heliotrope
+from tests.unit.test_baselines import KEEP, PAUSE, Expected, World, check, decide, job, offer
+
+H100_EAST_SPOT = offer("aws", "us-east-1", "PJM", Market.SPOT, gpu="H100",
+                       instance_type="p5.48xlarge")  # offer 6 where added
+
+ROWS: list[tuple[str, World, Expected]] = [
+    ("plenty of slack: the cheapest spot", World(), 3),
+    ("cheapest spot full: the next cheapest", World(spot_capacity={3: 0.0}), 1),
+    ("little slack: the cheapest on-demand that finishes in time",
+     World(now_h=32 - 8.6), 2),
+    ("on the cheapest on-demand under pressure: stays", World(now_h=32 - 8.6, phase=Phase.RUNNING,
+                                                             offer=2), KEEP),
+    ("only dear spot now, cheap spot priced but full: wait for it",
+     World(usd_per_hour={1: 10.0, 3: 30.0, 5: 30.0}, spot_capacity={1: 0.0}), KEEP),
+    ("running on spot, a slightly cheaper one elsewhere: stay (move costs more than it saves)",
+     World(phase=Phase.RUNNING, offer=1, usd_per_hour={1: 8.2}), KEEP),
+    ("running on spot, a much cheaper one elsewhere: move",
+     World(phase=Phase.RUNNING, offer=1, usd_per_hour={3: 2.0}), 3),
+    ("running on on-demand with lots of slack and cheap spot: move to spot",
+     World(phase=Phase.RUNNING, offer=0), 3),
+    ("no allowed GPU anywhere: nothing to do", World(jobs=[job(gpu_types=frozenset({"L4"}))]), KEEP),
+    ("running on spot that became dear, slack left: pause rather than pay",
+     World(phase=Phase.RUNNING, offer=1, usd_per_hour={1: 39.0}, spot_capacity={3: 0.0, 5: 0.0}),
+     PAUSE),
+]
+
+
+@pytest.mark.parametrize(("situation", "world", "expected"), ROWS, ids=[r[0] for r in ROWS])
+def test_heliotrope(situation: str, world: World, expected: Expected) -> None:
+    snap = world.snapshot()
+    # A running job's checkpoint lies where it runs (the world factory leaves it at -1).
+    fleet = dataclasses.replace(snap.fleet, checkpoint_offer=np.array([world.offer]))
+    got, reason = _decide(dataclasses.replace(snap, fleet=fleet))
+    assert got == expected, f"{situation}: {reason}"
+
+
+def _decide(snapshot: Snapshot) -> tuple[Expected, str]:
+    decision = Heliotrope()(snapshot)
+    intent = decision.intents.get(0)
+    if intent is None:
+        return KEEP, ""
+    assert intent.reason and any(ch.isdigit() for ch in intent.reason)
+    return (PAUSE if intent.offer is None else intent.offer), intent.reason
+
+
+def test_two_jobs_one_last_slot_least_slack_first() -> None:
+    tight = job(id="tight", deadline=job().deadline - timedelta(hours=12))
+    loose = job(id="loose")
+    world = World(jobs=[loose, tight], spot_capacity={3: 1.0}, phase=Phase.WAITING, offer=-1)
+    decision = Heliotrope()(world.snapshot())
+    assert decision.intents[1].offer == 3  # the tighter job gets the last cheap slot
+    assert decision.intents[0].offer == 1  # the other takes the next cheapest
+
+
+def test_carbon_price_moves_the_choice_to_the_cleaner_grid() -> None:
+    world = World(usd_per_hour={1: 10.0, 3: 10.0, 5: 10.0})
+    plain = Heliotrope()(world.snapshot()).intents[0].offer
+    priced = dataclasses.replace(world.snapshot(),
+                                 settings=CostSettings(carbon_usd_per_tonne=1000.0))
+    assert plain == 1  # equal prices: the first
+    assert Heliotrope()(priced).intents[0].offer == 5  # NL, 200 g/kWh, the cleanest
+
+
+def test_faster_gpu_wins_on_utility_unless_it_breaks_the_budget() -> None:
+    world = World(extra_offers=[H100_EAST_SPOT], usd_per_hour={6: 25.0, 1: 9.0, 3: 9.5, 5: 9.5},
+                  now_h=14.0)
+    assert Heliotrope()(world.snapshot()).intents[0].offer == 6  # 20 GPU-h/h at 25 $/h
+    capped = dataclasses.replace(world, jobs=[job(budget_usd=75.0)])
+    assert Heliotrope()(capped.snapshot()).intents[0].offer == 1  # H100 would cost 80 to finish
+
+
+def test_reasons_carry_numbers() -> None:
+    check(Heliotrope(), World(), 3)
+    assert decide(Heliotrope(), World(now_h=32 - 8.6))[1].startswith("safety net")

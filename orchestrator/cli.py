@@ -28,8 +28,10 @@ err_console = Console(stderr=True)
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2
@@ -55,14 +57,26 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("replay", help="replay policies over a trace and report cost and carbon")
     r.add_argument("--traces", type=Path, help="trace directory (default: the built-in scenario)")
     r.add_argument("--jobs", type=Path, required=True, help="jobs file (docs/jobs.md)")
-    r.add_argument("--policies", default="on-demand,spot-failover,uniform-progress,"
-                   "carbon-greedy,curtailment-threshold", help="comma-separated policy names")
-    r.add_argument("--carbon-price", type=float, default=0.0, metavar="USD_PER_TONNE",
-                   help="price of carbon in the objective (0 = pure cost)")
+    r.add_argument(
+        "--policies",
+        default="on-demand,spot-failover,uniform-progress,carbon-greedy,curtailment-threshold",
+        help="comma-separated policy names",
+    )
+    r.add_argument(
+        "--carbon-price",
+        type=float,
+        default=0.0,
+        metavar="USD_PER_TONNE",
+        help="price of carbon in the objective (0 = pure cost)",
+    )
     r.add_argument("--seed", type=int, default=0, help="seed for spot gaps and the scenario")
     r.add_argument("--tick-minutes", type=float, default=10.0, help="tick length")
-    r.add_argument("--days", type=float, default=14.0,
-                   help="length of the built-in scenario when --traces is not given")
+    r.add_argument(
+        "--days",
+        type=float,
+        default=14.0,
+        help="length of the built-in scenario when --traces is not given",
+    )
     r.add_argument("--out", type=Path, default=Path("replay-out"), help="output directory")
     r.add_argument("--json", action="store_true", help="print results.json to stdout")
     r.set_defaults(handler=_replay)
@@ -76,8 +90,12 @@ def _parser() -> argparse.ArgumentParser:
     tg = tsub.add_parser("generate", help="generate the built-in seeded scenario")
     tg.add_argument("--seed", type=int, default=0)
     tg.add_argument("--days", type=float, default=14.0)
-    tg.add_argument("--start", type=datetime.fromisoformat, default=None,
-                    help="ISO start time (default 2024-04-01T00:00Z)")
+    tg.add_argument(
+        "--start",
+        type=datetime.fromisoformat,
+        default=None,
+        help="ISO start time (default 2024-04-01T00:00Z)",
+    )
     tg.add_argument("--out", type=Path, required=True)
     tg.set_defaults(handler=_traces_generate)
 
@@ -87,8 +105,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _progress() -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=err_console, transient=False)
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=False,
+    )
 
 
 def _policies(args: argparse.Namespace) -> int:
@@ -113,8 +137,9 @@ def _replay(args: argparse.Namespace) -> int:
         raise InputError("", "--policies", "at least one policy name")
     policies = [make_policy(n) for n in names]
     if args.tick_minutes <= 0 or args.tick_minutes * 60 != int(args.tick_minutes * 60):
-        raise InputError("", "--tick-minutes", "a positive whole number of seconds",
-                         got=args.tick_minutes)
+        raise InputError(
+            "", "--tick-minutes", "a positive whole number of seconds", got=args.tick_minutes
+        )
     tick_s = int(args.tick_minutes * 60)
     if args.traces is not None:
         trace = read_trace(args.traces)
@@ -137,8 +162,15 @@ def _replay(args: argparse.Namespace) -> int:
                 tasks[policy] = bar.add_task(f"replay {policy}", total=total)
             bar.update(tasks[policy], completed=done)
 
-        replay = run_replay(trace, jobs, policies, tick_s=tick_s, seed=args.seed,
-                            carbon_usd_per_tonne=args.carbon_price, progress=report)
+        replay = run_replay(
+            trace,
+            jobs,
+            policies,
+            tick_s=tick_s,
+            seed=args.seed,
+            carbon_usd_per_tonne=args.carbon_price,
+            progress=report,
+        )
     extra = {"traces": source, "jobs_file": str(args.jobs)}
     paths = write_outputs(replay, args.out, extra_config=extra)
     res = json.loads(paths["results"].read_text())

@@ -28,9 +28,11 @@ class PermanentError(HeliotropeError):
 class InputError(PermanentError):
     """Bad input from a person. The message says where, what was expected, and the fix.
 
-    >>> str(InputError("jobs.yaml", "jobs[2].deadline", "a time after `start`",
-    ...                got="2024-01-01T00:00Z", fix="move the deadline later"))
-    'jobs.yaml: jobs[2].deadline: expected a time after `start`, got 2024-01-01T00:00Z; fix: move the deadline later'
+    >>> e = InputError("jobs.yaml", "jobs[2].deadline", "a later time", got="2024-01-01",
+    ...                fix="move the deadline later")
+    >>> print(str(e).replace("; ", ";\n"))
+    jobs.yaml: jobs[2].deadline: expected a later time, got 2024-01-01;
+    fix: move the deadline later
     """
 
     def __init__(
@@ -47,7 +49,11 @@ class InputError(PermanentError):
         self.expected = expected
         self.got = got
         self.fix = fix
-        parts = [f"{where}: " if where else "", f"{field}: " if field else "", f"expected {expected}"]
+        parts = [
+            f"{where}: " if where else "",
+            f"{field}: " if field else "",
+            f"expected {expected}",
+        ]
         if got is not None:
             parts.append(f", got {got}")
         if fix:
@@ -58,7 +64,9 @@ class InputError(PermanentError):
 class UnknownNameError(InputError):
     """A name (policy, region, GPU type, ...) that is not known; lists the known ones."""
 
-    def __init__(self, what: str, name: str, known: list[str] | tuple[str, ...], where: str = "") -> None:
+    def __init__(
+        self, what: str, name: str, known: list[str] | tuple[str, ...], where: str = ""
+    ) -> None:
         super().__init__(
             where,
             what,

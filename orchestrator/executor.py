@@ -44,22 +44,48 @@ def execute(
         move = move_cost(job, src, offer.location, snapshot.settings)
         startup_s = (job.cold_start_h + move.transfer_h) * 3600.0
         outcome = provider.launch(
-            LaunchSpec(job_id=job.id, offer_id=offer.id, cluster=cluster, startup_s=startup_s,
-                       count=int(snapshot.fit.instances[action.job, action.offer]),
-                       env={"HELIOTROPE_JOB_ID": job.id}),
+            LaunchSpec(
+                job_id=job.id,
+                offer_id=offer.id,
+                cluster=cluster,
+                startup_s=startup_s,
+                count=int(snapshot.fit.instances[action.job, action.offer]),
+                env={"HELIOTROPE_JOB_ID": job.id},
+            ),
             request_id=action.request_id,
         )
         if outcome.error is not None:
-            logger.info("launch of %s on %s refused (%s): %s", job.id, offer.id,
-                        outcome.error.kind.value, outcome.error.message)
-            events.append(Event(now_s, job.id, EventKind.REJECTED, offer.id,
-                                f"{outcome.error.kind.value}: {outcome.error.message}"))
+            logger.info(
+                "launch of %s on %s refused (%s): %s",
+                job.id,
+                offer.id,
+                outcome.error.kind.value,
+                outcome.error.message,
+            )
+            events.append(
+                Event(
+                    now_s,
+                    job.id,
+                    EventKind.REJECTED,
+                    offer.id,
+                    f"{outcome.error.kind.value}: {outcome.error.message}",
+                )
+            )
             continue
         logger.info("launch %s on %s: %s", job.id, offer.id, action.reason)
-        events.append(Event(
-            now_s, job.id, EventKind.LAUNCHED, offer.id, action.reason,
-            {"ready_at_s": outcome.ready_at_s, "egress_usd": move.egress_usd,
-             "transfer_h": move.transfer_h},
-            instance_id=outcome.instance_id or "",
-        ))
+        events.append(
+            Event(
+                now_s,
+                job.id,
+                EventKind.LAUNCHED,
+                offer.id,
+                action.reason,
+                {
+                    "ready_at_s": outcome.ready_at_s,
+                    "egress_usd": move.egress_usd,
+                    "transfer_h": move.transfer_h,
+                },
+                instance_id=outcome.instance_id or "",
+            )
+        )
     return events

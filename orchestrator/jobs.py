@@ -44,11 +44,15 @@ class JobEntry(BaseModel):
     @model_validator(mode="after")
     def _one_of_each(self) -> JobEntry:
         if (self.start is None) == (self.start_offset_h is None):
-            raise ValueError("give exactly one of `start` (a time) or `start_offset_h` "
-                             "(hours after the trace starts)")
+            raise ValueError(
+                "give exactly one of `start` (a time) or `start_offset_h` "
+                "(hours after the trace starts)"
+            )
         if (self.deadline is None) == (self.deadline_h is None):
-            raise ValueError("give exactly one of `deadline` (a time) or `deadline_h` "
-                             "(hours after the job starts)")
+            raise ValueError(
+                "give exactly one of `deadline` (a time) or `deadline_h` "
+                "(hours after the job starts)"
+            )
         return self
 
 
@@ -65,8 +69,13 @@ def load_jobs(path: Path, *, trace_start: datetime | None = None) -> tuple[JobSp
     try:
         raw = yaml.safe_load(path.read_text())
     except FileNotFoundError:
-        raise InputError(where, "", "a jobs file", got="no such file",
-                         fix="see docs/jobs.md and docs/examples/jobs.yaml") from None
+        raise InputError(
+            where,
+            "",
+            "a jobs file",
+            got="no such file",
+            fix="see docs/jobs.md and docs/examples/jobs.yaml",
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f"line {mark.line + 1}" if mark is not None else ""
@@ -74,7 +83,9 @@ def load_jobs(path: Path, *, trace_start: datetime | None = None) -> tuple[JobSp
     return parse_jobs(raw, where=where, trace_start=trace_start)
 
 
-def parse_jobs(raw: object, *, where: str = "<jobs>", trace_start: datetime | None = None) -> tuple[JobSpec, ...]:
+def parse_jobs(
+    raw: object, *, where: str = "<jobs>", trace_start: datetime | None = None
+) -> tuple[JobSpec, ...]:
     try:
         doc = JobsFile.model_validate(raw)
     except ValidationError as exc:
@@ -91,37 +102,64 @@ def parse_jobs(raw: object, *, where: str = "<jobs>", trace_start: datetime | No
             try:
                 catalog.gpu(gpu_type)
             except HeliotropeError:
-                raise InputError(where, f"{field_prefix}.gpu_types", "known GPU types: "
-                                 + ", ".join(sorted(catalog.GPUS)), got=repr(gpu_type),
-                                 fix="use a catalog GPU name") from None
+                raise InputError(
+                    where,
+                    f"{field_prefix}.gpu_types",
+                    "known GPU types: " + ", ".join(sorted(catalog.GPUS)),
+                    got=repr(gpu_type),
+                    fix="use a catalog GPU name",
+                ) from None
         if entry.start is not None:
             start = utc(entry.start)
         elif trace_start is not None:
             start = utc(trace_start) + timedelta(hours=entry.start_offset_h or 0.0)
         else:
-            raise InputError(where, f"{field_prefix}.start_offset_h",
-                             "an absolute `start` when no trace start is known",
-                             fix="give `start:` as a time")
-        deadline = (utc(entry.deadline) if entry.deadline is not None
-                    else start + timedelta(hours=entry.deadline_h or 0.0))
+            raise InputError(
+                where,
+                f"{field_prefix}.start_offset_h",
+                "an absolute `start` when no trace start is known",
+                fix="give `start:` as a time",
+            )
+        deadline = (
+            utc(entry.deadline)
+            if entry.deadline is not None
+            else start + timedelta(hours=entry.deadline_h or 0.0)
+        )
         if deadline <= start:
-            raise InputError(where, f"{field_prefix}.deadline", "a time after the job's start",
-                             got=f"{deadline.isoformat()} (start {start.isoformat()})",
-                             fix="move the deadline later or the start earlier")
+            raise InputError(
+                where,
+                f"{field_prefix}.deadline",
+                "a time after the job's start",
+                got=f"{deadline.isoformat()} (start {start.isoformat()})",
+                fix="move the deadline later or the start earlier",
+            )
         for n in range(entry.count):
             name = entry.name if entry.count == 1 else f"{entry.name}-{n:03d}"
             if name in names:
-                raise InputError(where, f"{field_prefix}.name", "unique job names",
-                                 got=repr(name), fix="rename one of the jobs")
+                raise InputError(
+                    where,
+                    f"{field_prefix}.name",
+                    "unique job names",
+                    got=repr(name),
+                    fix="rename one of the jobs",
+                )
             names.add(name)
-            specs.append(JobSpec(
-                id=name, work_gpu_hours=entry.work_gpu_hours, gpus=entry.gpus,
-                start=start, deadline=deadline, checkpoint_size_gb=entry.checkpoint_size_gb,
-                cold_start_h=entry.cold_start_h, home_region=entry.home_region,
-                gpu_types=frozenset(catalog.gpu(g).name for g in entry.gpu_types),
-                throughput={catalog.gpu(g).name: v for g, v in entry.throughput.items()},
-                budget_usd=entry.budget_usd, checkpoint_interval_h=entry.checkpoint_interval_h,
-            ))
+            specs.append(
+                JobSpec(
+                    id=name,
+                    work_gpu_hours=entry.work_gpu_hours,
+                    gpus=entry.gpus,
+                    start=start,
+                    deadline=deadline,
+                    checkpoint_size_gb=entry.checkpoint_size_gb,
+                    cold_start_h=entry.cold_start_h,
+                    home_region=entry.home_region,
+                    gpu_types=frozenset(catalog.gpu(g).name for g in entry.gpu_types),
+                    throughput={catalog.gpu(g).name: v for g, v in entry.throughput.items()},
+                    budget_usd=entry.budget_usd,
+                    checkpoint_interval_h=entry.checkpoint_interval_h,
+                )
+            )
     return tuple(specs)
 
 
@@ -131,8 +169,10 @@ def _input_error(where: str, exc: ValidationError, *, prefix: str) -> InputError
     loc = loc.replace(".[", "[")
     field = f"{prefix}.{loc}" if prefix and loc else (prefix or loc or "document")
     msg = err["msg"].removeprefix("Value error, ")
-    fix = {"extra_forbidden": "remove it or check its spelling (see docs/jobs.md)",
-           "missing": "add it"}.get(err["type"], "see docs/jobs.md")
+    fix = {
+        "extra_forbidden": "remove it or check its spelling (see docs/jobs.md)",
+        "missing": "add it",
+    }.get(err["type"], "see docs/jobs.md")
     got = err.get("input") if err["type"] != "missing" else None
     if isinstance(got, dict):
         got = None

@@ -62,7 +62,7 @@ class EventLog:
 @dataclasses.dataclass(frozen=True, slots=True)
 class LoopOptions:
     cluster: str = "heliotrope"
-    settings: CostSettings = CostSettings()
+    settings: CostSettings = dataclasses.field(default_factory=CostSettings)
 
 
 class Controller:
@@ -93,8 +93,14 @@ class Controller:
         self._start_s = np.array([job.start.timestamp() for job in self.jobs])
         self._spot = np.array([o.market is Market.SPOT for o in grid.offers])
         self._last_s: float | None = None
-        for name in ("usd_per_hour", "spot_capacity", "carbon_g_per_kwh",
-                     "carbon_marginal_g_per_kwh", "curtailing", "carbon_hourly_known"):
+        for name in (
+            "usd_per_hour",
+            "spot_capacity",
+            "carbon_g_per_kwh",
+            "carbon_marginal_g_per_kwh",
+            "curtailing",
+            "carbon_hourly_known",
+        ):
             getattr(grid, name).flags.writeable = False
 
     @property
@@ -109,7 +115,9 @@ class Controller:
         if self._last_s is not None:
             events += self._accrue(self._last_s, now_s)
         events += self._observe(now_s)
-        self.fleet.phase[(self.fleet.phase == Phase.PENDING) & (self._start_s <= now_s)] = Phase.WAITING
+        self.fleet.phase[(self.fleet.phase == Phase.PENDING) & (self._start_s <= now_s)] = (
+            Phase.WAITING
+        )
 
         snapshot = self._snapshot(now, now_s, k)
         decision = self.policy(snapshot)
@@ -117,8 +125,9 @@ class Controller:
         for j, reason in refusals:
             logger.debug("refused intent for %s: %s", self.jobs[j].id, reason)
             events.append(Event(now_s, self.jobs[j].id, EventKind.REJECTED, "", reason))
-        for event in execute(actions, snapshot, self.provider, self.instance_of,
-                             cluster=self.options.cluster):
+        for event in execute(
+            actions, snapshot, self.provider, self.instance_of, cluster=self.options.cluster
+        ):
             events.append(self._apply(event))
         self._last_s = now_s
         if events:
@@ -142,19 +151,45 @@ class Controller:
     def _accrue(self, t0_s: float, t1_s: float) -> list[Event]:
         k = self._grid_tick(t0_s)
         g = self.grid
-        row = SignalRow(g.usd_per_hour[k], g.carbon_g_per_kwh[k],
-                        g.carbon_marginal_g_per_kwh[k], g.curtailing[k])
-        done = accrue(self.fleet, self.fit, row, self._work, self._ckpt_s, t0_s, t1_s,
-                      bill_final_tick=self.options.settings.bill_final_tick)
-        return [self._stamp(Event(float(self.fleet.finished_at_s[j]), self.jobs[j].id,
-                                  EventKind.FINISHED, g.offers[self.fleet.offer[j]].id,
-                                  "work complete"), int(j)) for j in done]
+        row = SignalRow(
+            g.usd_per_hour[k],
+            g.carbon_g_per_kwh[k],
+            g.carbon_marginal_g_per_kwh[k],
+            g.curtailing[k],
+        )
+        done = accrue(
+            self.fleet,
+            self.fit,
+            row,
+            self._work,
+            self._ckpt_s,
+            t0_s,
+            t1_s,
+            bill_final_tick=self.options.settings.bill_final_tick,
+        )
+        return [
+            self._stamp(
+                Event(
+                    float(self.fleet.finished_at_s[j]),
+                    self.jobs[j].id,
+                    EventKind.FINISHED,
+                    g.offers[self.fleet.offer[j]].id,
+                    "work complete",
+                ),
+                int(j),
+            )
+            for j in done
+        ]
 
     def _observe(self, now_s: float) -> list[Event]:
         events = []
         for pe in self.provider.poll_events():
             j = self._index.get(pe.job_id)
-            if j is None or pe.type is not EventType.PREEMPTED or self.instance_of[j] != pe.instance_id:
+            if (
+                j is None
+                or pe.type is not EventType.PREEMPTED
+                or self.instance_of[j] != pe.instance_id
+            ):
                 continue  # not one of ours, or an instance we already let go
             f = self.fleet
             offer = int(f.offer[j])
@@ -163,26 +198,46 @@ class Controller:
             f.preemptions[j] += 1
             f.preempted_offer[j] = offer
             self._release(j)
-            events.append(self._stamp(Event(
-                now_s, self.jobs[j].id, EventKind.PREEMPTED, self.grid.offers[offer].id,
-                pe.detail, {"lost_gpu_h": float(lost)}, instance_id=pe.instance_id), j))
+            events.append(
+                self._stamp(
+                    Event(
+                        now_s,
+                        self.jobs[j].id,
+                        EventKind.PREEMPTED,
+                        self.grid.offers[offer].id,
+                        pe.detail,
+                        {"lost_gpu_h": float(lost)},
+                        instance_id=pe.instance_id,
+                    ),
+                    j,
+                )
+            )
         return events
 
     def _snapshot(self, now: datetime, now_s: float, k: int) -> Snapshot:
         g = self.grid
         held = self.fleet.offer >= 0
-        used = np.bincount(self.fleet.offer[held],
-                           weights=self.fit.instances[held, self.fleet.offer[held]],
-                           minlength=len(g.offers))
+        used = np.bincount(
+            self.fleet.offer[held],
+            weights=self.fit.instances[held, self.fleet.offer[held]],
+            minlength=len(g.offers),
+        )
         capacity = np.where(self._spot, g.spot_capacity[k] - used, np.inf)
         capacity.flags.writeable = False
         return Snapshot(
-            now=now, now_s=now_s, tick_h=g.tick_s / 3600.0, offers=g.offers,
-            usd_per_hour=g.usd_per_hour[k], spot_capacity=capacity,
+            now=now,
+            now_s=now_s,
+            tick_h=g.tick_s / 3600.0,
+            offers=g.offers,
+            usd_per_hour=g.usd_per_hour[k],
+            spot_capacity=capacity,
             carbon_g_per_kwh=g.carbon_g_per_kwh[k],
             carbon_marginal_g_per_kwh=g.carbon_marginal_g_per_kwh[k],
-            curtailing=g.curtailing[k], jobs=self.jobs, fleet=self.fleet.frozen_copy(),
-            fit=self.fit, settings=self.options.settings,
+            curtailing=g.curtailing[k],
+            jobs=self.jobs,
+            fleet=self.fleet.frozen_copy(),
+            fit=self.fit,
+            settings=self.options.settings,
             history=SignalHistory(g, k),
         )
 
@@ -223,6 +278,10 @@ class Controller:
     def _stamp(self, event: Event, j: int) -> Event:
         """Attach the job's running totals, so a timeline can be cut from events alone."""
         f = self.fleet
-        data = {**event.data, "usd": float(f.usd[j]), "kg_co2": float(f.kg_co2[j]),
-                "progress_gpu_h": float(f.progress_gpu_h[j])}
+        data = {
+            **event.data,
+            "usd": float(f.usd[j]),
+            "kg_co2": float(f.kg_co2[j]),
+            "progress_gpu_h": float(f.progress_gpu_h[j]),
+        }
         return dataclasses.replace(event, data=data)

@@ -14,15 +14,18 @@ import math
 from orchestrator.model import Action, ActionKind, Decision, Phase, Snapshot
 
 
-def plan(snapshot: Snapshot, decision: Decision, tick: int) -> tuple[list[Action], list[tuple[int, str]]]:
+def plan(
+    snapshot: Snapshot, decision: Decision, tick: int
+) -> tuple[list[Action], list[tuple[int, str]]]:
     """Return (actions, refusals). Refusals are (job index, reason)."""
     fleet = snapshot.fleet
     actions: list[Action] = []
     refused: list[tuple[int, str]] = []
     for j in map(int, (fleet.phase == Phase.DONE).nonzero()[0]):
         if fleet.offer[j] >= 0:
-            actions.append(_act(ActionKind.TERMINATE, snapshot, j, int(fleet.offer[j]), tick,
-                                "finished"))
+            actions.append(
+                _act(ActionKind.TERMINATE, snapshot, j, int(fleet.offer[j]), tick, "finished")
+            )
     free = snapshot.spot_capacity.copy()
     fit = snapshot.fit
     for j in sorted(decision.intents):
@@ -37,8 +40,9 @@ def plan(snapshot: Snapshot, decision: Decision, tick: int) -> tuple[list[Action
         if intent.offer is None:
             if current < 0:
                 continue
-            actions.append(_act(ActionKind.TERMINATE, snapshot, j, current, tick,
-                                f"pause: {intent.reason}"))
+            actions.append(
+                _act(ActionKind.TERMINATE, snapshot, j, current, tick, f"pause: {intent.reason}")
+            )
             continue
         o = intent.offer
         if not 0 <= o < len(snapshot.offers):
@@ -54,12 +58,20 @@ def plan(snapshot: Snapshot, decision: Decision, tick: int) -> tuple[list[Action
         else:
             free[o] -= need
             if current >= 0:
-                actions.append(_act(ActionKind.TERMINATE, snapshot, j, current, tick,
-                                    f"move: {intent.reason}"))
+                actions.append(
+                    _act(ActionKind.TERMINATE, snapshot, j, current, tick, f"move: {intent.reason}")
+                )
             actions.append(_act(ActionKind.LAUNCH, snapshot, j, o, tick, intent.reason))
     return actions, refused
 
 
-def _act(kind: ActionKind, snapshot: Snapshot, j: int, offer: int, tick: int, reason: str) -> Action:
-    return Action(kind=kind, job=j, offer=offer,
-                  request_id=f"{snapshot.jobs[j].id}:{tick}:{kind.value}", reason=reason)
+def _act(
+    kind: ActionKind, snapshot: Snapshot, j: int, offer: int, tick: int, reason: str
+) -> Action:
+    return Action(
+        kind=kind,
+        job=j,
+        offer=offer,
+        request_id=f"{snapshot.jobs[j].id}:{tick}:{kind.value}",
+        reason=reason,
+    )

@@ -74,6 +74,8 @@ class JobOfferFit:
     start_s: FloatArray
     deadline_s: FloatArray
     cold_start_h: FloatArray
+    checkpoint_size_gb: FloatArray
+    budget_usd: FloatArray  # inf where the job has no budget
 
     @staticmethod
     def build(jobs: Sequence[JobSpec], offers: Sequence[Offer]) -> JobOfferFit:
@@ -95,12 +97,20 @@ class JobOfferFit:
         regions = np.array([o.region for o in offers], dtype=object)
         home = np.array([regions == job.home_region for job in jobs], dtype=bool).reshape(n_j, n_o)
         return JobOfferFit(
-            rate=rate, instances=inst, power_kw=power, pue=np.array([o.pue for o in offers]),
+            rate=rate,
+            instances=inst,
+            power_kw=power,
+            pue=np.array([o.pue for o in offers]),
             home=home,
             work_gpu_h=np.array([job.work_gpu_hours for job in jobs], dtype=np.float64),
             start_s=np.array([job.start.timestamp() for job in jobs], dtype=np.float64),
             deadline_s=np.array([job.deadline.timestamp() for job in jobs], dtype=np.float64),
             cold_start_h=np.array([job.cold_start_h for job in jobs], dtype=np.float64),
+            checkpoint_size_gb=np.array([job.checkpoint_size_gb for job in jobs], dtype=np.float64),
+            budget_usd=np.array(
+                [np.inf if job.budget_usd is None else job.budget_usd for job in jobs],
+                dtype=np.float64,
+            ),
         )
 
 
@@ -112,8 +122,9 @@ def marginal_intensity(
     return np.where(np.isnan(marginal_g_per_kwh), proxy, marginal_g_per_kwh)
 
 
-def energy_kwh(power_kw: float | FloatArray, pue: float | FloatArray,
-               hours: float | FloatArray) -> FloatArray:
+def energy_kwh(
+    power_kw: float | FloatArray, pue: float | FloatArray, hours: float | FloatArray
+) -> FloatArray:
     return np.asarray(power_kw) * pue * hours
 
 
@@ -142,8 +153,11 @@ def move_cost(
         return MoveCost(0.0, 0.0)
     settings = settings or CostSettings()
     size = job.checkpoint_size_gb
-    per_gb = (settings.egress_usd_per_gb if settings.egress_usd_per_gb is not None
-              else catalog.egress_usd_per_gb(src, dst))
+    per_gb = (
+        settings.egress_usd_per_gb
+        if settings.egress_usd_per_gb is not None
+        else catalog.egress_usd_per_gb(src, dst)
+    )
     transfer_h = catalog.transfer_hours(size, src, dst) if settings.transfer_time else 0.0
     return MoveCost(egress_usd=size * per_gb, transfer_h=transfer_h)
 

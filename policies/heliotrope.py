@@ -33,18 +33,18 @@ through the zone's low intensity then.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
 from orchestrator import catalog
 from orchestrator.model import (
+    BoolArray,
     Decision,
     FloatArray,
-    Intent,
     IntArray,
+    Intent,
     Location,
     Market,
     Phase,
@@ -61,7 +61,7 @@ class Heliotrope:
     """Utility per action with deadline pressure, spot lifetimes, carbon forecasts and a
     safety net (module doc)."""
 
-    name: ClassVar[str] = "heliotrope"
+    name = "heliotrope"
     pressure_exponent: float = 2.0
     safety_margin_ticks: float = 2.0
     hysteresis: float = 0.05
@@ -89,8 +89,9 @@ class Heliotrope:
         if snapshot.history is not None:
             look = max(2, int(self.lifetime_lookback_h / tick_h))
             avail = snapshot.history.spot_capacity(look)
-            life = expected_lifetime_h(np.where(np.isinf(avail), 1.0, avail), tick_h,
-                                       prior_hours=self.lifetime_prior_h)
+            life = expected_lifetime_h(
+                np.where(np.isinf(avail), 1.0, avail), tick_h, prior_hours=self.lifetime_prior_h
+            )
             lifetime = np.where(spot, life, np.inf)
             period = max(1, round(24.0 / tick_h))
             horizon = max(1, round(self.carbon_horizon_h / tick_h))
@@ -100,7 +101,10 @@ class Heliotrope:
         rate = fit.rate[js]
         inst = fit.instances[js]
         carbon_usd_per_kwh = snapshot.carbon_usd_per_tonne * carbon / 1e6
-        hourly = price[None, :] * inst + fit.power_kw[js] * fit.pue[None, :] * carbon_usd_per_kwh[None, :]
+        hourly = (
+            price[None, :] * inst
+            + fit.power_kw[js] * fit.pue[None, :] * carbon_usd_per_kwh[None, :]
+        )
         with np.errstate(divide="ignore", invalid="ignore"):
             per_progress = np.where(rate > 0, hourly / rate, np.inf)
         per_progress = np.where(priced[None, :], per_progress, np.inf)
@@ -116,7 +120,7 @@ class Heliotrope:
         # Startup and egress of a move, from where the checkpoint lies.
         src = fleet.checkpoint_offer[js]
         egress_pg, transfer_h_per_gb = self._move_matrices(snapshot)
-        size = np.array([snapshot.jobs[j].checkpoint_size_gb for j in js])
+        size = fit.checkpoint_size_gb[js]
         has_ckpt = src >= 0
         src_row = np.maximum(src, 0)
         egress = np.where(has_ckpt[:, None], egress_pg[src_row] * size[:, None], 0.0)
@@ -159,12 +163,12 @@ class Heliotrope:
         utility = np.where(feasible & np.isfinite(utility), utility, -np.inf)
 
         # Budgets: drop options that cannot finish within what is left, while others remain.
-        budget = np.array([snapshot.jobs[j].budget_usd or math.inf for j in js])
+        budget = fit.budget_usd[js]
         if np.isfinite(budget).any():
             left = budget - fleet.usd[js]
             affordable = per_progress * remaining[:, None] + egress <= left[:, None]
             keep = affordable & np.isfinite(utility)
-            some = keep.any(axis=1)
+            some: BoolArray = np.asarray(keep.any(axis=1), dtype=bool)
             utility = np.where(some[:, None] & ~keep, -np.inf, utility)
 
         slack = time_left - d_fast - need_h
@@ -207,8 +211,10 @@ class Heliotrope:
                 continue
             if spot[best]:
                 free[best] -= inst[i, best]
-            intents[j] = Intent(best, f"utility {best_u:.2f} $/h (V {value[i]:.2f} $/gpu-h, "
-                                      f"stay {stay[i, best]:.1f} h)")
+            intents[j] = Intent(
+                best,
+                f"utility {best_u:.2f} $/h (V {value[i]:.2f} $/gpu-h, stay {stay[i, best]:.1f} h)",
+            )
         return Decision(intents)
 
     # -- cached per offer set -----------------------------------------------------------------
@@ -226,8 +232,10 @@ class Heliotrope:
         if key not in self._memo:
             offers = snapshot.offers
             regions: dict[tuple[str, str], int] = {}
-            code: IntArray = np.array([regions.setdefault((o.cloud, o.region), len(regions))
-                                       for o in offers], dtype=np.int64)
+            code: IntArray = np.array(
+                [regions.setdefault((o.cloud, o.region), len(regions)) for o in offers],
+                dtype=np.int64,
+            )
             locs = [Location(c, r) for c, r in regions]
             n = len(locs)
             egress = np.zeros((n, n))
@@ -236,9 +244,11 @@ class Heliotrope:
                 for b, dst in enumerate(locs):
                     if a == b:
                         continue
-                    egress[a, b] = (settings.egress_usd_per_gb
-                                    if settings.egress_usd_per_gb is not None
-                                    else catalog.egress_usd_per_gb(src, dst))
+                    egress[a, b] = (
+                        settings.egress_usd_per_gb
+                        if settings.egress_usd_per_gb is not None
+                        else catalog.egress_usd_per_gb(src, dst)
+                    )
                     if settings.transfer_time:
                         transfer[a, b] = catalog.transfer_hours(1.0, src, dst)
             self._memo[key] = (egress[np.ix_(code, code)], transfer[np.ix_(code, code)])

@@ -23,18 +23,20 @@ from policies.baselines import (
 )
 from policies.heliotrope import Heliotrope
 
-_CONSTRUCTORS: Final[Mapping[str, Callable[..., Policy]]] = MappingProxyType({
-    # Baselines (DESIGN.md §5).
-    OnDemand.name: OnDemand,
-    SpotFailover.name: SpotFailover,
-    UniformProgress.name: UniformProgress,
-    CarbonGreedy.name: CarbonGreedy,
-    CurtailmentThreshold.name: CurtailmentThreshold,
-    # Ours.
-    Heliotrope.name: Heliotrope,
-    # The hindsight bound goes here when it lands:
-    #   "oracle": policies.oracle.Oracle,
-})
+_CONSTRUCTORS: Final[Mapping[str, Callable[..., Policy]]] = MappingProxyType(
+    {
+        # Baselines (DESIGN.md §5).
+        OnDemand.name: OnDemand,
+        SpotFailover.name: SpotFailover,
+        UniformProgress.name: UniformProgress,
+        CarbonGreedy.name: CarbonGreedy,
+        CurtailmentThreshold.name: CurtailmentThreshold,
+        # Ours.
+        Heliotrope.name: Heliotrope,
+        # The hindsight bound goes here when it lands:
+        #   "oracle": policies.oracle.Oracle,
+    }
+)
 
 POLICY_NAMES: Final[tuple[str, ...]] = tuple(_CONSTRUCTORS)
 
@@ -53,14 +55,17 @@ def make_policy(name: str, /, **options: Any) -> Policy:
     known = policy_options(name)
     unknown = sorted(set(options) - set(known))
     if unknown:
-        raise InputError("", f"policy {name!r} options",
-                         "one of: " + (", ".join(known) or "(none)"), got=", ".join(unknown),
-                         fix="drop or rename the option")
+        raise InputError(
+            "",
+            f"policy {name!r} options",
+            "one of: " + (", ".join(known) or "(none)"),
+            got=", ".join(unknown),
+            fix="drop or rename the option",
+        )
     try:
         return cls(**options)
     except (TypeError, ValueError) as e:
-        raise InputError("", f"policy {name!r} options", "valid option values",
-                         got=str(e)) from e
+        raise InputError("", f"policy {name!r} options", "valid option values", got=str(e)) from e
 
 
 def _constructor(name: str) -> Callable[..., Policy]:

@@ -92,7 +92,9 @@ class SimProvider:
         self._instances: dict[InstanceId, InstanceInfo] = {}
         self._count: dict[InstanceId, int] = {}
         self._by_request: dict[str, LaunchOutcome] = {}
-        self._spot_held: dict[int, list[InstanceId]] = {}  # offer -> live spot instances, oldest first
+        self._spot_held: dict[
+            int, list[InstanceId]
+        ] = {}  # offer -> live spot instances, oldest first
         self._events: list[ProviderEvent] = []
         self._seq = 0
 
@@ -106,35 +108,50 @@ class SimProvider:
     def list_instances(self, *, cluster: str) -> Mapping[InstanceId, InstanceInfo]:
         if cluster != self._cluster:
             return {}
-        return {i: info for i, info in self._instances.items()
-                if info.state in (InstanceState.BOOTING, InstanceState.RUNNING)}
+        return {
+            i: info
+            for i, info in self._instances.items()
+            if info.state in (InstanceState.BOOTING, InstanceState.RUNNING)
+        }
 
     def launch(self, spec: LaunchSpec, *, request_id: str) -> LaunchOutcome:
         if request_id in self._by_request:
             return self._by_request[request_id]
         k = self._offer_index.get(spec.offer_id)
         if k is None:
-            return LaunchOutcome(None, error=ProviderFailure(
-                FailureKind.INVALID, f"unknown offer {spec.offer_id!r}"))
+            return LaunchOutcome(
+                None, error=ProviderFailure(FailureKind.INVALID, f"unknown offer {spec.offer_id!r}")
+            )
         now_s = self._clock.now().timestamp()
         tick = self._tick(now_s)
         offer = self._grid.offers[k]
         if math.isnan(self._grid.usd_per_hour[tick, k]):
-            return LaunchOutcome(None, error=ProviderFailure(
-                FailureKind.CAPACITY, f"{spec.offer_id} is not sold now"))
+            return LaunchOutcome(
+                None,
+                error=ProviderFailure(FailureKind.CAPACITY, f"{spec.offer_id} is not sold now"),
+            )
         if offer.market is Market.SPOT:
             free = self._grid.spot_capacity[tick, k] - self._held(k)
             if not free >= spec.count:  # NaN compares False: unknown is not capacity
-                outcome = LaunchOutcome(None, error=ProviderFailure(
-                    FailureKind.CAPACITY, f"no spot capacity for {spec.count} x {spec.offer_id}"))
+                outcome = LaunchOutcome(
+                    None,
+                    error=ProviderFailure(
+                        FailureKind.CAPACITY, f"no spot capacity for {spec.count} x {spec.offer_id}"
+                    ),
+                )
                 self._by_request[request_id] = outcome
                 return outcome
         self._seq += 1
         instance_id = f"sim-{self._seq:06d}"
         ready_at_s = now_s + spec.startup_s
         self._instances[instance_id] = InstanceInfo(
-            id=instance_id, offer_id=spec.offer_id, job_id=spec.job_id,
-            state=InstanceState.BOOTING, launched_at_s=now_s, ready_at_s=ready_at_s)
+            id=instance_id,
+            offer_id=spec.offer_id,
+            job_id=spec.job_id,
+            state=InstanceState.BOOTING,
+            launched_at_s=now_s,
+            ready_at_s=ready_at_s,
+        )
         self._count[instance_id] = spec.count
         if offer.market is Market.SPOT:
             self._spot_held.setdefault(k, []).append(instance_id)
@@ -159,9 +176,15 @@ class SimProvider:
                 victim = held[-1]  # the newest gang goes first
                 info = self._instances[victim]
                 self._end(victim, InstanceState.PREEMPTED)
-                self._events.append(ProviderEvent(
-                    EventType.PREEMPTED, victim, info.job_id, now_s,
-                    f"spot capacity {capacity:g} at {info.offer_id}"))
+                self._events.append(
+                    ProviderEvent(
+                        EventType.PREEMPTED,
+                        victim,
+                        info.job_id,
+                        now_s,
+                        f"spot capacity {capacity:g} at {info.offer_id}",
+                    )
+                )
         events, self._events = self._events, []
         return events
 

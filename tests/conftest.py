@@ -39,35 +39,109 @@ def tiny_trace(
     `spot_pattern` is (hour, capacity) change points for the AWS spot offer; GCP spot is
     always available. Carbon is constant per zone."""
     carbon = carbon or {"US-MIDA-PJM": 400.0, "NL": 300.0}
-    offers = pd.DataFrame([
-        {"cloud": "aws", "region": "us-east-1", "zone": "us-east-1a", "instance_type": "p3.2xlarge",
-         "gpu_type": "V100", "gpu_count": 1, "grid_zone": "US-MIDA-PJM"},
-        {"cloud": "gcp", "region": "europe-west4", "zone": "europe-west4-a",
-         "instance_type": "a2-ultragpu-1g", "gpu_type": "A100-80GB", "gpu_count": 1,
-         "grid_zone": "NL"},
-    ])
-    prices = pd.DataFrame([
-        {"time": T0, "cloud": "aws", "region": "us-east-1", "zone": "", "instance_type": "p3.2xlarge",
-         "market": "on_demand", "usd_per_hour": 3.06},
-        {"time": T0, "cloud": "aws", "region": "us-east-1", "zone": "us-east-1a",
-         "instance_type": "p3.2xlarge", "market": "spot", "usd_per_hour": 0.92},
-        {"time": T0, "cloud": "gcp", "region": "europe-west4", "zone": "",
-         "instance_type": "a2-ultragpu-1g", "market": "on_demand", "usd_per_hour": 5.07},
-        {"time": T0, "cloud": "gcp", "region": "europe-west4", "zone": "",
-         "instance_type": "a2-ultragpu-1g", "market": "spot", "usd_per_hour": 1.57},
-    ])
+    offers = pd.DataFrame(
+        [
+            {
+                "cloud": "aws",
+                "region": "us-east-1",
+                "zone": "us-east-1a",
+                "instance_type": "p3.2xlarge",
+                "gpu_type": "V100",
+                "gpu_count": 1,
+                "grid_zone": "US-MIDA-PJM",
+            },
+            {
+                "cloud": "gcp",
+                "region": "europe-west4",
+                "zone": "europe-west4-a",
+                "instance_type": "a2-ultragpu-1g",
+                "gpu_type": "A100-80GB",
+                "gpu_count": 1,
+                "grid_zone": "NL",
+            },
+        ]
+    )
+    prices = pd.DataFrame(
+        [
+            {
+                "time": T0,
+                "cloud": "aws",
+                "region": "us-east-1",
+                "zone": "",
+                "instance_type": "p3.2xlarge",
+                "market": "on_demand",
+                "usd_per_hour": 3.06,
+            },
+            {
+                "time": T0,
+                "cloud": "aws",
+                "region": "us-east-1",
+                "zone": "us-east-1a",
+                "instance_type": "p3.2xlarge",
+                "market": "spot",
+                "usd_per_hour": 0.92,
+            },
+            {
+                "time": T0,
+                "cloud": "gcp",
+                "region": "europe-west4",
+                "zone": "",
+                "instance_type": "a2-ultragpu-1g",
+                "market": "on_demand",
+                "usd_per_hour": 5.07,
+            },
+            {
+                "time": T0,
+                "cloud": "gcp",
+                "region": "europe-west4",
+                "zone": "",
+                "instance_type": "a2-ultragpu-1g",
+                "market": "spot",
+                "usd_per_hour": 1.57,
+            },
+        ]
+    )
     spot = pd.DataFrame(
-        [{"time": T0 + timedelta(hours=h), "cloud": "aws", "zone": "us-east-1a",
-          "instance_type": "p3.2xlarge", "capacity": c} for h, c in spot_pattern]
-        + [{"time": T0, "cloud": "gcp", "zone": "europe-west4-a", "instance_type": "",
-            "capacity": 4.0}]
+        [
+            {
+                "time": T0 + timedelta(hours=h),
+                "cloud": "aws",
+                "zone": "us-east-1a",
+                "instance_type": "p3.2xlarge",
+                "capacity": c,
+            }
+            for h, c in spot_pattern
+        ]
+        + [
+            {
+                "time": T0,
+                "cloud": "gcp",
+                "zone": "europe-west4-a",
+                "instance_type": "",
+                "capacity": 4.0,
+            }
+        ]
     )
     grid = pd.DataFrame(
-        [{"time": T0 + timedelta(hours=h), "grid_zone": z, "metric": "carbon_avg_g_per_kwh",
-          "value": v, "source": "test"} for z, v in carbon.items() for h in range(int(hours) + 1)]
+        [
+            {
+                "time": T0 + timedelta(hours=h),
+                "grid_zone": z,
+                "metric": "carbon_avg_g_per_kwh",
+                "value": v,
+                "source": "test",
+            }
+            for z, v in carbon.items()
+            for h in range(int(hours) + 1)
+        ]
     )
-    return Trace(offers=offers, prices=prices, spot=spot, grid=grid,
-                 manifest=make_manifest(generator="test", start=T0.isoformat()))
+    return Trace(
+        offers=offers,
+        prices=prices,
+        spot=spot,
+        grid=grid,
+        manifest=make_manifest(generator="test", start=T0.isoformat()),
+    )
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,21 @@ from orchestrator.model import EventKind, Phase
 from orchestrator.replay.runner import PolicyRun, Replay
 from policies.costs import objective_usd
 
-TIMELINE_COLUMNS = ["policy", "job", "start", "end", "offer_id", "cloud", "region", "zone",
-                    "market", "gpu_type", "usd", "kg_co2", "end_reason"]
+TIMELINE_COLUMNS = [
+    "policy",
+    "job",
+    "start",
+    "end",
+    "offer_id",
+    "cloud",
+    "region",
+    "zone",
+    "market",
+    "gpu_type",
+    "usd",
+    "kg_co2",
+    "end_reason",
+]
 
 
 def policy_results(replay: Replay, run: PolicyRun) -> dict[str, Any]:
@@ -88,14 +101,33 @@ def timeline(replay: Replay) -> pd.DataFrame:
             if reason is None or e.job_id not in open_:
                 continue
             t0, offer_id, usd0, kg0 = open_.pop(e.job_id)
-            rows.append(_row(run.policy, e.job_id, t0, e.time_s, offers[offer_id], usd - usd0,
-                             kg - kg0, reason))
+            rows.append(
+                _row(
+                    run.policy,
+                    e.job_id,
+                    t0,
+                    e.time_s,
+                    offers[offer_id],
+                    usd - usd0,
+                    kg - kg0,
+                    reason,
+                )
+            )
         index = {job.id: j for j, job in enumerate(replay.jobs)}
         for job_id, (t0, offer_id, usd0, kg0) in open_.items():
             j = index[job_id]
-            rows.append(_row(run.policy, job_id, t0, run.end_s, offers[offer_id],
-                             float(run.fleet.usd[j]) - usd0, float(run.fleet.kg_co2[j]) - kg0,
-                             "replay_end"))
+            rows.append(
+                _row(
+                    run.policy,
+                    job_id,
+                    t0,
+                    run.end_s,
+                    offers[offer_id],
+                    float(run.fleet.usd[j]) - usd0,
+                    float(run.fleet.kg_co2[j]) - kg0,
+                    "replay_end",
+                )
+            )
     frame = pd.DataFrame(rows, columns=TIMELINE_COLUMNS)
     for col in ("start", "end"):
         frame[col] = pd.to_datetime(frame[col], unit="s", utc=True)
@@ -107,17 +139,26 @@ def cumulative(replay: Replay, points: int = 400) -> pd.DataFrame:
     for run in replay.runs:
         step = max(1, len(run.times_s) // points)
         idx = np.unique(np.r_[np.arange(0, len(run.times_s), step), len(run.times_s) - 1])
-        frames.append(pd.DataFrame({
-            "policy": run.policy,
-            "time": pd.to_datetime(run.times_s[idx], unit="s", utc=True),
-            "usd": run.cumulative_usd[idx],
-            "kg_co2": run.cumulative_kg_co2[idx],
-        }))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
-        columns=["policy", "time", "usd", "kg_co2"])
+        frames.append(
+            pd.DataFrame(
+                {
+                    "policy": run.policy,
+                    "time": pd.to_datetime(run.times_s[idx], unit="s", utc=True),
+                    "usd": run.cumulative_usd[idx],
+                    "kg_co2": run.cumulative_kg_co2[idx],
+                }
+            )
+        )
+    return (
+        pd.concat(frames, ignore_index=True)
+        if frames
+        else pd.DataFrame(columns=["policy", "time", "usd", "kg_co2"])
+    )
 
 
-def write_outputs(replay: Replay, out_dir: Path, *, extra_config: dict[str, Any] | None = None) -> dict[str, Path]:
+def write_outputs(
+    replay: Replay, out_dir: Path, *, extra_config: dict[str, Any] | None = None
+) -> dict[str, Path]:
     """results.json, timeline.csv, cumulative.csv, the plots and report.html."""
     from orchestrator.replay.report import write_report  # matplotlib: only when writing
 
@@ -129,16 +170,31 @@ def write_outputs(replay: Replay, out_dir: Path, *, extra_config: dict[str, Any]
     tl.to_csv(out_dir / "timeline.csv", index=False)
     cum.to_csv(out_dir / "cumulative.csv", index=False)
     report = write_report(res, tl, cum, out_dir)
-    return {"results": out_dir / "results.json", "timeline": out_dir / "timeline.csv",
-            "report": report}
+    return {
+        "results": out_dir / "results.json",
+        "timeline": out_dir / "timeline.csv",
+        "report": report,
+    }
 
 
-def _row(policy: str, job: str, t0: float, t1: float, offer: Any, usd: float, kg: float,
-         reason: str) -> dict[str, Any]:
-    return {"policy": policy, "job": job, "start": t0, "end": t1, "offer_id": offer.id,
-            "cloud": offer.cloud, "region": offer.region, "zone": offer.zone,
-            "market": offer.market.value, "gpu_type": offer.gpu_type, "usd": round(usd, 4),
-            "kg_co2": round(kg, 4), "end_reason": reason}
+def _row(
+    policy: str, job: str, t0: float, t1: float, offer: Any, usd: float, kg: float, reason: str
+) -> dict[str, Any]:
+    return {
+        "policy": policy,
+        "job": job,
+        "start": t0,
+        "end": t1,
+        "offer_id": offer.id,
+        "cloud": offer.cloud,
+        "region": offer.region,
+        "zone": offer.zone,
+        "market": offer.market.value,
+        "gpu_type": offer.gpu_type,
+        "usd": round(usd, 4),
+        "kg_co2": round(kg, 4),
+        "end_reason": reason,
+    }
 
 
 def _iso(ts: float) -> str | None:

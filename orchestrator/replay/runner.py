@@ -81,11 +81,14 @@ def check_home_regions(jobs: Sequence[JobSpec], grid: SignalGrid) -> None:
         if not any(job.allows(t) for t in types):
             regions = sorted(r for r, ts in homes.items() if any(job.allows(t) for t in ts))
             raise InputError(
-                "jobs", f"job {job.id!r} (entry {i}) home_region",
+                "jobs",
+                f"job {job.id!r} (entry {i}) home_region",
                 "a region of the trace with an on-demand offer of an allowed GPU type",
                 got=repr(job.home_region),
-                fix="use one of: " + ", ".join(regions) if regions else
-                "allow more GPU types or use another trace")
+                fix="use one of: " + ", ".join(regions)
+                if regions
+                else "allow more GPU types or use another trace",
+            )
 
 
 def feasible_jobs(jobs: Sequence[JobSpec], grid: SignalGrid) -> np.ndarray:
@@ -127,7 +130,11 @@ def run_policy(
         now = grid.time_of(k)
         clock.set(now)
         controller.tick(now)
-        times[k], usd[k], kg[k] = now.timestamp(), controller.fleet.usd.sum(), controller.fleet.kg_co2.sum()
+        times[k], usd[k], kg[k] = (
+            now.timestamp(),
+            controller.fleet.usd.sum(),
+            controller.fleet.kg_co2.sum(),
+        )
         last = k
         if progress is not None and k % every == 0:
             progress(policy.name, k, n)
@@ -136,13 +143,21 @@ def run_policy(
     end = grid.time_of(min(last + 1, n))
     clock.set(end)
     controller.finish(end)
-    times[last + 1], usd[last + 1], kg[last + 1] = end.timestamp(), controller.fleet.usd.sum(), controller.fleet.kg_co2.sum()
+    times[last + 1], usd[last + 1], kg[last + 1] = (
+        end.timestamp(),
+        controller.fleet.usd.sum(),
+        controller.fleet.kg_co2.sum(),
+    )
     if progress is not None:
         progress(policy.name, n, n)
     return PolicyRun(
-        policy=policy.name, fleet=controller.fleet, events=tuple(log.events),
-        times_s=times[: last + 2], cumulative_usd=usd[: last + 2],
-        cumulative_kg_co2=kg[: last + 2], end_s=end.timestamp(),
+        policy=policy.name,
+        fleet=controller.fleet,
+        events=tuple(log.events),
+        times_s=times[: last + 2],
+        cumulative_usd=usd[: last + 2],
+        cumulative_kg_co2=kg[: last + 2],
+        end_s=end.timestamp(),
     )
 
 
@@ -160,17 +175,30 @@ def run_replay(
     if not jobs:
         raise InputError("jobs", "jobs", "at least one job")
     if not math.isfinite(carbon_usd_per_tonne) or carbon_usd_per_tonne < 0:
-        raise InputError("", "--carbon-price", "a price >= 0 USD per tonne", got=carbon_usd_per_tonne)
+        raise InputError(
+            "", "--carbon-price", "a price >= 0 USD per tonne", got=carbon_usd_per_tonne
+        )
     grid = build_grid(trace, jobs, tick_s, seed)
     check_home_regions(jobs, grid)
-    settings = dataclasses.replace(settings or CostSettings(),
-                                   carbon_usd_per_tonne=carbon_usd_per_tonne)
+    settings = dataclasses.replace(
+        settings or CostSettings(), carbon_usd_per_tonne=carbon_usd_per_tonne
+    )
     options = LoopOptions(cluster="replay", settings=settings)
     runs = tuple(run_policy(p, jobs, grid, options=options, progress=progress) for p in policies)
-    return Replay(jobs=tuple(jobs), grid=grid, feasible=feasible_jobs(jobs, grid), runs=runs,
-                  carbon_usd_per_tonne=carbon_usd_per_tonne, seed=seed,
-                  config={"tick_s": tick_s, "seed": seed,
-                          "carbon_usd_per_tonne": carbon_usd_per_tonne,
-                          "start": grid.start.isoformat(),
-                          "end": grid.time_of(grid.n_ticks).isoformat(),
-                          "offers": len(grid.offers), "jobs": len(jobs)})
+    return Replay(
+        jobs=tuple(jobs),
+        grid=grid,
+        feasible=feasible_jobs(jobs, grid),
+        runs=runs,
+        carbon_usd_per_tonne=carbon_usd_per_tonne,
+        seed=seed,
+        config={
+            "tick_s": tick_s,
+            "seed": seed,
+            "carbon_usd_per_tonne": carbon_usd_per_tonne,
+            "start": grid.start.isoformat(),
+            "end": grid.time_of(grid.n_ticks).isoformat(),
+            "offers": len(grid.offers),
+            "jobs": len(jobs),
+        },
+    )

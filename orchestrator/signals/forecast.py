@@ -42,15 +42,17 @@ def forecast(
     n = history.shape[0]
     last = history[-1]
     if method == "persistence" or n <= period or horizon <= 0:
-        return np.repeat(last[None, :], max(horizon, 0), axis=0)
+        repeated: FloatArray = np.repeat(last[None, :], max(horizon, 0), axis=0)
+        return repeated
     steps = np.arange(1, horizon + 1)
     # Row index of "one period before each future step", wrapping into the last period.
     back = n - 1 + steps - period * np.ceil(steps / period).astype(np.int64)
-    seasonal = history[back]
+    seasonal: FloatArray = history[back]
     if method == "seasonal_naive":
         return seasonal
     level = last - history[n - 1 - period]
-    return np.maximum(seasonal + level[None, :], 0.0)
+    blended: FloatArray = np.maximum(seasonal + level[None, :], 0.0)
+    return blended
 
 
 def forecast_mean(
@@ -59,7 +61,8 @@ def forecast_mean(
     """Mean of the forecast over the next `horizon` steps, per series (the current row
     included, since it holds for the current step)."""
     if horizon <= 1:
-        return _ffill(history if history.ndim == 2 else history[:, None])[-1]
+        now: FloatArray = _ffill(history if history.ndim == 2 else history[:, None])[-1]
+        return now
     ahead = forecast(history, horizon - 1, period, method)
     cur = _ffill(history if history.ndim == 2 else history[:, None])[-1]
     result: FloatArray = (cur + ahead.sum(axis=0)) / horizon

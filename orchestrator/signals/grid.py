@@ -91,31 +91,52 @@ class SignalGrid:
         if tick_s <= 0:
             raise InputError("", "tick_s", "a positive number of seconds", got=tick_s)
         if end <= start:
-            raise InputError("", "end", "a time after start", got=f"{start} .. {end}",
-                             fix="widen the replay window")
+            raise InputError(
+                "",
+                "end",
+                "a time after start",
+                got=f"{start} .. {end}",
+                fix="widen the replay window",
+            )
         n = int(np.ceil((end - start).total_seconds() / tick_s))
         tick_ns = (
             pd.Timestamp(start).as_unit("ns").value + np.arange(n, dtype=np.int64) * tick_s * 10**9
         )
         offers = _offers(trace, keep_offer)
         if not offers:
-            raise InputError("offers.parquet", "", "at least one offer with a price",
-                             got="none", fix="check the trace directory and the jobs' GPU types")
+            raise InputError(
+                "offers.parquet",
+                "",
+                "at least one offer with a price",
+                got="none",
+                fix="check the trace directory and the jobs' GPU types",
+            )
         price = _price_matrix(trace.prices, offers, tick_ns)
         # Drop offers never priced in the window: nothing can be bought there.
         priced = ~np.all(np.isnan(price), axis=0)
         offers = [o for o, p in zip(offers, priced, strict=True) if p]
         price = price[:, priced]
         if not offers:
-            raise InputError("prices.parquet", "", "prices inside the replay window",
-                             got=f"none between {start} and {end}",
-                             fix="pick a window the trace covers (see manifest.json start/end)")
+            raise InputError(
+                "prices.parquet",
+                "",
+                "prices inside the replay window",
+                got=f"none between {start} and {end}",
+                fix="pick a window the trace covers (see manifest.json start/end)",
+            )
         capacity = _spot_matrix(trace.spot, offers, tick_ns)
         zones = sorted({o.grid_zone for o in offers})
         zone_col = np.array([zones.index(o.grid_zone) for o in offers], dtype=np.int64)
-        metrics = {m: _grid_matrix(trace, m, zones, tick_ns) for m in (
-            "carbon_avg_g_per_kwh", "carbon_avg_yearly_g_per_kwh",
-            "carbon_marginal_g_per_kwh", "curtailment_mw", "power_price_usd_per_mwh")}
+        metrics = {
+            m: _grid_matrix(trace, m, zones, tick_ns)
+            for m in (
+                "carbon_avg_g_per_kwh",
+                "carbon_avg_yearly_g_per_kwh",
+                "carbon_marginal_g_per_kwh",
+                "curtailment_mw",
+                "power_price_usd_per_mwh",
+            )
+        }
         hourly = metrics["carbon_avg_g_per_kwh"]
         known = ~np.isnan(hourly)
         carbon = np.where(known, hourly, metrics["carbon_avg_yearly_g_per_kwh"])
@@ -142,11 +163,16 @@ def _offers(trace: Trace, keep: Callable[[Offer], bool] | None) -> list[Offer]:
     out: list[Offer] = []
     table = trace.offers
     for cloud, region, zone, instance_type, gpu_type, gpu_count, grid_zone in zip(
-        table["cloud"].tolist(), table["region"].tolist(), table["zone"].tolist(),
-        table["instance_type"].tolist(), table["gpu_type"].tolist(),
-        table["gpu_count"].tolist(), table["grid_zone"].tolist(), strict=True,
+        table["cloud"].tolist(),
+        table["region"].tolist(),
+        table["zone"].tolist(),
+        table["instance_type"].tolist(),
+        table["gpu_type"].tolist(),
+        table["gpu_count"].tolist(),
+        table["grid_zone"].tolist(),
+        strict=True,
     ):
-        grid_zone = grid_zone or (catalog.grid_zone(cloud, region) or "")
+        zone_of_grid = grid_zone or (catalog.grid_zone(cloud, region) or "")
         power_kw = catalog.instance_power_kw(gpu_type, gpu_count)
         pue = catalog.pue(cloud)
         for market in (Market.ON_DEMAND, Market.SPOT):
@@ -154,17 +180,25 @@ def _offers(trace: Trace, keep: Callable[[Offer], bool] | None) -> list[Offer]:
                 continue
             offer = Offer(
                 id=Offer.make_id(cloud, zone, instance_type, market),
-                cloud=cloud, region=region, zone=zone, instance_type=instance_type,
-                gpu_type=gpu_type, gpu_count=gpu_count, market=market,
-                grid_zone=grid_zone or "unknown", power_kw=power_kw, pue=pue,
+                cloud=cloud,
+                region=region,
+                zone=zone,
+                instance_type=instance_type,
+                gpu_type=gpu_type,
+                gpu_count=gpu_count,
+                market=market,
+                grid_zone=zone_of_grid or "unknown",
+                power_kw=power_kw,
+                pue=pue,
             )
             if keep is None or keep(offer):
                 out.append(offer)
     return out
 
 
-def _asof(times_ns: np.ndarray, values: np.ndarray, tick_ns: np.ndarray,
-          max_age_ns: float = np.inf) -> np.ndarray:
+def _asof(
+    times_ns: np.ndarray, values: np.ndarray, tick_ns: np.ndarray, max_age_ns: float = np.inf
+) -> np.ndarray:
     """Value in force at each tick: the last sample at or before it, NaN if none or stale."""
     idx = np.searchsorted(times_ns, tick_ns, side="right") - 1
     out = np.full(tick_ns.shape, np.nan)
@@ -176,7 +210,9 @@ def _asof(times_ns: np.ndarray, values: np.ndarray, tick_ns: np.ndarray,
     return out
 
 
-def _series(frame: pd.DataFrame, keys: list[str], value: str) -> dict[tuple[str, ...], tuple[np.ndarray, np.ndarray]]:
+def _series(
+    frame: pd.DataFrame, keys: list[str], value: str
+) -> dict[tuple[str, ...], tuple[np.ndarray, np.ndarray]]:
     out: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray]] = {}
     if frame.empty:
         return out
@@ -188,7 +224,7 @@ def _series(frame: pd.DataFrame, keys: list[str], value: str) -> dict[tuple[str,
     order = np.argsort(codes, kind="stable")
     bounds = np.searchsorted(codes[order], np.arange(codes.max() + 2))
     for code, key in enumerate(key_rows):
-        sel = order[bounds[code]:bounds[code + 1]]
+        sel = order[bounds[code] : bounds[code + 1]]
         out[tuple(str(k) for k in key)] = (t_ns[sel], vals[sel])
     return out
 
@@ -227,7 +263,9 @@ def _spot_matrix(spot: pd.DataFrame, offers: Sequence[Offer], tick_ns: np.ndarra
     return out
 
 
-def _grid_matrix(trace: Trace, metric: str, zones: Sequence[str], tick_ns: np.ndarray) -> FloatArray:
+def _grid_matrix(
+    trace: Trace, metric: str, zones: Sequence[str], tick_ns: np.ndarray
+) -> FloatArray:
     frame = trace.grid[trace.grid["metric"] == metric]
     series = _series(frame, ["grid_zone"], "value")
     max_age_ns = trace.max_age_s(metric) * 1e9

@@ -140,8 +140,8 @@ def write_trace(trace: Trace, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     for name, frame in frames.items():
         sort_cols = ["time"] if "time" in frame.columns else list(frame.columns[:4])
-        frame = frame.sort_values(sort_cols, kind="stable").reset_index(drop=True)
-        frame.to_parquet(out / f"{name}.parquet", index=False)
+        ordered = frame.sort_values(sort_cols, kind="stable").reset_index(drop=True)
+        ordered.to_parquet(out / f"{name}.parquet", index=False)
     manifest = dict(trace.manifest) or make_manifest(generator="unknown")
     times = [f["time"] for f in (frames["prices"], frames["spot"], frames["grid"]) if len(f)]
     if times:
@@ -158,35 +158,59 @@ def read_trace(path: Path) -> Trace:
     or row, what was expected and how to fix it."""
     if not path.is_dir():
         raise InputError(
-            str(path), "", "a trace directory", got="no such directory",
+            str(path),
+            "",
+            "a trace directory",
+            got="no such directory",
             fix="run `heliotrope traces generate --out DIR` or `heliotrope traces import`",
         )
     manifest_path = path / "manifest.json"
     if not manifest_path.is_file():
         raise InputError(
-            str(manifest_path), "", "a manifest.json (written last, so its absence means an "
-            "incomplete trace)", got="missing", fix="re-create the trace directory",
+            str(manifest_path),
+            "",
+            "a manifest.json (written last, so its absence means an incomplete trace)",
+            got="missing",
+            fix="re-create the trace directory",
         )
     try:
         manifest = json.loads(manifest_path.read_text())
     except json.JSONDecodeError as exc:
-        raise InputError(str(manifest_path), f"line {exc.lineno}", "valid JSON", got=exc.msg) from exc
+        raise InputError(
+            str(manifest_path), f"line {exc.lineno}", "valid JSON", got=exc.msg
+        ) from exc
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise InputError(str(manifest_path), "format", f"{FORMAT!r}",
-                         got=repr(manifest.get("format") if isinstance(manifest, dict) else manifest))
+        raise InputError(
+            str(manifest_path),
+            "format",
+            f"{FORMAT!r}",
+            got=repr(manifest.get("format") if isinstance(manifest, dict) else manifest),
+        )
     if manifest.get("version") != VERSION:
-        raise InputError(str(manifest_path), "version", f"{VERSION}", got=manifest.get("version"),
-                         fix="re-create the trace with this version of heliotrope")
+        raise InputError(
+            str(manifest_path),
+            "version",
+            f"{VERSION}",
+            got=manifest.get("version"),
+            fix="re-create the trace with this version of heliotrope",
+        )
     frames: dict[str, pd.DataFrame] = {}
     for name in COLUMNS:
         file = path / f"{name}.parquet"
         if not file.is_file():
-            raise InputError(str(file), "", f"the {name} table", got="missing",
-                             fix="re-create the trace directory")
+            raise InputError(
+                str(file),
+                "",
+                f"the {name} table",
+                got="missing",
+                fix="re-create the trace directory",
+            )
         try:
             raw = pd.read_parquet(file)
         except Exception as exc:  # pyarrow raises many types for a damaged file
-            raise InputError(str(file), "", "a readable Parquet file", got=type(exc).__name__) from exc
+            raise InputError(
+                str(file), "", "a readable Parquet file", got=type(exc).__name__
+            ) from exc
         frame = _coerce(raw, name, str(file))
         _check_values(frame, name, str(file))
         frames[name] = frame
@@ -197,8 +221,13 @@ def _coerce(frame: pd.DataFrame, table: str, where: str) -> pd.DataFrame:
     spec = COLUMNS[table]
     missing = [c for c in spec if c not in frame.columns]
     if missing:
-        raise InputError(where, f"column {missing[0]!r}", f"columns {list(spec)}",
-                         got=list(frame.columns), fix=f"add the {missing[0]!r} column")
+        raise InputError(
+            where,
+            f"column {missing[0]!r}",
+            f"columns {list(spec)}",
+            got=list(frame.columns),
+            fix=f"add the {missing[0]!r} column",
+        )
     out: dict[str, Any] = {}
     for col, kind in spec.items():
         series = frame[col]
@@ -212,7 +241,9 @@ def _coerce(frame: pd.DataFrame, table: str, where: str) -> pd.DataFrame:
             else:
                 out[col] = pd.to_numeric(series).astype(np.float64)
         except (ValueError, TypeError) as exc:
-            raise InputError(where, f"column {col!r}", f"{kind} values", got=str(exc)[:120]) from exc
+            raise InputError(
+                where, f"column {col!r}", f"{kind} values", got=str(exc)[:120]
+            ) from exc
     return pd.DataFrame(out, index=frame.index).reset_index(drop=True)
 
 
@@ -228,41 +259,70 @@ def _check_values(frame: pd.DataFrame, table: str, where: str) -> None:
         bad = frame["gpu_count"] < 1
         if bad.any():
             row = _first_bad_row(bad)
-            raise InputError(where, f"row {row}, column 'gpu_count'", "at least 1",
-                             got=int(frame["gpu_count"].iloc[row]))
+            raise InputError(
+                where,
+                f"row {row}, column 'gpu_count'",
+                "at least 1",
+                got=int(frame["gpu_count"].iloc[row]),
+            )
         dup = frame.duplicated(["cloud", "zone", "instance_type"])
         if dup.any():
             row = _first_bad_row(dup)
-            raise InputError(where, f"row {row}", "one row per (cloud, zone, instance_type)",
-                             got="a duplicate", fix="drop the repeated row")
+            raise InputError(
+                where,
+                f"row {row}",
+                "one row per (cloud, zone, instance_type)",
+                got="a duplicate",
+                fix="drop the repeated row",
+            )
     elif table == "prices":
         bad_market = ~frame["market"].isin(MARKETS)
         if bad_market.any():
             row = _first_bad_row(bad_market)
-            raise InputError(where, f"row {row}, column 'market'", f"one of {MARKETS}",
-                             got=repr(frame["market"].iloc[row]))
+            raise InputError(
+                where,
+                f"row {row}, column 'market'",
+                f"one of {MARKETS}",
+                got=repr(frame["market"].iloc[row]),
+            )
         neg = frame["usd_per_hour"] < 0
         if neg.any():
             row = _first_bad_row(neg)
-            raise InputError(where, f"row {row}, column 'usd_per_hour'", "a price >= 0 or NaN",
-                             got=float(frame["usd_per_hour"].iloc[row]))
+            raise InputError(
+                where,
+                f"row {row}, column 'usd_per_hour'",
+                "a price >= 0 or NaN",
+                got=float(frame["usd_per_hour"].iloc[row]),
+            )
     elif table == "spot":
         neg = frame["capacity"] < 0
         if neg.any():
             row = _first_bad_row(neg)
-            raise InputError(where, f"row {row}, column 'capacity'", "a count >= 0 or NaN",
-                             got=float(frame["capacity"].iloc[row]))
+            raise InputError(
+                where,
+                f"row {row}, column 'capacity'",
+                "a count >= 0 or NaN",
+                got=float(frame["capacity"].iloc[row]),
+            )
     elif table == "grid":
         bad = ~frame["metric"].isin(GRID_METRICS)
         if bad.any():
             row = _first_bad_row(bad)
-            raise InputError(where, f"row {row}, column 'metric'", f"one of {GRID_METRICS}",
-                             got=repr(frame["metric"].iloc[row]))
+            raise InputError(
+                where,
+                f"row {row}, column 'metric'",
+                f"one of {GRID_METRICS}",
+                got=repr(frame["metric"].iloc[row]),
+            )
         carbon = frame["metric"].str.startswith("carbon") & (frame["value"] < 0)
         if carbon.any():
             row = _first_bad_row(carbon)
-            raise InputError(where, f"row {row}, column 'value'", "a carbon intensity >= 0",
-                             got=float(frame["value"].iloc[row]))
+            raise InputError(
+                where,
+                f"row {row}, column 'value'",
+                "a carbon intensity >= 0",
+                got=float(frame["value"].iloc[row]),
+            )
 
 
 def is_missing(value: float) -> bool:

@@ -19,7 +19,16 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from orchestrator.errors import InputError, TransientError
-from orchestrator.model import FleetState, InstanceId, JobId, JobSpec, Offer, OfferId, Phase, SignalKind
+from orchestrator.model import (
+    FleetState,
+    InstanceId,
+    JobId,
+    JobSpec,
+    Offer,
+    OfferId,
+    Phase,
+    SignalKind,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -256,13 +265,13 @@ def _is_missing(x: object) -> bool:
     return type(x).__name__ == "NaTType"
 
 
-def as_utc(value: object, where: str) -> datetime:
+def as_utc(value: object, field: str, where: str = "signal samples") -> datetime:
     """A tz-aware UTC datetime from a datetime or pandas Timestamp (naive taken as UTC)."""
     to_py = getattr(value, "to_pydatetime", None)
     if to_py is not None:
         value = to_py()
     if not isinstance(value, datetime):
-        raise InputError("signal samples", where, "a datetime", got=repr(value))
+        raise InputError(where, field, "a datetime", got=repr(value))
     if value.tzinfo is None:
         return value.replace(tzinfo=UTC)
     return value.astimezone(UTC)

@@ -71,8 +71,7 @@ class Candidates:
     usd_per_gpu_h: FloatArray  # usd_per_hour * instances / rate; inf where not launchable
 
 
-def candidates(snapshot: Snapshot, fit: JobOfferFit, js: IntArray,
-               cols: IntArray) -> Candidates:
+def candidates(snapshot: Snapshot, fit: JobOfferFit, js: IntArray, cols: IntArray) -> Candidates:
     """`launchable` and dollars per unit of progress in one pass over the job x offer sub-matrix."""
     sub = np.ix_(js, cols)
     rate = fit.rate[sub]
@@ -90,19 +89,13 @@ def candidates(snapshot: Snapshot, fit: JobOfferFit, js: IntArray,
 def home_mask(snapshot: Snapshot, js: IntArray, cols: IntArray) -> BoolArray:
     """[len(js), len(cols)]: offer cols[k] is in job js[i]'s home region
     (`JobSpec.home_region` == `Offer.region`)."""
-    codes: dict[str, int] = {}
-    offers = snapshot.offers
-    offer_code = np.array([codes.setdefault(offers[k].region, len(codes))
-                           for k in cols.tolist()], dtype=np.int64)
-    jobs = snapshot.jobs
-    job_code = np.array([codes.get(jobs[j].home_region, -1) for j in js.tolist()],
-                        dtype=np.int64)
-    mask: BoolArray = offer_code[None, :] == job_code[:, None]
+    mask: BoolArray = snapshot.fit.home[np.ix_(js, cols)]
     return mask
 
 
-def masked_argmin(score: FloatArray, mask: BoolArray,
-                  cols: IntArray) -> tuple[IntArray, FloatArray]:
+def masked_argmin(
+    score: FloatArray, mask: BoolArray, cols: IntArray
+) -> tuple[IntArray, FloatArray]:
     """Per row: the offer ``cols[k]`` with the lowest finite ``score[:, k]`` where `mask`
     holds (ties: the lowest k) and that score; `NO_OFFER` and inf for rows with none."""
     n = mask.shape[0]
@@ -133,8 +126,8 @@ def take(matrix: FloatArray, js: IntArray, cur: IntArray, fill: float = math.nan
 
 def job_facts(snapshot: Snapshot, js: IntArray) -> FloatArray:
     """[len(js), 4]: work_gpu_hours, cold_start_h, start and deadline (POSIX seconds)."""
-    jobs = snapshot.jobs
-    facts = np.array([(s.work_gpu_hours, s.cold_start_h, s.start.timestamp(),
-                       s.deadline.timestamp()) for s in map(jobs.__getitem__, js.tolist())],
-                     dtype=np.float64)
-    return facts.reshape(len(js), 4)
+    fit = snapshot.fit
+    facts: FloatArray = np.column_stack(
+        (fit.work_gpu_h[js], fit.cold_start_h[js], fit.start_s[js], fit.deadline_s[js])
+    )
+    return facts

@@ -60,8 +60,9 @@ class CarbonGreedy:
         holding = cur >= 0
         at = np.maximum(cur, 0)
         with np.errstate(divide="ignore", invalid="ignore"):
-            cur_g = np.where(holding, g_per_kwh_facility[at] * fit.power_kw[js, at]
-                             / fit.rate[js, at], np.nan)
+            cur_g = np.where(
+                holding, g_per_kwh_facility[at] * fit.power_kw[js, at] / fit.rate[js, at], np.nan
+            )
             better = best_g < (1.0 - self.hysteresis) * cur_g
         act = (best >= 0) & np.where(holding, better & (best != cur), True)
 
@@ -69,10 +70,14 @@ class CarbonGreedy:
         for i in np.flatnonzero(act).tolist():
             o = int(best[i])
             offer = snapshot.offers[o]
-            why = (f"lowest carbon: {offer.id} in {offer.grid_zone} at "
-                   f"{snapshot.carbon_g_per_kwh[o]:.0f} g/kWh, {best_g[i]:.0f} gCO2/GPU-h")
+            why = (
+                f"lowest carbon: {offer.id} in {offer.grid_zone} at "
+                f"{snapshot.carbon_g_per_kwh[o]:.0f} g/kWh, {best_g[i]:.0f} gCO2/GPU-h"
+            )
             if holding[i]:
-                why += (f" < {1.0 - self.hysteresis:g} x {cur_g[i]:.0f} gCO2/GPU-h on "
-                        f"{snapshot.offers[int(cur[i])].id}")
+                why += (
+                    f" < {1.0 - self.hysteresis:g} x {cur_g[i]:.0f} gCO2/GPU-h on "
+                    f"{snapshot.offers[int(cur[i])].id}"
+                )
             intents[int(js[i])] = Intent(o, why)
         return Decision(intents)

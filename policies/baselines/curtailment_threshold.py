@@ -11,7 +11,8 @@ Rule, exactly:
 - Candidates for job j: qualifying on-demand offers in any region, priced now, whose GPU the
   job may use. Spot is not used: the rule is about where the energy comes from, and the
   source does not model preemption. Best candidate: a curtailing zone first, then the lowest
-  marginal intensity (ties: the lowest offer index). Dollars and deadlines are not looked at.
+  dollars per unit of progress among the qualifying offers (the source says where to run, not
+  which of the clean offers to buy; a user buys the cheapest). Deadlines are not looked at.
 - A WAITING job is launched on the best candidate (none: keep waiting).
 - A job holding an instance stays while its offer qualifies. Once its offer has been above for
   at least `leave_after_s`, it moves to the best candidate, or pauses when there is none.
@@ -33,18 +34,18 @@ import numpy as np
 from orchestrator.model import BoolArray, Decision, FloatArray, IntArray, Intent, Phase, Snapshot
 from orchestrator.units import SECONDS_PER_HOUR
 from policies.baselines._common import (
+    candidates,
     held_offer,
     jobs_in,
-    launchable,
     masked_argmin,
     priced_offers,
     spot_mask,
 )
 from policies.costs import marginal_intensity
 
-# Added to the score of offers that are not curtailing, so any curtailing offer ranks first
-# (marginal intensities are a few hundred g/kWh at most).
-_NOT_CURTAILING_PENALTY_G_PER_KWH = 1e9
+# Added to the score ($ per unit of progress) of offers that are not curtailing, so any
+# curtailing offer ranks first.
+_NOT_CURTAILING_PENALTY = 1e9
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +56,9 @@ class CurtailmentThreshold:
     leave_after_s: float = 600.0
     name = "curtailment-threshold"
 
-    def _above(self, marginal_g_per_kwh: FloatArray, average_g_per_kwh: FloatArray,
-               curtailing: BoolArray) -> BoolArray:
+    def _above(
+        self, marginal_g_per_kwh: FloatArray, average_g_per_kwh: FloatArray, curtailing: BoolArray
+    ) -> BoolArray:
         marginal = marginal_intensity(marginal_g_per_kwh, average_g_per_kwh, curtailing)
         with np.errstate(invalid="ignore"):
             clean = marginal < self.threshold_g_per_kwh
@@ -83,10 +85,12 @@ class CurtailmentThreshold:
         if len(js) == 0 or len(snapshot.offers) == 0:
             return Decision()
         curtailing = np.asarray(snapshot.curtailing, dtype=np.bool_)
-        marginal = marginal_intensity(snapshot.carbon_marginal_g_per_kwh,
-                                      snapshot.carbon_g_per_kwh, curtailing)
-        above_now = self._above(snapshot.carbon_marginal_g_per_kwh, snapshot.carbon_g_per_kwh,
-                                curtailing)
+        marginal = marginal_intensity(
+            snapshot.carbon_marginal_g_per_kwh, snapshot.carbon_g_per_kwh, curtailing
+        )
+        above_now = self._above(
+            snapshot.carbon_marginal_g_per_kwh, snapshot.carbon_g_per_kwh, curtailing
+        )
 
         cur = held_offer(snapshot, js)
         holding = cur >= 0
@@ -102,26 +106,30 @@ class CurtailmentThreshold:
         fit = snapshot.fit
         rows = js[decide]
         cols = priced_offers(snapshot, ~spot_mask(snapshot) & ~above_now)
-        score = np.where(curtailing, 0.0, _NOT_CURTAILING_PENALTY_G_PER_KWH) + marginal
-        ok = launchable(snapshot, fit, rows, cols)
-        best, _ = masked_argmin(np.broadcast_to(score[cols], ok.shape), ok, cols)
+        cand = candidates(snapshot, fit, rows, cols)
+        penalty = np.where(curtailing[cols], 0.0, _NOT_CURTAILING_PENALTY)
+        best, _ = masked_argmin(penalty[None, :] + cand.usd_per_gpu_h, cand.ok, cols)
 
         intents: dict[int, Intent] = {}
         for i, o in zip(decide.tolist(), best.tolist(), strict=True):
             if o >= 0:
                 offer = snapshot.offers[o]
-                why = (f"{offer.id}: {offer.grid_zone} "
-                       + ("curtailing" if curtailing[o] else "not curtailing")
-                       + f", marginal {marginal[o]:.0f} g/kWh "
-                       + f"(threshold {self.threshold_g_per_kwh:g})")
+                why = (
+                    f"{offer.id}: {offer.grid_zone} "
+                    + ("curtailing" if curtailing[o] else "not curtailing")
+                    + f", marginal {marginal[o]:.0f} g/kWh "
+                    + f"(threshold {self.threshold_g_per_kwh:g})"
+                )
             elif holding[i]:
                 why = "no qualifying offer: pause"
             else:
                 continue
             if holding[i]:
                 c = int(cur[i])
-                why = (f"{snapshot.offers[c].grid_zone} above {self.threshold_g_per_kwh:g} g/kWh "
-                       f"(marginal {marginal[c]:.0f}) for {above_s[i]:.0f} s "
-                       f">= {self.leave_after_s:g} s; {why}")
+                why = (
+                    f"{snapshot.offers[c].grid_zone} above {self.threshold_g_per_kwh:g} g/kWh "
+                    f"(marginal {marginal[c]:.0f}) for {above_s[i]:.0f} s "
+                    f">= {self.leave_after_s:g} s; {why}"
+                )
             intents[int(js[i])] = Intent(o if o >= 0 else None, why)
         return Decision(intents)

@@ -63,8 +63,9 @@ class SpotFailover:
         blocked = np.zeros_like(mask)
         if np.any(preempted >= 0):
             codes: dict[tuple[str, str], int] = {}
-            region = np.array([codes.setdefault((o.cloud, o.region), len(codes))
-                               for o in offers], dtype=np.int64)
+            region = np.array(
+                [codes.setdefault((o.cloud, o.region), len(codes)) for o in offers], dtype=np.int64
+            )
             blocked_region = np.where(preempted >= 0, region[np.maximum(preempted, 0)], -1)
             blocked = region[cols][None, :] == blocked_region[:, None]
         best, usd = masked_argmin(cost, mask & ~blocked, cols)

@@ -1,9 +1,11 @@
 """`uniform-progress`: Can't Be Late's Uniform Progress policy, single region.
 
 Source: Z. Wu, W.-L. Chiang, Z. Mao, Z. Yang, E. Friedman, S. Shenker, I. Stoica, "Can't Be
-Late: Optimizing Spot Instance Savings under Deadlines", NSDI'24, §4 (Uniform Progress with
-hysteresis and the deadline safety net). The paper's setting is one region and one instance
-type; here the region is the job's home region.
+Late: Optimizing Spot Instance Savings under Deadlines", NSDI'24, §5.2 (Uniform Progress:
+rules 1 uniform progress, 2 taking risks, 3 hysteresis) with the Safety Net rule on top. The
+paper's setting is one region and one instance type; here the region is the job's home
+region. The paper's safety net (when idle and R(t) < C(t) + 2d) is replaced by the check in
+rule 1 below, made in every state.
 
 Notation for job j at time t: W = `work_gpu_hours`, p = `progress_gpu_h`, d = `cold_start_h`,
 the uniform line ``p*(t) = W * (t - start) / (deadline - start)`` (clipped to [0, W]).
@@ -88,7 +90,8 @@ class UniformProgress:
         od_rate = np.where(od_ok, cand.rate, 0.0)
         r_fast = od_rate.max(axis=1) if len(cols) else np.zeros(len(js))
         fast_best, _ = masked_argmin(
-            cand.usd_per_gpu_h, od_ok & (od_rate == r_fast[:, None]) & (od_rate > 0), cols)
+            cand.usd_per_gpu_h, od_ok & (od_rate == r_fast[:, None]) & (od_rate > 0), cols
+        )
 
         cur = held_offer(snapshot, js)
         holding = cur >= 0
@@ -129,13 +132,16 @@ class UniformProgress:
         intents: dict[int, Intent] = {}
         for i in np.flatnonzero(target != _KEEP).tolist():
             o = int(target[i])
-            numbers = (f"progress {progress[i]:.2f} vs line {line[i]:.2f} GPU-h, "
-                       f"slack {slack_h[i]:.2f} h")
+            numbers = (
+                f"progress {progress[i]:.2f} vs line {line[i]:.2f} GPU-h, slack {slack_h[i]:.2f} h"
+            )
             if to_fast[i]:
                 why = f"safety net (slack <= {self.safety_margin_ticks * snapshot.tick_h:.2f} h)"
             elif back[i]:
-                why = (f"on-demand ahead of the line {self.hysteresis_cold_starts:g}d later "
-                       f"({line_later[i]:.2f} GPU-h)")
+                why = (
+                    f"on-demand ahead of the line {self.hysteresis_cold_starts:g}d later "
+                    f"({line_later[i]:.2f} GPU-h)"
+                )
                 why += ", spot available" if o >= 0 else ", no spot: pause"
             elif to_spot[i]:
                 why = "spot available"

@@ -20,19 +20,23 @@ def test_carbon_forecast_accuracy() -> None:
         pytest.skip(f"{path} not found")
     frame = pd.read_csv(path, usecols=["datetime_utc", "zone_id", "ci_direct_gco2_per_kwh"])
     frame = frame[frame["datetime_utc"].str.startswith("2023")]
-    wide = frame.pivot_table(index="datetime_utc", columns="zone_id",
-                             values="ci_direct_gco2_per_kwh").sort_index()
+    wide = frame.pivot_table(
+        index="datetime_utc", columns="zone_id", values="ci_direct_gco2_per_kwh"
+    ).sort_index()
     values = wide.to_numpy(dtype=float)
     horizon, period = 24, 24
     errors: dict[str, list[float]] = {"persistence": [], "seasonal_naive": [], "blend": []}
     for origin in range(7 * 24, values.shape[0] - horizon, 6):
-        past = values[origin - 7 * 24: origin + 1]
-        truth = values[origin + 1: origin + 1 + horizon]
-        for method in errors:
+        past = values[origin - 7 * 24 : origin + 1]
+        truth = values[origin + 1 : origin + 1 + horizon]
+        for method, errs in errors.items():
             pred = forecast(past, horizon, period, method)  # type: ignore[arg-type]
-            errors[method].append(float(np.nanmean(np.abs(pred - truth))))
+            errs.append(float(np.nanmean(np.abs(pred - truth))))
     base = np.mean(errors["persistence"])
-    print(f"\ncarbon forecast, 1-24 h ahead, {wide.shape[1]} zones, 2023, "
-          f"{len(errors['blend'])} origins")
+    print(
+        f"\ncarbon forecast, 1-24 h ahead, {wide.shape[1]} zones, 2023, "
+        f"{len(errors['blend'])} origins"
+    )
     for method, errs in errors.items():
-        print(f"  {method:15s} MAE {np.mean(errs):7.2f} gCO2/kWh  x{np.mean(errs) / base:5.3f} of persistence")
+        mae = np.mean(errs)
+        print(f"  {method:15s} MAE {mae:7.2f} gCO2/kWh  x{mae / base:5.3f} of persistence")

@@ -32,12 +32,19 @@ def fleet(n: int, regions: list[str]) -> list[JobSpec]:
         start = T0 + timedelta(hours=float(rng.uniform(0, 48)))
         gpus = int(rng.choice([1, 8]))
         work = float(rng.uniform(20, 120)) * gpus
-        jobs.append(JobSpec(
-            id=f"job-{i:03d}", work_gpu_hours=work, gpus=gpus, start=start,
-            deadline=start + timedelta(hours=float(rng.uniform(150, 600))),
-            checkpoint_size_gb=float(rng.uniform(5, 200)), cold_start_h=0.1,
-            home_region=regions[i % len(regions)],
-            gpu_types=frozenset({"A100-80GB", "A100-40GB", "H100", "L4", "V100"})))
+        jobs.append(
+            JobSpec(
+                id=f"job-{i:03d}",
+                work_gpu_hours=work,
+                gpus=gpus,
+                start=start,
+                deadline=start + timedelta(hours=float(rng.uniform(150, 600))),
+                checkpoint_size_gb=float(rng.uniform(5, 200)),
+                cold_start_h=0.1,
+                home_region=regions[i % len(regions)],
+                gpu_types=frozenset({"A100-80GB", "A100-40GB", "H100", "L4", "V100"}),
+            )
+        )
     # One long job holds the window open for the full 30 days.
     jobs[-1] = JobSpec(**{**_fields(jobs[-1]), "start": T0, "deadline": T0 + timedelta(days=30)})
     return jobs
@@ -51,14 +58,18 @@ def test_replay_job_ticks_per_second() -> None:
     # The first 40 offers, but the 30 days from T0 exactly.
     grid = grid.select(range(min(40, len(grid.offers))))
     home = {o.region for o in grid.offers}
-    jobs = [j if j.home_region in home else JobSpec(**{**_fields(j), "home_region": sorted(home)[0]})
-            for j in jobs]
+    jobs = [
+        j if j.home_region in home else JobSpec(**{**_fields(j), "home_region": sorted(home)[0]})
+        for j in jobs
+    ]
     n_ticks = min(grid.n_ticks, 30 * 144)
     grid = _truncate(grid, n_ticks)
     job_ticks = len(jobs) * n_ticks
     ref = reference_workload_s()
-    print(f"\nreplay: {len(jobs)} jobs x {n_ticks} ticks x {len(grid.offers)} offers "
-          f"= {job_ticks:,} job-ticks; reference workload {ref:.3f} s")
+    print(
+        f"\nreplay: {len(jobs)} jobs x {n_ticks} ticks x {len(grid.offers)} offers "
+        f"= {job_ticks:,} job-ticks; reference workload {ref:.3f} s"
+    )
     base = None
     for name in POLICY_NAMES:
         policy = make_policy(name)
@@ -68,9 +79,11 @@ def test_replay_job_ticks_per_second() -> None:
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
         base = base or seconds
-        print(f"  {name:24s} {seconds:6.2f} s  {job_ticks / seconds:>10,.0f} job-ticks/s  "
-              f"x{seconds / base:4.2f} of on-demand  x{seconds / ref:6.1f} of reference  "
-              f"peak {peak / 2**20:6.1f} MiB")
+        print(
+            f"  {name:24s} {seconds:6.2f} s  {job_ticks / seconds:>10,.0f} job-ticks/s  "
+            f"x{seconds / base:4.2f} of on-demand  x{seconds / ref:6.1f} of reference  "
+            f"peak {peak / 2**20:6.1f} MiB"
+        )
 
 
 def _fields(job: JobSpec) -> dict[str, object]:
@@ -80,7 +93,17 @@ def _fields(job: JobSpec) -> dict[str, object]:
 def _truncate(grid, n):  # type: ignore[no-untyped-def]
     import dataclasses
 
-    return dataclasses.replace(grid, **{
-        name: getattr(grid, name)[:n] for name in (
-            "usd_per_hour", "spot_capacity", "carbon_g_per_kwh", "carbon_marginal_g_per_kwh",
-            "carbon_hourly_known", "curtailing")})
+    return dataclasses.replace(
+        grid,
+        **{
+            name: getattr(grid, name)[:n]
+            for name in (
+                "usd_per_hour",
+                "spot_capacity",
+                "carbon_g_per_kwh",
+                "carbon_marginal_g_per_kwh",
+                "carbon_hourly_known",
+                "curtailing",
+            )
+        },
+    )

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from orchestrator.clock import FakeClock
+from orchestrator.jobs import parse_jobs
 from orchestrator.loop import Controller, EventLog
 from orchestrator.model import Decision, Snapshot
 from orchestrator.replay.runner import build_grid
 from orchestrator.signals.grid import SignalGrid
 from orchestrator.signals.scenario import generate
-from orchestrator.jobs import parse_jobs
 from policies.base import Policy
 from policies.registry import make_policy
 from providers.sim import SimProvider
@@ -42,11 +42,11 @@ def garbage_after(grid: SignalGrid, k: int, seed: int) -> SignalGrid:
     fields = {}
     for name in ("usd_per_hour", "spot_capacity", "carbon_g_per_kwh", "carbon_marginal_g_per_kwh"):
         a = getattr(grid, name).copy()
-        a[k + 1:] = rng.uniform(-1e3, 1e6, a[k + 1:].shape)
-        a[k + 1:][rng.random(a[k + 1:].shape) < 0.2] = np.nan
+        a[k + 1 :] = rng.uniform(-1e3, 1e6, a[k + 1 :].shape)
+        a[k + 1 :][rng.random(a[k + 1 :].shape) < 0.2] = np.nan
         fields[name] = a
     curt = grid.curtailing.copy()
-    curt[k + 1:] = rng.random(curt[k + 1:].shape) < 0.5
+    curt[k + 1 :] = rng.random(curt[k + 1 :].shape) < 0.5
     return dataclasses.replace(grid, curtailing=curt, **fields)
 
 
@@ -60,17 +60,47 @@ def run(policy: Policy, grid: SignalGrid, jobs: tuple, ticks: int) -> Recorder: 
     return recorder
 
 
-@pytest.mark.parametrize("name", ["heliotrope", "uniform-progress", "spot-failover",
-                                  "carbon-greedy", "curtailment-threshold", "on-demand"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "heliotrope",
+        "uniform-progress",
+        "spot-failover",
+        "carbon-greedy",
+        "curtailment-threshold",
+        "on-demand",
+    ],
+)
 def test_decisions_do_not_depend_on_the_future(name: str) -> None:
     trace = generate(5, 4)
     start = trace.prices["time"].min().to_pydatetime()
-    jobs = parse_jobs({"jobs": [
-        {"name": "a", "work_gpu_hours": 200, "gpus": 8, "start_offset_h": 0, "deadline_h": 60,
-         "home_region": "us-east-1", "gpu_types": ["A100-40GB", "H100"], "count": 3},
-        {"name": "b", "work_gpu_hours": 10, "gpus": 1, "start_offset_h": 2, "deadline_h": 40,
-         "home_region": "us-central1", "gpu_types": ["L4", "A100-80GB"], "count": 3},
-    ]}, trace_start=start)
+    jobs = parse_jobs(
+        {
+            "jobs": [
+                {
+                    "name": "a",
+                    "work_gpu_hours": 200,
+                    "gpus": 8,
+                    "start_offset_h": 0,
+                    "deadline_h": 60,
+                    "home_region": "us-east-1",
+                    "gpu_types": ["A100-40GB", "H100"],
+                    "count": 3,
+                },
+                {
+                    "name": "b",
+                    "work_gpu_hours": 10,
+                    "gpus": 1,
+                    "start_offset_h": 2,
+                    "deadline_h": 40,
+                    "home_region": "us-central1",
+                    "gpu_types": ["L4", "A100-80GB"],
+                    "count": 3,
+                },
+            ]
+        },
+        trace_start=start,
+    )
     grid = build_grid(trace, jobs, 600, seed=1)
     assert grid.n_ticks > K + 10
     clean = run(make_policy(name), grid, jobs, K)

@@ -21,12 +21,24 @@ def imported(shared_data_module: Path, tmp_path_factory: pytest.TempPathFactory)
     return out
 
 
-def test_baselines_on_real_traces(imported: Path, tmp_path: Path,
-                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_baselines_on_real_traces(
+    imported: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     capsys.readouterr()
-    code = main(["replay", "--traces", str(imported), "--jobs",
-                 str(REPO / "docs" / "examples" / "jobs.yaml"), "--policies", BASELINES,
-                 "--out", str(tmp_path / "out"), "--json"])
+    code = main(
+        [
+            "replay",
+            "--traces",
+            str(imported),
+            "--jobs",
+            str(REPO / "docs" / "examples" / "jobs.yaml"),
+            "--policies",
+            BASELINES,
+            "--out",
+            str(tmp_path / "out"),
+            "--json",
+        ]
+    )
     assert code == 0
     policies = json.loads(capsys.readouterr().out)["policies"]
     assert set(policies) == set(BASELINES.split(","))

@@ -18,7 +18,7 @@ def daily(n: int, level: float = 300.0) -> np.ndarray:
 @pytest.mark.parametrize("method", ["seasonal_naive", "blend"])
 def test_a_pure_daily_cycle_is_forecast_exactly(method: str) -> None:
     past = daily(3 * P)
-    future = daily(3 * P + 30)[3 * P:]
+    future = daily(3 * P + 30)[3 * P :]
     assert forecast(past, 30, P, method) == pytest.approx(future)  # type: ignore[arg-type]
 
 

@@ -15,28 +15,49 @@ from orchestrator.model import CostSettings, Market, Phase, Snapshot
 from policies.heliotrope import Heliotrope
 from tests.unit.test_baselines import KEEP, PAUSE, Expected, World, check, decide, job, offer
 
-H100_EAST_SPOT = offer("aws", "us-east-1", "PJM", Market.SPOT, gpu="H100",
-                       instance_type="p5.48xlarge")  # offer 6 where added
+H100_EAST_SPOT = offer(
+    "aws", "us-east-1", "PJM", Market.SPOT, gpu="H100", instance_type="p5.48xlarge"
+)  # offer 6 where added
 
 ROWS: list[tuple[str, World, Expected]] = [
     ("plenty of slack: the cheapest spot", World(), 3),
     ("cheapest spot full: the next cheapest", World(spot_capacity={3: 0.0}), 1),
-    ("little slack: the cheapest on-demand that finishes in time",
-     World(now_h=32 - 8.6), 2),
-    ("on the cheapest on-demand under pressure: stays", World(now_h=32 - 8.6, phase=Phase.RUNNING,
-                                                             offer=2), KEEP),
-    ("only dear spot now, cheap spot priced but full: wait for it",
-     World(usd_per_hour={1: 10.0, 3: 30.0, 5: 30.0}, spot_capacity={1: 0.0}), KEEP),
-    ("running on spot, a slightly cheaper one elsewhere: stay (move costs more than it saves)",
-     World(phase=Phase.RUNNING, offer=1, usd_per_hour={1: 8.2}), KEEP),
-    ("running on spot, a much cheaper one elsewhere: move",
-     World(phase=Phase.RUNNING, offer=1, usd_per_hour={3: 2.0}), 3),
-    ("running on on-demand with lots of slack and cheap spot: move to spot",
-     World(phase=Phase.RUNNING, offer=0), 3),
-    ("no allowed GPU anywhere: nothing to do", World(jobs=[job(gpu_types=frozenset({"L4"}))]), KEEP),
-    ("running on spot that became dear, slack left: pause rather than pay",
-     World(phase=Phase.RUNNING, offer=1, usd_per_hour={1: 39.0}, spot_capacity={3: 0.0, 5: 0.0}),
-     PAUSE),
+    ("little slack: the cheapest on-demand that finishes in time", World(now_h=32 - 8.6), 2),
+    (
+        "on the cheapest on-demand under pressure: stays",
+        World(now_h=32 - 8.6, phase=Phase.RUNNING, offer=2),
+        KEEP,
+    ),
+    (
+        "only dear spot now, cheap spot priced but full: wait for it",
+        World(usd_per_hour={1: 10.0, 3: 30.0, 5: 30.0}, spot_capacity={1: 0.0}),
+        KEEP,
+    ),
+    (
+        "running on spot, a slightly cheaper one elsewhere: stay (move costs more than it saves)",
+        World(phase=Phase.RUNNING, offer=1, usd_per_hour={1: 8.2}),
+        KEEP,
+    ),
+    (
+        "running on spot, a much cheaper one elsewhere: move",
+        World(phase=Phase.RUNNING, offer=1, usd_per_hour={3: 2.0}),
+        3,
+    ),
+    (
+        "running on on-demand with lots of slack and cheap spot: move to spot",
+        World(phase=Phase.RUNNING, offer=0),
+        3,
+    ),
+    (
+        "no allowed GPU anywhere: nothing to do",
+        World(jobs=[job(gpu_types=frozenset({"L4"}))]),
+        KEEP,
+    ),
+    (
+        "running on spot that became dear, slack left: pause rather than pay",
+        World(phase=Phase.RUNNING, offer=1, usd_per_hour={1: 39.0}, spot_capacity={3: 0.0, 5: 0.0}),
+        PAUSE,
+    ),
 ]
 
 
@@ -70,15 +91,17 @@ def test_two_jobs_one_last_slot_least_slack_first() -> None:
 def test_carbon_price_moves_the_choice_to_the_cleaner_grid() -> None:
     world = World(usd_per_hour={1: 10.0, 3: 10.0, 5: 10.0})
     plain = Heliotrope()(world.snapshot()).intents[0].offer
-    priced = dataclasses.replace(world.snapshot(),
-                                 settings=CostSettings(carbon_usd_per_tonne=1000.0))
+    priced = dataclasses.replace(
+        world.snapshot(), settings=CostSettings(carbon_usd_per_tonne=1000.0)
+    )
     assert plain == 1  # equal prices: the first
     assert Heliotrope()(priced).intents[0].offer == 5  # NL, 200 g/kWh, the cleanest
 
 
 def test_faster_gpu_wins_on_utility_unless_it_breaks_the_budget() -> None:
-    world = World(extra_offers=[H100_EAST_SPOT], usd_per_hour={6: 25.0, 1: 9.0, 3: 9.5, 5: 9.5},
-                  now_h=14.0)
+    world = World(
+        extra_offers=[H100_EAST_SPOT], usd_per_hour={6: 25.0, 1: 9.0, 3: 9.5, 5: 9.5}, now_h=14.0
+    )
     assert Heliotrope()(world.snapshot()).intents[0].offer == 6  # 20 GPU-h/h at 25 $/h
     capped = dataclasses.replace(world, jobs=[job(budget_usd=75.0)])
     assert Heliotrope()(capped.snapshot()).intents[0].offer == 1  # H100 would cost 80 to finish

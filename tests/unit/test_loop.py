@@ -10,7 +10,16 @@ import numpy as np
 import pytest
 
 from orchestrator import catalog
-from orchestrator.model import CostSettings, Decision, EventKind, Intent, JobSpec, Location, Phase, Snapshot
+from orchestrator.model import (
+    CostSettings,
+    Decision,
+    EventKind,
+    Intent,
+    JobSpec,
+    Location,
+    Phase,
+    Snapshot,
+)
 from orchestrator.replay.runner import Replay, run_replay
 from tests.conftest import T0, tiny_trace
 
@@ -37,9 +46,16 @@ class Scripted:
 
 
 def job(name: str = "a", work: float = 10.0, hours: float = 40.0, **kw: object) -> JobSpec:
-    args: dict[str, object] = {"id": name, "work_gpu_hours": work, "gpus": 1, "start": T0,
-                               "deadline": T0 + timedelta(hours=hours), "checkpoint_size_gb": 10.0,
-                               "cold_start_h": 0.1, "home_region": "us-east-1"}
+    args: dict[str, object] = {
+        "id": name,
+        "work_gpu_hours": work,
+        "gpus": 1,
+        "start": T0,
+        "deadline": T0 + timedelta(hours=hours),
+        "checkpoint_size_gb": 10.0,
+        "cold_start_h": 0.1,
+        "home_region": "us-east-1",
+    }
     args.update(kw)
     return JobSpec(**args)  # type: ignore[arg-type]
 
@@ -67,8 +83,13 @@ def test_on_demand_job_costs_its_hours_times_price() -> None:
 def test_final_tick_billed_whole_when_asked() -> None:
     trace = tiny_trace()
     exact = run_replay(trace, [job()], [Scripted(lambda s, j: AWS_OD)], tick_s=600)
-    whole = run_replay(trace, [job()], [Scripted(lambda s, j: AWS_OD)], tick_s=600,
-                       settings=CostSettings(bill_final_tick=True))
+    whole = run_replay(
+        trace,
+        [job()],
+        [Scripted(lambda s, j: AWS_OD)],
+        tick_s=600,
+        settings=CostSettings(bill_final_tick=True),
+    )
     hours = 0.1 + 10.0 / catalog.gpu("V100").relative_throughput
     assert whole.runs[0].fleet.usd[0] == pytest.approx(np.ceil(hours * 6) / 6 * 3.06)
     assert whole.runs[0].fleet.usd[0] > exact.runs[0].fleet.usd[0]
@@ -76,10 +97,15 @@ def test_final_tick_billed_whole_when_asked() -> None:
 
 def test_preemption_loses_work_since_last_checkpoint() -> None:
     # AWS spot available for 5.5 h, then gone for 3 h; the job checkpoints every 2 h.
-    r = replay(Scripted(lambda s, j: AWS_SPOT if s.spot_capacity[AWS_SPOT] > 0 or
-                        s.fleet.offer[j] == AWS_SPOT else None),
-               [job(checkpoint_interval_h=2.0)],
-               spot_pattern=((0.0, 1.0), (5.5, 0.0), (8.5, 1.0)))
+    r = replay(
+        Scripted(
+            lambda s, j: (
+                AWS_SPOT if s.spot_capacity[AWS_SPOT] > 0 or s.fleet.offer[j] == AWS_SPOT else None
+            )
+        ),
+        [job(checkpoint_interval_h=2.0)],
+        spot_pattern=((0.0, 1.0), (5.5, 0.0), (8.5, 1.0)),
+    )
     events = r.runs[0].events
     pre = next(e for e in events if e.kind is EventKind.PREEMPTED)
     assert pre.time_s == pytest.approx(T0.timestamp() + 5.5 * 3600)
@@ -101,7 +127,10 @@ def test_move_checkpoints_pays_egress_and_transfer() -> None:
 
     r = replay(Scripted(policy), [job(checkpoint_interval_h=100.0)])
     f = r.runs[0].fleet
-    src, dst = Location("aws", "us-east-1", "us-east-1a"), Location("gcp", "europe-west4", "europe-west4-a")
+    src, dst = (
+        Location("aws", "us-east-1", "us-east-1a"),
+        Location("gcp", "europe-west4", "europe-west4-a"),
+    )
     egress = 10.0 * catalog.egress_usd_per_gb(src, dst)
     assert egress > 0
     assert f.egress_usd[0] == pytest.approx(egress)
@@ -109,7 +138,8 @@ def test_move_checkpoints_pays_egress_and_transfer() -> None:
     launches = [e for e in r.runs[0].events if e.kind is EventKind.LAUNCHED]
     transfer_h = catalog.transfer_hours(10.0, src, dst)
     assert launches[1].data["ready_at_s"] == pytest.approx(
-        T0.timestamp() + 2 * 3600 + (0.1 + transfer_h) * 3600)
+        T0.timestamp() + 2 * 3600 + (0.1 + transfer_h) * 3600
+    )
     # Nothing was lost by the planned move: progress at the move was checkpointed.
     v100 = catalog.gpu("V100").relative_throughput
     a100 = catalog.gpu("A100-80GB").relative_throughput
@@ -120,8 +150,7 @@ def test_move_checkpoints_pays_egress_and_transfer() -> None:
 
 
 def test_two_jobs_cannot_take_the_last_spot_slot() -> None:
-    r = replay(Scripted(lambda s, j: AWS_SPOT), [job("a"), job("b")],
-               spot_pattern=((0.0, 1.0),))
+    r = replay(Scripted(lambda s, j: AWS_SPOT), [job("a"), job("b")], spot_pattern=((0.0, 1.0),))
     first = [e for e in r.runs[0].events if e.time_s == T0.timestamp()]
     assert [e.kind for e in first].count(EventKind.LAUNCHED) == 1
     assert any(e.kind is EventKind.REJECTED and "capacity" in e.detail for e in first)

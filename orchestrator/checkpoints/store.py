@@ -1,0 +1,622 @@
+"""A checkpoint store over any fsspec filesystem (file://, memory://, s3://, gs://, ...).
+
+Layout under the root::
+
+    <root>/<job_id>/step-<step:012d>/<files...>      the checkpoint's files
+    <root>/<job_id>/step-<step:012d>/manifest.json   sizes + sha256 of every file; written last
+    <root>/<job_id>/.requests/<sha256(request_id)>.json   copies already done, by request id
+
+Invariants:
+
+- A checkpoint is *published* when its manifest exists. The manifest is written under a
+  temporary dot-name and renamed into place after every file is complete, so a crash at
+  any point leaves either nothing visible or a whole checkpoint. Directories without a
+  manifest are invisible to `list`/`latest` and are swept by `retain`.
+- A published checkpoint is never rewritten in place: `write` refuses a step that is
+  already published (`CheckpointExists`). Deletion removes the manifest first.
+- `verify` re-reads every byte; `latest` returns the newest checkpoint that verifies and
+  falls back (with a warning) past corrupt ones; `retain` never deletes the newest
+  checkpoint that verifies, nor a pinned one.
+- `copy` never writes to the source; it carries the manifest byte for byte, so the copy has
+  the same `manifest_sha256`; it verifies the destination before returning and is
+  idempotent by request id.
+
+The store does not fsync: after a power loss a published checkpoint may fail to verify,
+and `latest` then falls back to the previous one. One writer per job at a time is the
+caller's job (the orchestrator runs one instance per job).
+
+Backends other than file:// and memory:// (s3fs, gcsfs, ...) are imported by fsspec only
+when a store with that protocol is created.
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import json
+import logging
+import os
+import queue
+import threading
+import uuid
+from collections.abc import Callable, Collection, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, suppress
+from dataclasses import dataclass
+from typing import Any, Final, TypeAlias
+
+import fsspec
+
+from orchestrator.checkpoints import manifest as mf
+from orchestrator.checkpoints.errors import CheckpointExists, CorruptCheckpoint
+from orchestrator.checkpoints.hashio import CHUNK_BYTES, CheckpointReader, FileWriter
+from orchestrator.errors import InputError, PermanentError
+
+logger = logging.getLogger(__name__)
+
+REQUESTS_DIR: Final = ".requests"
+
+WriteFn: TypeAlias = Callable[[str], AbstractContextManager[FileWriter]]
+"""`write_fn(name)` opens the checkpoint file `name` for writing: ``with write_fn("a.bin") as f:
+f.write(data)``. Each name may be opened once."""
+Progress: TypeAlias = Callable[[int, int], None]
+"""`progress(bytes_done, bytes_total)`, called after every chunk of a copy."""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointRef:
+    """A published checkpoint. `uri` is its directory; `manifest_sha256` its identity (the
+    same in every store it was copied to); `size_bytes` the sum of its files."""
+
+    uri: str
+    job_id: str
+    step: int
+    created_at_s: float
+    size_bytes: int
+    manifest_sha256: str
+
+
+def step_dir_name(step: int) -> str:
+    return f"step-{step:012d}"
+
+
+def _normalize_root(root_uri: str) -> str:
+    if not isinstance(root_uri, str) or not root_uri.strip():
+        raise InputError("checkpoint store", "root_uri", "a URI such as file:///data/ckpt, "
+                         "memory://bucket/prefix or s3://bucket/prefix", got=repr(root_uri))
+    uri = root_uri.strip()
+    if "://" not in uri:
+        uri = "file://" + os.path.abspath(os.path.expanduser(uri))
+    stripped = uri.rstrip("/")
+    return uri if stripped.endswith(":") else stripped  # "memory://" stays as it is
+
+
+class CheckpointStore:
+    """Checkpoints of many jobs under one root URI. Thread-safe for distinct jobs."""
+
+    def __init__(self, root_uri: str, **storage_options: Any) -> None:
+        self.root_uri = _normalize_root(root_uri)
+        protocol = self.root_uri.split("://", 1)[0]
+        try:
+            fs, path = fsspec.core.url_to_fs(self.root_uri, **storage_options)
+        except ImportError as exc:
+            raise PermanentError(
+                f"checkpoint store {self.root_uri}: the fsspec backend for {protocol}:// is not "
+                f"installed ({exc}); install it (s3fs for s3://, gcsfs for gs://)"
+            ) from exc
+        except (ValueError, TypeError) as exc:
+            raise InputError("checkpoint store", "root_uri", "a URI fsspec understands",
+                             got=f"{root_uri!r} ({exc})") from exc
+        self._fs: fsspec.AbstractFileSystem = fs
+        self._root: str = str(path).rstrip("/") or str(path)
+
+    def __repr__(self) -> str:
+        return f"CheckpointStore({self.root_uri!r})"
+
+    # -- paths --------------------------------------------------------------------------
+
+    def _job_path(self, job_id: str) -> str:
+        return f"{self._root}/{job_id}"
+
+    def _dir_path(self, job_id: str, step: int) -> str:
+        return f"{self._root}/{job_id}/{step_dir_name(step)}"
+
+    def _dir_uri(self, job_id: str, step: int) -> str:
+        return f"{self.root_uri}/{job_id}/{step_dir_name(step)}"
+
+    def _ref_dir(self, ref: CheckpointRef) -> str:
+        mf.check_job_id(ref.job_id)
+        mf.check_step(ref.step)
+        if ref.uri != self._dir_uri(ref.job_id, ref.step):
+            raise InputError(
+                repr(self), "ref.uri",
+                f"a checkpoint of this store ({self._dir_uri(ref.job_id, ref.step)})",
+                got=ref.uri, fix="use the store the reference came from",
+            )
+        return self._dir_path(ref.job_id, ref.step)
+
+    # -- write --------------------------------------------------------------------------
+
+    def write(
+        self,
+        job_id: str,
+        step: int,
+        files: Mapping[str, bytes] | Callable[[WriteFn], None],
+        *,
+        now_s: float,
+        metadata: Mapping[str, str] | None = None,
+    ) -> CheckpointRef:
+        """Write the files of one checkpoint, then publish its manifest (atomically).
+
+        `files` is either a mapping of names to bytes or a function that receives a
+        `WriteFn` and streams the files through it. Raises `CheckpointExists` if the step
+        is already published. On any error the unpublished files are removed (best effort)
+        and nothing becomes visible."""
+        mf.check_job_id(job_id)
+        mf.check_step(step)
+        meta = mf.as_str_dict(metadata)
+        directory = self._dir_path(job_id, step)
+        manifest_path = f"{directory}/{mf.MANIFEST_NAME}"
+        if self._fs.exists(manifest_path):
+            raise CheckpointExists(
+                f"{self._dir_uri(job_id, step)}: a checkpoint of job {job_id} at step {step} is "
+                "already published; a published checkpoint is never rewritten"
+            )
+        self._fs.makedirs(directory, exist_ok=True)
+        entries: dict[str, mf.FileEntry] = {}
+
+        @contextmanager
+        def write_fn(name: str) -> Iterator[FileWriter]:
+            mf.check_file_name(name)
+            if name in entries:
+                raise InputError("checkpoint store", "file name", "each name written once",
+                                 got=repr(name))
+            path = f"{directory}/{name}"
+            if "/" in name:
+                self._fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+            with self._fs.open(path, "wb") as raw:
+                writer = FileWriter(raw, name)
+                try:
+                    yield writer
+                finally:
+                    writer.close()
+            entries[name] = mf.FileEntry(writer.size_bytes, writer.sha256())
+
+        try:
+            if callable(files):
+                files(write_fn)
+            else:
+                for name, data in files.items():
+                    with write_fn(name) as out:
+                        out.write(data)
+            if not entries:
+                raise InputError("checkpoint store", "files", "at least one file", got="none")
+            manifest = mf.Manifest(job_id, step, float(now_s), entries, meta)
+            blob = manifest.encode()
+            self._publish(directory, blob)
+        except BaseException:
+            self._discard_unpublished(directory)
+            raise
+        ref = CheckpointRef(
+            uri=self._dir_uri(job_id, step), job_id=job_id, step=step,
+            created_at_s=manifest.created_at_s, size_bytes=manifest.size_bytes,
+            manifest_sha256=mf.sha256_hex(blob),
+        )
+        logger.info("checkpoint published: %s (%d bytes)", ref.uri, ref.size_bytes)
+        return ref
+
+    def _publish(self, directory: str, blob: bytes) -> None:
+        tmp = f"{directory}/.{mf.MANIFEST_NAME}.{uuid.uuid4().hex}.tmp"
+        self._fs.pipe_file(tmp, blob)
+        self._fs.mv(tmp, f"{directory}/{mf.MANIFEST_NAME}")
+
+    def _discard_unpublished(self, directory: str) -> None:
+        try:
+            if not self._fs.exists(f"{directory}/{mf.MANIFEST_NAME}") and self._fs.exists(
+                directory
+            ):
+                self._fs.rm(directory, recursive=True)
+        except Exception:  # best effort: retain() sweeps what is left
+            logger.warning("could not remove the unpublished checkpoint %s", directory,
+                           exc_info=True)
+
+    # -- read ---------------------------------------------------------------------------
+
+    def list(self, job_id: str) -> builtins.list[CheckpointRef]:
+        """Published checkpoints of `job_id`, oldest first. Manifests that cannot be parsed
+        are skipped with a warning (they cannot verify)."""
+        mf.check_job_id(job_id)
+        paths = sorted(self._fs.glob(f"{self._job_path(job_id)}/step-*/{mf.MANIFEST_NAME}"))
+        if not paths:
+            return []
+        blobs = self._fs.cat(paths, on_error="return")
+        if not isinstance(blobs, dict):  # a single path comes back as bytes
+            blobs = {paths[0]: blobs}
+        refs: builtins.list[CheckpointRef] = []
+        for path in paths:
+            blob = blobs.get(path)
+            dir_name = path.rstrip("/").rsplit("/", 2)[-2]
+            if isinstance(blob, FileNotFoundError):
+                continue  # deleted since the listing
+            if not isinstance(blob, bytes):
+                logger.warning("cannot read the manifest of %s/%s/%s: %r", self.root_uri,
+                               job_id, dir_name, blob)
+                continue
+            try:
+                m = mf.decode(blob)
+            except ValueError as exc:
+                logger.warning("skipping %s/%s/%s: unreadable manifest (%s)", self.root_uri,
+                               job_id, dir_name, exc)
+                continue
+            if m.job_id != job_id or step_dir_name(m.step) != dir_name:
+                logger.warning("skipping %s/%s/%s: its manifest is for job %s step %d",
+                               self.root_uri, job_id, dir_name, m.job_id, m.step)
+                continue
+            refs.append(self._ref_from(m, blob))
+        refs.sort(key=lambda r: r.step)
+        return refs
+
+    def _ref_from(self, m: mf.Manifest, blob: bytes) -> CheckpointRef:
+        return CheckpointRef(
+            uri=self._dir_uri(m.job_id, m.step), job_id=m.job_id, step=m.step,
+            created_at_s=m.created_at_s, size_bytes=m.size_bytes,
+            manifest_sha256=mf.sha256_hex(blob),
+        )
+
+    def latest(self, job_id: str, *, verify: bool = True) -> CheckpointRef | None:
+        """The newest checkpoint that verifies (each corrupt newer one is logged and
+        skipped), or None. `verify=False` returns the newest published one unchecked."""
+        refs = self.list(job_id)
+        if not verify:
+            return refs[-1] if refs else None
+        for ref in reversed(refs):
+            try:
+                self.verify(ref)
+            except CorruptCheckpoint as exc:
+                logger.warning("checkpoint %s is corrupt, falling back to the previous one: %s",
+                               ref.uri, exc)
+                continue
+            return ref
+        return None
+
+    def manifest(self, ref: CheckpointRef) -> mf.Manifest:
+        """The manifest of `ref`; raises CorruptCheckpoint if it is gone or differs."""
+        return self._read_manifest(ref)[0]
+
+    def metadata(self, ref: CheckpointRef) -> Mapping[str, str]:
+        return self.manifest(ref).metadata
+
+    def _read_manifest(self, ref: CheckpointRef) -> tuple[mf.Manifest, bytes]:
+        directory = self._ref_dir(ref)
+        try:
+            blob = self._fs.cat_file(f"{directory}/{mf.MANIFEST_NAME}")
+        except FileNotFoundError as exc:
+            raise CorruptCheckpoint(ref.uri, mf.MANIFEST_NAME,
+                                    "missing (deleted or never published)") from exc
+        actual = mf.sha256_hex(blob)
+        if actual != ref.manifest_sha256:
+            raise CorruptCheckpoint(
+                ref.uri, mf.MANIFEST_NAME,
+                f"sha256 differs from the reference (ref {ref.manifest_sha256[:16]}…, "
+                f"read {actual[:16]}…)",
+            )
+        try:
+            m = mf.decode(blob)
+        except ValueError as exc:  # same sha as the ref yet unreadable: the ref is bogus
+            raise CorruptCheckpoint(ref.uri, mf.MANIFEST_NAME, f"unreadable ({exc})") from exc
+        if m.job_id != ref.job_id or m.step != ref.step:
+            raise CorruptCheckpoint(ref.uri, mf.MANIFEST_NAME,
+                                    f"is for job {m.job_id} step {m.step}")
+        return m, blob
+
+    def verify(self, ref: CheckpointRef) -> None:
+        """Re-read every file; raise CorruptCheckpoint naming the first file that is
+        missing or whose size or sha256 differs from the manifest."""
+        m, _ = self._read_manifest(ref)
+        for name in sorted(m.files):
+            with self._open_verified(ref, m, name, verify=True) as reader:
+                reader.finish()
+
+    def open_file(
+        self, ref: CheckpointRef, name: str, *, verify: bool = True
+    ) -> AbstractContextManager[CheckpointReader]:
+        """Stream one file: ``with store.open_file(ref, "state") as f: f.readinto(buf)``.
+        With `verify`, a normal exit from the block reads what is left and raises
+        CorruptCheckpoint if the size or sha256 differs (an exception inside the block
+        skips the check)."""
+        m, _ = self._read_manifest(ref)
+        return self._open_verified(ref, m, name, verify=verify)
+
+    @contextmanager
+    def _open_verified(
+        self, ref: CheckpointRef, m: mf.Manifest, name: str, *, verify: bool
+    ) -> Iterator[CheckpointReader]:
+        entry = m.files.get(name)
+        if entry is None:
+            raise InputError(ref.uri, "file name", "one of " + ", ".join(sorted(m.files)),
+                             got=repr(name))
+        path = f"{self._ref_dir(ref)}/{name}"
+        try:
+            raw = self._fs.open(path, "rb", block_size=CHUNK_BYTES)
+        except FileNotFoundError as exc:
+            raise CorruptCheckpoint(ref.uri, name, "missing") from exc
+        reader = CheckpointReader(raw, uri=ref.uri, name=name, size_bytes=entry.size_bytes,
+                                  sha256=entry.sha256, verify=verify)
+        with reader:
+            yield reader
+            reader.finish()
+
+    def read(self, ref: CheckpointRef, *, verify: bool = True) -> dict[str, bytes]:
+        """Every file of `ref` in memory, each checked against the manifest."""
+        m, _ = self._read_manifest(ref)
+        out: dict[str, bytes] = {}
+        for name in sorted(m.files):
+            with self._open_verified(ref, m, name, verify=verify) as reader:
+                out[name] = reader.read()
+        return out
+
+    # -- copy ---------------------------------------------------------------------------
+
+    def copy(
+        self,
+        ref: CheckpointRef,
+        dest: CheckpointStore,
+        *,
+        request_id: str,
+        progress: Progress | None = None,
+    ) -> CheckpointRef:
+        """Copy `ref` into `dest`, streamed in chunks, and return the verified copy.
+
+        Idempotent: a repeated `request_id` returns the copy it made (as long as that copy
+        is still published) without reading anything else, and a destination that already
+        holds a verified copy of the same checkpoint is returned as is. Source bytes are
+        checked against the source manifest on the way (a corrupt source raises
+        CorruptCheckpoint and publishes nothing); the destination is re-read and verified
+        before returning. The source is only ever opened for reading."""
+        if not isinstance(request_id, str) or not request_id:
+            raise InputError("checkpoint copy", "request_id", "a non-empty string",
+                             got=repr(request_id))
+        self._ref_dir(ref)
+        marker = dest._request_marker(ref.job_id, request_id)
+        done = dest._read_request(marker)
+        if done is not None:
+            if (done.job_id, done.step, done.manifest_sha256) != (
+                ref.job_id, ref.step, ref.manifest_sha256
+            ):
+                raise InputError(
+                    "checkpoint copy", "request_id",
+                    f"a new request id for a different checkpoint (it was used for {done.uri})",
+                    got=request_id,
+                )
+            if dest._published_sha(done.job_id, done.step) == done.manifest_sha256:
+                logger.info("copy %s already done as %s", request_id, done.uri)
+                return done
+        existing = dest._published_sha(ref.job_id, ref.step)
+        if existing is not None:
+            if existing != ref.manifest_sha256:
+                raise CheckpointExists(
+                    f"{dest._dir_uri(ref.job_id, ref.step)}: holds a different checkpoint of "
+                    f"job {ref.job_id} at step {ref.step} (manifest {existing[:16]}…, "
+                    f"copying {ref.manifest_sha256[:16]}…); nothing was copied"
+                )
+            dref = dest._ref_like(ref)
+            try:
+                dest.verify(dref)
+            except CorruptCheckpoint as exc:
+                logger.warning("the copy at %s is corrupt (%s); copying it again", dref.uri, exc)
+                dest._unpublish(ref.job_id, ref.step)
+            else:
+                dest._write_request(marker, request_id, dref)
+                return dref
+        m, blob = self._read_manifest(ref)
+        dest_dir = dest._dir_path(ref.job_id, ref.step)
+        dest._fs.makedirs(dest_dir, exist_ok=True)
+        total = m.size_bytes
+        copied = 0
+        try:
+            for name in sorted(m.files):
+                copied = self._copy_file(ref, name, m.files[name], dest, dest_dir, copied,
+                                         total, progress)
+            dest._publish(dest_dir, blob)
+        except BaseException:
+            dest._discard_unpublished(dest_dir)
+            raise
+        dref = dest._ref_like(ref)
+        dest.verify(dref)
+        dest._write_request(marker, request_id, dref)
+        logger.info("copied %s to %s (%d bytes, request %s)", ref.uri, dref.uri, total,
+                    request_id)
+        return dref
+
+    def _copy_file(
+        self,
+        ref: CheckpointRef,
+        name: str,
+        entry: mf.FileEntry,
+        dest: CheckpointStore,
+        dest_dir: str,
+        copied: int,
+        total: int,
+        progress: Progress | None,
+    ) -> int:
+        """Stream one file; a helper thread reads and hashes the next chunk while this
+        thread writes the current one."""
+        if "/" in name:
+            dest._fs.makedirs(f"{dest_dir}/{name}".rsplit("/", 1)[0], exist_ok=True)
+        chunks: queue.Queue[bytes | BaseException] = queue.Queue(maxsize=2)
+        stop = threading.Event()
+        sha = hashlib.sha256()
+
+        def produce() -> None:
+            try:
+                with self._fs.open(f"{self._ref_dir(ref)}/{name}", "rb",
+                                   block_size=CHUNK_BYTES) as src:
+                    while not stop.is_set():
+                        data = src.read(CHUNK_BYTES)
+                        sha.update(data)
+                        chunks.put(data)
+                        if not data:
+                            return
+            except BaseException as exc:
+                chunks.put(exc)
+
+        reader = threading.Thread(target=produce, name="ckpt-copy-read", daemon=True)
+        reader.start()
+        size = 0
+        try:
+            with dest._fs.open(f"{dest_dir}/{name}", "wb") as out:
+                while True:
+                    item = chunks.get()
+                    if isinstance(item, FileNotFoundError):
+                        raise CorruptCheckpoint(ref.uri, name, "missing") from item
+                    if isinstance(item, BaseException):
+                        raise item
+                    if not item:
+                        break
+                    size += len(item)
+                    if size > entry.size_bytes:
+                        raise CorruptCheckpoint(
+                            ref.uri, name,
+                            f"size differs (manifest {entry.size_bytes} bytes, file is longer)",
+                        )
+                    out.write(item)
+                    copied += len(item)
+                    if progress is not None:
+                        progress(copied, total)
+        finally:
+            stop.set()
+            with suppress(queue.Empty):
+                while True:  # unblock the reader if it waits on a full queue
+                    chunks.get_nowait()
+            reader.join()
+        if size != entry.size_bytes:
+            raise CorruptCheckpoint(
+                ref.uri, name, f"size differs (manifest {entry.size_bytes} bytes, file {size})"
+            )
+        if sha.hexdigest() != entry.sha256:
+            raise CorruptCheckpoint(
+                ref.uri, name,
+                f"sha256 differs (manifest {entry.sha256[:16]}…, read {sha.hexdigest()[:16]}…)",
+            )
+        if total == 0 and progress is not None:
+            progress(0, 0)
+        return copied
+
+    def _ref_like(self, ref: CheckpointRef) -> CheckpointRef:
+        return CheckpointRef(
+            uri=self._dir_uri(ref.job_id, ref.step), job_id=ref.job_id, step=ref.step,
+            created_at_s=ref.created_at_s, size_bytes=ref.size_bytes,
+            manifest_sha256=ref.manifest_sha256,
+        )
+
+    def _published_sha(self, job_id: str, step: int) -> str | None:
+        try:
+            return mf.sha256_hex(
+                self._fs.cat_file(f"{self._dir_path(job_id, step)}/{mf.MANIFEST_NAME}")
+            )
+        except FileNotFoundError:
+            return None
+
+    def _request_marker(self, job_id: str, request_id: str) -> str:
+        digest = hashlib.sha256(request_id.encode()).hexdigest()[:32]
+        return f"{self._job_path(job_id)}/{REQUESTS_DIR}/{digest}.json"
+
+    def _read_request(self, marker: str) -> CheckpointRef | None:
+        try:
+            body = json.loads(self._fs.cat_file(marker))
+            return CheckpointRef(**body["ref"])
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError):
+            logger.warning("ignoring the unreadable copy record %s", marker)
+            return None
+
+    def _write_request(self, marker: str, request_id: str, ref: CheckpointRef) -> None:
+        body = {
+            "request_id": request_id,
+            "ref": {
+                "uri": ref.uri, "job_id": ref.job_id, "step": ref.step,
+                "created_at_s": ref.created_at_s, "size_bytes": ref.size_bytes,
+                "manifest_sha256": ref.manifest_sha256,
+            },
+        }
+        directory = marker.rsplit("/", 1)[0]
+        self._fs.makedirs(directory, exist_ok=True)
+        tmp = f"{directory}/.{uuid.uuid4().hex}.tmp"
+        self._fs.pipe_file(tmp, json.dumps(body, sort_keys=True).encode())
+        self._fs.mv(tmp, marker)
+
+    # -- delete -------------------------------------------------------------------------
+
+    def _unpublish(self, job_id: str, step: int) -> None:
+        with suppress(FileNotFoundError):
+            self._fs.rm(f"{self._dir_path(job_id, step)}/{mf.MANIFEST_NAME}")
+
+    def _delete(self, ref: CheckpointRef) -> None:
+        directory = self._ref_dir(ref)
+        self._unpublish(ref.job_id, ref.step)  # invisible first, then the bytes
+        with suppress(FileNotFoundError):
+            self._fs.rm(directory, recursive=True)
+        logger.info("deleted checkpoint %s", ref.uri)
+
+    def quarantine(self, ref: CheckpointRef) -> None:
+        """Unpublish a corrupt checkpoint (its files stay until `retain` sweeps them), so the
+        step can be written again. Refuses (PermanentError) if `ref` verifies."""
+        try:
+            self.verify(ref)
+        except CorruptCheckpoint as exc:
+            logger.warning("quarantining %s: %s", ref.uri, exc)
+            directory = self._ref_dir(ref)
+            with suppress(FileNotFoundError):
+                self._fs.mv(f"{directory}/{mf.MANIFEST_NAME}",
+                            f"{directory}/.{mf.MANIFEST_NAME}.corrupt-{uuid.uuid4().hex[:8]}")
+            return
+        raise PermanentError(f"{ref.uri}: verifies; only a corrupt checkpoint is quarantined")
+
+    def retain(
+        self, job_id: str, *, keep: int, pinned: Collection[str] = frozenset()
+    ) -> builtins.list[CheckpointRef]:
+        """Delete all but the newest `keep` checkpoints of `job_id`; return what was deleted.
+
+        Never deleted: the newest checkpoint that verifies (even if older than the `keep`
+        newest), and any whose `uri` or `manifest_sha256` is in `pinned` (e.g. not yet
+        verified-copied elsewhere). Unpublished directories older than the newest published
+        checkpoint (left by crashed writers) are removed too."""
+        if not isinstance(keep, int) or isinstance(keep, bool) or keep < 0:
+            raise InputError("checkpoint retention", "keep", "an integer >= 0", got=repr(keep))
+        refs = self.list(job_id)
+        protected: CheckpointRef | None = None
+        for ref in reversed(refs):
+            try:
+                self.verify(ref)
+            except CorruptCheckpoint as exc:
+                logger.warning("retention: %s does not verify (%s)", ref.uri, exc)
+                continue
+            protected = ref
+            break
+        deleted: builtins.list[CheckpointRef] = []
+        for ref in refs[: max(len(refs) - keep, 0)]:
+            if ref == protected:
+                logger.info("retention keeps %s: the newest verified checkpoint", ref.uri)
+                continue
+            if ref.uri in pinned or ref.manifest_sha256 in pinned:
+                logger.info("retention keeps %s: pinned", ref.uri)
+                continue
+            self._delete(ref)
+            deleted.append(ref)
+        if refs:
+            self._sweep_unpublished(job_id, below_step=refs[-1].step)
+        return deleted
+
+    def _sweep_unpublished(self, job_id: str, *, below_step: int) -> None:
+        for path in self._fs.glob(f"{self._job_path(job_id)}/step-*"):
+            name = path.rstrip("/").rsplit("/", 1)[-1]
+            try:
+                step = int(name.removeprefix("step-"))
+            except ValueError:
+                continue
+            if step >= below_step or self._fs.exists(f"{path}/{mf.MANIFEST_NAME}"):
+                continue
+            logger.info("removing the unpublished directory %s/%s/%s", self.root_uri, job_id,
+                        name)
+            with suppress(FileNotFoundError):
+                self._fs.rm(path, recursive=True)

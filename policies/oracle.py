@@ -1,0 +1,776 @@
+"""`oracle`: the hindsight-optimal schedule of each job on a realized trace (DESIGN.md §5).
+
+The oracle is the lower bound behind regret, ``J(policy) / J(oracle) - 1``. It is handed the
+realized world (`Hindsight`: prices, spot capacity, carbon on the replay's tick grid) and, the
+first time it sees a job, solves that job's schedule exactly by backward induction; then, every
+tick, it asks for whatever the plan holds at that tick. It is a per-job oracle: other jobs are
+ignored (their use of spot capacity included); when the loop does not follow the plan (a
+launch refused because another job took the capacity, work lost at a preemption), the job is
+re-planned from its realized state.
+
+The model (`plan_job`), which is the loop's own accounting (`orchestrator.accounting`,
+`orchestrator.executor`, `providers.sim`) written as a decision problem:
+
+- At every tick boundary a job may keep its instance, pause (hold nothing), or launch on
+  another offer. A launch pays the cold start ``job.cold_start_h`` plus the checkpoint's
+  transfer time (``move_cost``; none when ``settings.transfer_time`` is off), billed from the
+  launch at that offer's price and power, and the egress of ``move_cost`` when the
+  checkpoint changes region. The first launch has no checkpoint: no egress, no transfer.
+- During tick t a spot offer is usable only if its realized capacity at t covers the job's
+  instances (the simulated provider preempts at the boundary otherwise); an offer is usable
+  only while priced and allowed for the job.
+- Progress accrues at ``fit.rate[j, o]`` once the cold start is over. Work is done when the
+  remaining work fits in a tick's running time (the loop's 1e-9 s tolerance); the finishing
+  tick is billed to the finishing instant, or whole with ``settings.bill_final_tick``.
+- Objective ``J = dollars + carbon_usd_per_tonne * kgCO2 / 1000`` (location-based kgCO2);
+  finishing by the deadline (within the replay metrics' 1e-6 s) is a hard constraint. When
+  it cannot be met, the job finishes as soon as possible on the fastest on-demand offer.
+
+Solution method: backward induction over (tick, progress level, placement) with placement
+"holding offer o and running" or "holding nothing, checkpoint in region L (or no checkpoint
+yet)", vectorized with numpy over the progress axis. A launch is one macro step: it holds the
+offer through its cold start (ceil of the cold start in ticks) and lands RUNNING with the
+progress of the partial tick; abandoning an instance during its own cold start is never
+better (it buys nothing and moves the checkpoint) and is not considered. Progress is a grid of
+``u`` GPU-hours: the largest unit of which every increment (a full tick, and the partial tick
+after each cold start, per offer) is a whole multiple, so the DP is exact; only when that
+needs more than `max_progress_levels` levels are increments rounded down (conservative:
+the plan still finishes; its cost is then within a fraction of a tick of the optimum). Only
+progress levels reachable by then and from which the deadline can still be met are stored.
+
+Limits, stated: exact when the job checkpoints continuously (``checkpoint_interval_h = 0``)
+or its plan never rides a spot offer into a capacity drop; with periodic checkpoints a
+preemption's lost work is not in the model (the loop's realized state is re-planned).
+Without bound hindsight (live use), the present signals are held constant: a persistence
+forecast, not an oracle.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from orchestrator.model import (
+    BoolArray,
+    Decision,
+    FloatArray,
+    IntArray,
+    Intent,
+    Location,
+    Market,
+    Offer,
+    Phase,
+    Snapshot,
+)
+from policies.costs import move_cost
+
+logger = logging.getLogger(__name__)
+
+NO_OFFER = -1
+_FINISH_TOL_S = 1e-9  # accounting.accrue: a job finishes when need_s <= run_s + 1e-9
+_DEADLINE_TOL_S = 1e-6  # replay.metrics: met when finished_at_s <= deadline + 1e-6
+_TIE = 1e-12  # relative: values this close are equal (sums in another order)
+
+
+class GridLike(Protocol):
+    """What `Hindsight.of` reads: `orchestrator.signals.grid.SignalGrid` has this shape."""
+
+    @property
+    def start_s(self) -> float: ...
+    @property
+    def tick_s(self) -> int: ...
+    @property
+    def offers(self) -> tuple[Offer, ...]: ...
+    @property
+    def usd_per_hour(self) -> FloatArray: ...
+    @property
+    def spot_capacity(self) -> FloatArray: ...
+    @property
+    def carbon_g_per_kwh(self) -> FloatArray: ...
+    @property
+    def carbon_marginal_g_per_kwh(self) -> FloatArray: ...
+    @property
+    def curtailing(self) -> BoolArray: ...
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Hindsight:
+    """The realized world on the replay's tick grid: row t holds over ``[start_s + t * tick_s,
+    start_s + (t + 1) * tick_s)``; columns follow `offers`. `spot_capacity` is the realized
+    capacity (instances; inf for on-demand)."""
+
+    start_s: float
+    tick_s: float
+    offers: tuple[Offer, ...]
+    usd_per_hour: FloatArray
+    spot_capacity: FloatArray
+    carbon_g_per_kwh: FloatArray
+    carbon_marginal_g_per_kwh: FloatArray
+    curtailing: BoolArray
+
+    @property
+    def n_ticks(self) -> int:
+        return int(self.usd_per_hour.shape[0])
+
+    @staticmethod
+    def of(grid: GridLike) -> Hindsight:
+        """The hindsight of a replay's signal grid (after spot gaps were realized)."""
+        return Hindsight(
+            start_s=float(grid.start_s), tick_s=float(grid.tick_s), offers=tuple(grid.offers),
+            usd_per_hour=grid.usd_per_hour, spot_capacity=grid.spot_capacity,
+            carbon_g_per_kwh=grid.carbon_g_per_kwh,
+            carbon_marginal_g_per_kwh=grid.carbon_marginal_g_per_kwh,
+            curtailing=grid.curtailing,
+        )
+
+    @staticmethod
+    def persistent(snapshot: Snapshot, n_ticks: int) -> Hindsight:
+        """The present held constant for `n_ticks` ticks (no future is known)."""
+        held = snapshot.fleet.offer >= 0
+        used = np.bincount(snapshot.fleet.offer[held],
+                           weights=snapshot.fit.instances[held, snapshot.fleet.offer[held]],
+                           minlength=len(snapshot.offers))
+        capacity = np.nan_to_num(np.asarray(snapshot.spot_capacity, dtype=np.float64) + used,
+                                 nan=0.0, posinf=np.inf)
+
+        def rows(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
+            return np.repeat(np.asarray(a)[None, :], n_ticks, axis=0)
+
+        return Hindsight(
+            start_s=snapshot.now_s, tick_s=snapshot.tick_h * 3600.0,
+            offers=tuple(snapshot.offers), usd_per_hour=rows(snapshot.usd_per_hour),
+            spot_capacity=rows(capacity), carbon_g_per_kwh=rows(snapshot.carbon_g_per_kwh),
+            carbon_marginal_g_per_kwh=rows(snapshot.carbon_marginal_g_per_kwh),
+            curtailing=rows(snapshot.curtailing),
+        )
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class JobProblem:
+    """One job's decision problem from a tick boundary ("boundary 0") on, in plain arrays.
+
+    K ticks (rows, to the end of the hindsight) x O offers (columns). `usd_per_hour[k, o]` is what holding the job's
+    instances of o costs per hour during tick k (price x instances), `kg_per_hour` its
+    location-based emissions; `usable[k, o]` whether o may be held during tick k;
+    `preempted[k, o]` whether an instance of o held into boundary k is taken away there
+    (spot capacity short). `location[o]` indexes the checkpoint locations (cloud, region);
+    `egress_usd[L, l]` and `startup_h[L, l]` are the egress and the whole startup (cold start
+    plus transfer) of a launch at location l from a checkpoint at L, row ``n_locations``
+    being "no checkpoint yet". `deadline_s` counts from boundary 0. The job starts either
+    running on `start_offer` or holding nothing with its checkpoint at `start_location`
+    (-1: none).
+    """
+
+    tick_s: float
+    deadline_s: float
+    work_gpu_h: float
+    rate: FloatArray
+    usd_per_hour: FloatArray
+    kg_per_hour: FloatArray
+    usable: BoolArray
+    preempted: BoolArray
+    location: IntArray
+    egress_usd: FloatArray
+    startup_h: FloatArray
+    carbon_usd_per_tonne: float = 0.0
+    bill_final_tick: bool = False
+    start_offer: int = NO_OFFER
+    start_location: int = -1
+
+    @property
+    def n_ticks(self) -> int:
+        return int(self.usable.shape[0])
+
+    @property
+    def dp_ticks(self) -> int:
+        """Ticks that start before the deadline: where the schedule must be."""
+        return max(0, min(self.n_ticks, math.ceil(self.deadline_s / self.tick_s - 1e-9)))
+
+    @property
+    def n_locations(self) -> int:
+        return int(self.egress_usd.shape[1])
+
+    def objective_per_hour(self) -> FloatArray:
+        j: FloatArray = self.usd_per_hour + self.carbon_usd_per_tonne * self.kg_per_hour / 1000.0
+        return j
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class JobPlan:
+    """A job's schedule from boundary 0 of its problem, with what the loop will bill for it.
+
+    Per boundary i (``first_tick + i`` on the hindsight grid) up to the finishing tick:
+    `held[i]` the offer the job holds after the loop's preemption check (-1: none),
+    `progress_gpu_h[i]` its progress (absolute) and `target[i]` the offer to hold during
+    tick i (-1: none). `dp_objective_usd` is the DP's value; `objective_usd` (with `usd`,
+    `kg_co2`) the loop's accounting of `target`; they agree when `exact`.
+    """
+
+    job_id: str
+    first_tick: int
+    held: IntArray
+    target: IntArray
+    progress_gpu_h: FloatArray
+    finish_s: float  # absolute; NaN when the plan does not finish
+    usd: float
+    kg_co2: float
+    objective_usd: float
+    dp_objective_usd: float
+    meets_deadline: bool
+    exact: bool
+    fallback: bool
+    progress_levels: int
+
+    def index(self, tick: int) -> int:
+        return tick - self.first_tick
+
+    def follows(self, tick: int, held: int, progress_gpu_h: float, tol_gpu_h: float) -> bool:
+        """Whether the loop is where the plan expects it at `tick`."""
+        i = self.index(tick)
+        if not 0 <= i < len(self.target):
+            return False
+        return int(self.held[i]) == held and progress_gpu_h >= self.progress_gpu_h[i] - tol_gpu_h
+
+
+@dataclass(frozen=True, slots=True)
+class Oracle:
+    """Hindsight-optimal schedule per job (backward induction); the lower bound for regret."""
+
+    hindsight: Hindsight | None = None
+    max_progress_levels: int = 16384
+    _plans: dict[str, JobPlan] = field(default_factory=dict, init=False, repr=False,
+                                       compare=False)
+    _cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    name = "oracle"
+
+    def __post_init__(self) -> None:
+        if self.max_progress_levels < 16:
+            raise ValueError(f"max_progress_levels must be >= 16, got {self.max_progress_levels}")
+
+    def with_hindsight(self, hindsight: Hindsight) -> Oracle:
+        """A fresh oracle (no plans yet) that knows `hindsight`."""
+        return Oracle(hindsight=hindsight, max_progress_levels=self.max_progress_levels)
+
+    @property
+    def plans(self) -> dict[str, JobPlan]:
+        """The current plan of every job seen so far, by job id (read-only use)."""
+        return dict(self._plans)
+
+    def __call__(self, snapshot: Snapshot) -> Decision:
+        fleet = snapshot.fleet
+        phase = fleet.phase
+        active = np.flatnonzero((phase == Phase.WAITING) | (phase == Phase.STARTING)
+                                | (phase == Phase.RUNNING))
+        if active.size == 0 or not snapshot.offers:
+            return Decision()
+        hindsight = self._hindsight(snapshot)
+        cols = self._columns(snapshot, hindsight)
+        k = round((snapshot.now_s - hindsight.start_s) / hindsight.tick_s)
+        if abs(hindsight.start_s + k * hindsight.tick_s - snapshot.now_s) > 1e-3 or not (
+                abs(snapshot.tick_h * 3600.0 - hindsight.tick_s) < 1e-6):
+            raise ValueError("the oracle's hindsight is on another tick grid than the loop")
+        intents: dict[int, Intent] = {}
+        for j in map(int, active):
+            job = snapshot.jobs[j]
+            current = int(fleet.offer[j])
+            progress = float(fleet.progress_gpu_h[j])
+            tol = 1e-6 * max(1.0, job.work_gpu_hours)
+            plan = self._plans.get(job.id)
+            if plan is None or not plan.follows(k, current, progress, tol):
+                if phase[j] == Phase.STARTING:
+                    continue  # let the cold start finish, then re-plan from RUNNING
+                if plan is not None:
+                    logger.info("oracle: %s left its plan at tick %d; re-planning", job.id, k)
+                plan = self._solve(snapshot, j, k, hindsight, cols)
+                self._plans[job.id] = plan
+            i = plan.index(k)
+            if not 0 <= i < len(plan.target):
+                continue
+            target = int(plan.target[i])
+            if target == current:
+                continue
+            what = snapshot.offers[target].id if target >= 0 else "pause"
+            kind = "fallback: fastest on-demand, deadline unreachable" if plan.fallback else (
+                "hindsight-optimal plan")
+            intents[j] = Intent(None if target < 0 else target,
+                                f"{what}: {kind}, plan J {plan.objective_usd:.2f} USD")
+        return Decision(intents)
+
+    # -- internals ---------------------------------------------------------------------
+    def _hindsight(self, snapshot: Snapshot) -> Hindsight:
+        if self.hindsight is not None:
+            return self.hindsight
+        cached = self._cache.get("persistent")
+        horizon_s = max(j.deadline.timestamp() for j in snapshot.jobs) - snapshot.now_s
+        tick_s = snapshot.tick_h * 3600.0
+        if isinstance(cached, Hindsight) and (
+                cached.start_s + cached.n_ticks * cached.tick_s >= snapshot.now_s + horizon_s):
+            return cached
+        logger.warning("oracle without hindsight: planning on the present held constant")
+        n = max(1, math.ceil(horizon_s / tick_s) + 1)
+        made = Hindsight.persistent(snapshot, n)
+        self._cache["persistent"] = made
+        return made
+
+    def _columns(self, snapshot: Snapshot, hindsight: Hindsight) -> IntArray:
+        """Hindsight column of each snapshot offer (-1: not in the hindsight)."""
+        key = (id(snapshot.offers), id(hindsight))
+        cached = self._cache.get("columns")
+        if isinstance(cached, tuple) and cached[0] == key:
+            cols: IntArray = cached[1]
+            return cols
+        if tuple(o.id for o in snapshot.offers) == tuple(o.id for o in hindsight.offers):
+            cols = np.arange(len(snapshot.offers), dtype=np.int64)
+        else:
+            where = {o.id: c for c, o in enumerate(hindsight.offers)}
+            cols = np.array([where.get(o.id, -1) for o in snapshot.offers], dtype=np.int64)
+        self._cache["columns"] = (key, cols)
+        return cols
+
+    def _solve(self, snapshot: Snapshot, j: int, k: int, hindsight: Hindsight,
+               cols: IntArray) -> JobPlan:
+        problem = job_problem(snapshot, j, k, hindsight, cols)
+        plan = plan_job(problem, max_levels=self.max_progress_levels)
+        job = snapshot.jobs[j]
+        progress0 = float(snapshot.fleet.progress_gpu_h[j])
+        logger.info("oracle: %s planned from tick %d: J %.2f USD, %s%s", job.id, k,
+                    plan.objective_usd, "meets its deadline" if plan.meets_deadline else
+                    "misses its deadline", "" if plan.exact else " (rounded progress grid)")
+        return JobPlan(
+            job_id=job.id, first_tick=k, held=plan.held, target=plan.target,
+            progress_gpu_h=plan.progress_gpu_h + progress0,
+            finish_s=snapshot.now_s + plan.finish_s, usd=plan.usd, kg_co2=plan.kg_co2,
+            objective_usd=plan.objective_usd, dp_objective_usd=plan.dp_objective_usd,
+            meets_deadline=plan.meets_deadline, exact=plan.exact, fallback=plan.fallback,
+            progress_levels=plan.progress_levels,
+        )
+
+
+def job_problem(snapshot: Snapshot, j: int, k: int, hindsight: Hindsight,
+                cols: IntArray | None = None) -> JobProblem:
+    """Job `j`'s problem from hindsight tick `k` (= the snapshot's now) on, in the snapshot's
+    offer order. At tick k itself, the snapshot's spot capacity (what other jobs left) also
+    bounds what may be launched."""
+    job = snapshot.jobs[j]
+    fit = snapshot.fit
+    fleet = snapshot.fleet
+    offers = snapshot.offers
+    n_offers = len(offers)
+    if cols is None:
+        where = {o.id: c for c, o in enumerate(hindsight.offers)}
+        cols = np.array([where.get(o.id, -1) for o in offers], dtype=np.int64)
+    tick_s = hindsight.tick_s
+    deadline_s = job.deadline.timestamp() - snapshot.now_s
+    n_ticks = max(0, hindsight.n_ticks - k)  # the DP stops at the deadline; a fallback may not
+    known = cols >= 0
+    safe = np.where(known, cols, 0)
+    rows = slice(k, k + n_ticks)
+    price = np.where(known[None, :], hindsight.usd_per_hour[rows][:, safe], np.nan)
+    capacity = np.where(known[None, :], hindsight.spot_capacity[rows][:, safe], 0.0)
+    carbon = np.where(known[None, :], hindsight.carbon_g_per_kwh[rows][:, safe], 0.0)
+    instances = fit.instances[j].astype(np.float64)
+    spot = np.array([o.market is Market.SPOT for o in offers], dtype=bool)
+    rate = np.asarray(fit.rate[j], dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        short = spot[None, :] & ~(capacity >= instances[None, :])
+    usable = np.isfinite(price) & (rate > 0)[None, :] & ~short
+    if n_ticks > 0:
+        # Now: the snapshot's capacity is net of every job's instances (this one's too).
+        mine = np.zeros(n_offers)
+        if fleet.offer[j] >= 0:
+            mine[fleet.offer[j]] = instances[fleet.offer[j]]
+        with np.errstate(invalid="ignore"):
+            free_now = np.nan_to_num(np.asarray(snapshot.spot_capacity) + mine, nan=0.0,
+                                     posinf=np.inf) >= instances
+        usable[0] &= ~spot | free_now
+    kwh_per_hour = fit.power_kw[j] * fit.pue
+    price0 = np.nan_to_num(price, nan=0.0)
+    locations: list[Location] = []
+    index: dict[tuple[str, str], int] = {}
+    location = np.empty(n_offers, dtype=np.int64)
+    for o, offer in enumerate(offers):
+        key = (offer.cloud, offer.region)
+        if key not in index:
+            index[key] = len(locations)
+            locations.append(offer.location)
+        location[o] = index[key]
+    n_loc = len(locations)
+    egress = np.zeros((n_loc + 1, n_loc))
+    startup = np.full((n_loc + 1, n_loc), job.cold_start_h)
+    for a, src in enumerate(locations):
+        for b, dst in enumerate(locations):
+            move = move_cost(job, src, dst, snapshot.settings)
+            egress[a, b] = move.egress_usd
+            startup[a, b] = job.cold_start_h + move.transfer_h
+    held = int(fleet.offer[j])
+    running = fleet.phase[j] == Phase.RUNNING and held >= 0
+    ckpt = int(fleet.checkpoint_offer[j])
+    return JobProblem(
+        tick_s=tick_s, deadline_s=deadline_s,
+        work_gpu_h=max(0.0, job.work_gpu_hours - float(fleet.progress_gpu_h[j])),
+        rate=rate, usd_per_hour=price0 * instances[None, :],
+        kg_per_hour=kwh_per_hour[None, :] * carbon / 1000.0,
+        usable=usable, preempted=short, location=location, egress_usd=egress,
+        startup_h=startup, carbon_usd_per_tonne=snapshot.settings.carbon_usd_per_tonne,
+        bill_final_tick=snapshot.settings.bill_final_tick,
+        start_offer=held if running else NO_OFFER,
+        start_location=int(location[ckpt]) if ckpt >= 0 and not running else -1,
+    )
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Schedule:
+    """`plan_job`'s answer, relative to the problem's boundary 0 (see `JobPlan`)."""
+
+    held: IntArray
+    target: IntArray
+    progress_gpu_h: FloatArray
+    finish_s: float
+    usd: float
+    kg_co2: float
+    objective_usd: float
+    dp_objective_usd: float
+    meets_deadline: bool
+    exact: bool
+    fallback: bool
+    progress_levels: int
+
+
+# --- the dynamic programme ------------------------------------------------------------------
+
+
+def _progress_unit(work_gpu_h: float, increments: Sequence[float], max_levels: int
+                   ) -> tuple[float, bool]:
+    """The progress grid: the largest unit every increment is a whole multiple of, if that
+    needs at most `max_levels` levels for the work (exact); else a unit that divides the
+    largest increment, rounding the others down."""
+    incs = sorted({round(x, 12) for x in increments if x > 0}, reverse=True)
+    top = incs[0]
+    fracs: list[Fraction] = []
+    for x in incs:
+        f = Fraction(x / top).limit_denominator(10_000)
+        if abs(float(f) - x / top) > 1e-9 * max(1.0, x / top):
+            break
+        fracs.append(f)
+    else:
+        den = math.lcm(*(f.denominator for f in fracs))
+        nums = [f.numerator * (den // f.denominator) for f in fracs]
+        g = math.gcd(*nums)
+        unit = top * g / den
+        if work_gpu_h / unit <= max_levels:
+            return unit, True
+    q = max(1, math.floor(max_levels * top / work_gpu_h))
+    return top / q, False
+
+
+@dataclass(frozen=True, slots=True)
+class _Launch:
+    """A startup class: `ticks` ticks held from the launch; running the last `frac` of the
+    last of them."""
+
+    ticks: int
+    frac: float
+
+
+def plan_job(problem: JobProblem, *, max_levels: int = 16384) -> Schedule:
+    """The minimum-J schedule of `problem` (see the module docstring for the model)."""
+    pb = problem
+    n_ticks, n_offers = pb.dp_ticks, pb.usable.shape[1]
+    if pb.work_gpu_h <= 0:
+        return _account(pb, np.zeros(0, dtype=np.int64), dp_value=0.0, exact=True,
+                        fallback=False, levels=0)
+    active = ((pb.rate > 0) & pb.usable[:n_ticks].any(axis=0) if n_ticks
+              else np.zeros(n_offers, dtype=bool))
+    if pb.start_offer >= 0:
+        active[pb.start_offer] = pb.rate[pb.start_offer] > 0
+    if not active.any():
+        return _fallback(pb)
+    solved = _backward_forward(pb, np.flatnonzero(active), max_levels)
+    if solved is None:
+        return _fallback(pb)
+    targets, value, exact, levels = solved
+    return _account(pb, targets, dp_value=value, exact=exact, fallback=False, levels=levels)
+
+
+def _backward_forward(pb: JobProblem, act: IntArray, max_levels: int
+                      ) -> tuple[IntArray, float, bool, int] | None:
+    """Backward induction over the active offers `act`; then the optimal path forward.
+    Returns (targets per boundary in problem offer indices, value, exact, levels), or None
+    when the deadline cannot be met."""
+    n_ticks = pb.dp_ticks
+    n_loc = pb.n_locations
+    none_row = n_loc
+    tick_s = pb.tick_s
+    tick_h = tick_s / 3600.0
+    work = pb.work_gpu_h
+    n_act = len(act)
+    rate = pb.rate[act]
+    loc = pb.location[act]
+    usable = pb.usable[:n_ticks, act]
+    jrate = np.where(usable, pb.objective_per_hour()[:n_ticks, act], 0.0)
+    deadline = pb.deadline_s
+
+    # Startup classes (cold start + transfer), in ticks.
+    startup_ticks = pb.startup_h * 3600.0 / tick_s
+    keys = np.round(startup_ticks, 9)
+    uniq = sorted(set(keys.ravel().tolist()))
+    cls = np.searchsorted(np.array(uniq), keys)
+    launches = []
+    for c in uniq:
+        n = max(1, math.ceil(c - 1e-9))
+        launches.append(_Launch(n, min(1.0, max(0.0, n - c))))
+
+    increments = [r * tick_h for r in rate] + [
+        r * lc.frac * tick_h for r in rate for lc in launches if lc.frac > 0]
+    unit, exact = _progress_unit(work, increments, max_levels)
+    n_lev = max(1, math.ceil(work / unit - 1e-9))
+    step_full = np.floor(rate * tick_h / unit + 1e-6).astype(np.int64)
+    step_launch = [np.floor(rate * lc.frac * tick_h / unit + 1e-6).astype(np.int64)
+                   for lc in launches]
+    gmax = int(max(step_full.max(), max(int(s.max()) for s in step_launch)))
+    levels = np.arange(n_lev, dtype=np.int64)
+    with np.errstate(divide="ignore"):
+        need_s = (work - levels[None, :] * unit) / rate[:, None] * 3600.0  # [A, P]
+
+    cum_j = np.vstack([np.zeros(n_act), np.cumsum(jrate * tick_h, axis=0)])
+    cum_bad = np.vstack([np.zeros(n_act, dtype=np.int64),
+                         np.cumsum(~usable, axis=0, dtype=np.int64)])
+    members = [np.flatnonzero(loc == ell) for ell in range(n_loc)]
+    has_members = np.array([m.size > 0 for m in members])
+    egress = pb.egress_usd
+    loc_cols = np.arange(n_loc)[None, :]
+
+    inf_r = np.full((n_act, n_lev + 1), np.inf)
+    inf_n = np.full((n_loc + 1, n_lev), np.inf)
+    r_val: dict[int, FloatArray] = {}
+    n_val: dict[int, FloatArray] = {}
+    max_hold = max(lc.ticks for lc in launches)
+    dec_lo = np.zeros(n_ticks, dtype=np.int64)
+    dec_launch: list[IntArray] = [np.zeros((0, 0), dtype=np.int64)] * n_ticks
+    dec_stay: list[npt.NDArray[np.uint8]] = [np.zeros((0, 0), dtype=np.uint8)] * n_ticks
+    dtype = np.int8 if len(pb.rate) < 127 else np.int32
+
+    for k in range(n_ticks - 1, -1, -1):
+        lo = max(0, n_lev - (n_ticks - k) * gmax - 3)
+        hi = min(n_lev, k * gmax + 1)
+        dec_lo[k] = lo
+        if lo >= hi:
+            r_val[k], n_val[k] = inf_r, inf_n
+            continue
+        pv = levels[lo:hi]
+        ns = need_s[:, lo:hi]
+        last_tick = (k + 1) * tick_s > deadline + _DEADLINE_TOL_S
+
+        # Keep the instance one more tick.
+        r_next = r_val.get(k + 1, inf_r)
+        idx = np.minimum(pv[None, :] + step_full[:, None], n_lev)
+        stay = jrate[k][:, None] * tick_h + np.take_along_axis(r_next, idx, axis=1)
+        fin = ns <= tick_s + _FINISH_TOL_S
+        if fin.any():
+            bill = tick_h if pb.bill_final_tick else ns / 3600.0
+            fin_cost = jrate[k][:, None] * bill
+            if last_tick:
+                fin_cost = np.where(k * tick_s + ns <= deadline + _DEADLINE_TOL_S, fin_cost,
+                                    np.inf)
+            stay = np.where(fin, fin_cost, stay)
+        stay[~usable[k]] = np.inf
+
+        # Launch on each offer, per startup class.
+        launch = np.full((len(launches), n_act, hi - lo), np.inf)
+        for c, lc in enumerate(launches):
+            end = k + lc.ticks
+            if end > n_ticks:
+                continue
+            ok = cum_bad[end] - cum_bad[k] == 0
+            if not ok.any():
+                continue
+            r_land = r_val.get(end, inf_r)
+            idx = np.minimum(pv[None, :] + step_launch[c][:, None], n_lev)
+            val = (cum_j[end] - cum_j[k])[:, None] + np.take_along_axis(r_land, idx, axis=1)
+            if lc.frac > 0:
+                fin = ns <= lc.frac * tick_s + _FINISH_TOL_S
+                if fin.any():
+                    last = end - 1
+                    offset = (1.0 - lc.frac) * tick_s
+                    bill = tick_h if pb.bill_final_tick else (offset + ns) / 3600.0
+                    fin_cost = (cum_j[last] - cum_j[k])[:, None] + jrate[last][:, None] * bill
+                    if (last + 1) * tick_s > deadline + _DEADLINE_TOL_S:
+                        fin_cost = np.where(last * tick_s + offset + ns
+                                            <= deadline + _DEADLINE_TOL_S, fin_cost, np.inf)
+                    val = np.where(fin, fin_cost, val)
+            val[~ok] = np.inf
+            launch[c] = val
+
+        # Best offer per (class, location); then per checkpoint location.
+        width = hi - lo
+        best_loc = np.full((len(launches), n_loc, width), np.inf)
+        arg_loc = np.zeros((len(launches), n_loc, width), dtype=np.int64)
+        for ell in range(n_loc):
+            m = members[ell]
+            if m.size == 0:
+                continue
+            if m.size == 1:
+                best_loc[:, ell] = launch[:, m[0]]
+                arg_loc[:, ell] = m[0]
+                continue
+            sub = launch[:, m, :]
+            a = np.argmin(sub, axis=1)
+            best_loc[:, ell] = np.take_along_axis(sub, a[:, None, :], axis=1)[:, 0]
+            arg_loc[:, ell] = m[a]
+        z = egress[:, :, None] + best_loc[cls, loc_cols]  # [L+1, L, width]
+        z[:, ~has_members] = np.inf
+        pick = np.argmin(z, axis=1)  # [L+1, width]
+        z_best = np.take_along_axis(z, pick[:, None, :], axis=1)[:, 0]
+        wait = n_val.get(k + 1, inf_n)[:, lo:hi]
+        # Ties (to rounding): launch now rather than later, keep rather than move.
+        go = np.isfinite(z_best) & (z_best <= wait + _TIE * np.abs(wait))
+        n_now = np.where(go, z_best, wait)
+        cols = np.arange(width)[None, :]
+        chosen = arg_loc[cls[np.arange(n_loc + 1)[:, None], pick], pick, cols]
+        target = np.where(go, act[chosen], NO_OFFER)
+
+        n_full = np.full((n_loc + 1, n_lev), np.inf)
+        n_full[:, lo:hi] = n_now
+        leave = n_now[loc]  # [A, width]
+        keep = ~(leave < stay - np.where(np.isfinite(stay), _TIE * np.abs(stay), 0.0))
+        r_full = np.full((n_act, n_lev + 1), np.inf)
+        r_full[:, lo:hi] = np.where(keep, stay, leave)
+        r_val[k], n_val[k] = r_full, n_full
+        dec_launch[k] = target.astype(dtype)
+        dec_stay[k] = np.packbits(keep, axis=1)
+        r_val.pop(k + max_hold + 1, None)
+        n_val.pop(k + 2, None)
+
+    # Forward: follow the decisions from the start state.
+    pos = {int(o): i for i, o in enumerate(act)}
+    if n_ticks == 0:
+        return None
+    if pb.start_offer >= 0 and pb.start_offer in pos:
+        state_offer = pos[pb.start_offer]
+        value = float(r_val[0][state_offer, 0])
+        state_loc = int(loc[state_offer])
+    else:
+        state_offer = -1
+        state_loc = pb.start_location if pb.start_location >= 0 else none_row
+        value = float(n_val[0][state_loc, 0])
+    if not math.isfinite(value):
+        return None
+    targets: list[int] = []
+    p, k = 0, 0
+    while k < n_ticks:
+        lo = int(dec_lo[k])
+        i = p - lo
+        if state_offer >= 0:
+            if not usable[k, state_offer]:
+                state_loc, state_offer = int(loc[state_offer]), -1
+            else:
+                bit = (int(dec_stay[k][state_offer, i >> 3]) >> (7 - (i & 7))) & 1
+                choice = int(dec_launch[k][int(loc[state_offer]), i])
+                if bit or choice == int(act[state_offer]):
+                    targets.append(int(act[state_offer]))
+                    if need_s[state_offer, p] <= tick_s + _FINISH_TOL_S:
+                        return np.array(targets, dtype=np.int64), value, exact, n_lev
+                    p += int(step_full[state_offer])
+                    k += 1
+                    continue
+                state_loc, state_offer = int(loc[state_offer]), -1
+        choice = int(dec_launch[k][state_loc, i])
+        if choice < 0:
+            targets.append(NO_OFFER)
+            k += 1
+            continue
+        a = pos[choice]
+        c = int(cls[state_loc, loc[a]])
+        lc = launches[c]
+        targets.extend([choice] * lc.ticks)
+        if lc.frac > 0 and need_s[a, p] <= lc.frac * tick_s + _FINISH_TOL_S:
+            return np.array(targets, dtype=np.int64), value, exact, n_lev
+        p += int(step_launch[c][a])
+        k += lc.ticks
+        state_offer, state_loc = a, int(loc[a])
+    return None  # the decisions ran past the horizon: should not happen for a finite value
+
+
+def _fallback(pb: JobProblem) -> Schedule:
+    """Deadline unreachable: the fastest on-demand offer (cheapest among equals now), held
+    to the end of the hindsight; a job already running on-demand that fast stays."""
+    n_ticks = pb.n_ticks
+    never_preempted = ~pb.preempted.any(axis=0) if n_ticks else np.ones(len(pb.rate), bool)
+    priced = pb.usable.any(axis=0) if n_ticks else np.zeros(len(pb.rate), bool)
+    pool = np.flatnonzero(never_preempted & priced & (pb.rate > 0))
+    if pool.size == 0:
+        pool = np.flatnonzero(priced & (pb.rate > 0))
+    if pool.size == 0:
+        return _account(pb, np.full(n_ticks, NO_OFFER, dtype=np.int64), dp_value=math.inf,
+                        exact=False, fallback=True, levels=0)
+    fastest = pool[pb.rate[pool] >= pb.rate[pool].max() - 1e-12]
+    price = pb.objective_per_hour()[0, fastest]
+    best = int(fastest[int(np.argmin(price))])
+    if pb.start_offer in fastest.tolist() and never_preempted[pb.start_offer]:
+        best = pb.start_offer
+    return _account(pb, np.full(max(n_ticks, 1), best, dtype=np.int64), dp_value=math.inf,
+                    exact=False, fallback=True, levels=0)
+
+
+def _account(pb: JobProblem, targets: IntArray, *, dp_value: float, exact: bool,
+             fallback: bool, levels: int) -> Schedule:
+    """Bill `targets` as the loop would (accounting.accrue, executor, sim provider)."""
+    tick_s = pb.tick_s
+    work = pb.work_gpu_h
+    n = len(targets)
+    held_out = np.full(n, NO_OFFER, dtype=np.int64)
+    progress_out = np.zeros(n)
+    held = pb.start_offer
+    ready_s = -math.inf
+    ckpt = pb.start_location if pb.start_location >= 0 else pb.n_locations
+    if held >= 0:
+        ckpt = int(pb.location[held])
+    progress = 0.0
+    usd = kg = 0.0
+    finish_s = math.nan
+    for i in range(n):
+        t0 = i * tick_s
+        if held >= 0 and i < pb.n_ticks and pb.preempted[i, held]:
+            held = NO_OFFER
+        held_out[i] = held
+        progress_out[i] = progress
+        a = int(targets[i])
+        if a != held:
+            held = a
+            if a >= 0:
+                dst = int(pb.location[a])
+                usd += float(pb.egress_usd[ckpt, dst])
+                ready_s = t0 + float(pb.startup_h[ckpt, dst]) * 3600.0
+                ckpt = dst
+        if held < 0:
+            continue
+        t1 = t0 + tick_s
+        run_from = min(max(ready_s, t0), t1)
+        run_s = t1 - run_from
+        r = float(pb.rate[held])
+        need = (work - progress) / r * 3600.0 if r > 0 else math.inf
+        finishing = need <= run_s + _FINISH_TOL_S
+        billed_h = ((run_from - t0) + need if finishing and not pb.bill_final_tick
+                    else tick_s) / 3600.0
+        row = min(i, pb.n_ticks - 1)
+        usd += float(pb.usd_per_hour[row, held]) * billed_h
+        kg += float(pb.kg_per_hour[row, held]) * billed_h
+        if finishing:
+            finish_s = run_from + need
+            held_out, progress_out = held_out[: i + 1], progress_out[: i + 1]
+            targets = targets[: i + 1]
+            break
+        progress += r * run_s / 3600.0
+    objective = usd + pb.carbon_usd_per_tonne * kg / 1000.0
+    met = math.isfinite(finish_s) and finish_s <= pb.deadline_s + _DEADLINE_TOL_S
+    return Schedule(held=held_out, target=np.asarray(targets, dtype=np.int64),
+                    progress_gpu_h=progress_out, finish_s=finish_s, usd=usd, kg_co2=kg,
+                    objective_usd=objective, dp_objective_usd=dp_value, meets_deadline=met,
+                    exact=exact, fallback=fallback, progress_levels=levels)

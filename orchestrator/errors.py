@@ -28,11 +28,9 @@ class PermanentError(HeliotropeError):
 class InputError(PermanentError):
     """Bad input from a person. The message says where, what was expected, and the fix.
 
-    >>> e = InputError("jobs.yaml", "jobs[2].deadline", "a later time", got="2024-01-01",
-    ...                fix="move the deadline later")
-    >>> print(str(e).replace("; ", ";\n"))
-    jobs.yaml: jobs[2].deadline: expected a later time, got 2024-01-01;
-    fix: move the deadline later
+    For example ``InputError("jobs.yaml", "jobs[2].deadline", "a later time",
+    got="2024-01-01", fix="move the deadline later")`` reads "jobs.yaml: jobs[2].deadline:
+    expected a later time, got 2024-01-01; fix: move the deadline later".
     """
 
     def __init__(

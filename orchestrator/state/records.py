@@ -234,8 +234,8 @@ def fleet_from_rows(
             return -1
         k = index.get(offer_id)
         if k is None:
-            raise InputError("state store", f"job {job}: {what}", "an offer in the current offer list",
-                             got=repr(offer_id),
+            raise InputError("state store", f"job {job}: {what}",
+                             "an offer in the current offer list", got=repr(offer_id),
                              fix="load the fleet with the offers it was committed with")
         return k
 
@@ -288,9 +288,9 @@ def iter_samples(rows: Any) -> Iterator[SignalSample]:
         records: Iterable[Any] = rows.to_dict("records")
     else:
         records = rows
-    for n, r in enumerate(records):
-        if isinstance(r, SignalSample):
-            r = {name: getattr(r, name) for name in SAMPLE_COLUMNS}
+    for n, item in enumerate(records):
+        r = ({name: getattr(item, name) for name in SAMPLE_COLUMNS}
+             if isinstance(item, SignalSample) else item)
         try:
             kind = SignalKind(r["kind"])
         except ValueError:

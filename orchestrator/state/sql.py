@@ -19,6 +19,7 @@ Each `job_state` row also counts the commits that wrote it (`version`), so a per
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -41,6 +42,7 @@ from orchestrator.state.checks import (
     duplicate_jobs,
     from_s,
     instance_clash,
+    normalize_row,
     open_migration_conflict,
     unknown_jobs,
 )
@@ -270,14 +272,9 @@ def _job_spec(r: RowMapping) -> JobSpec:
 
 
 def _row_values(job_id: JobId, row: JobRow) -> dict[str, Any]:
-    values: dict[str, Any] = {"job_id": job_id, "phase": int(row.phase), "version": 1}
-    for name in JOB_ROW_FLOATS:
-        v = getattr(row, name)
-        values[name] = None if v is None or v != v else float(v)  # NaN stored as NULL
-    for name in JOB_ROW_INTS:
-        values[name] = int(getattr(row, name))
-    for name in JOB_ROW_IDS:
-        values[name] = getattr(row, name) or None
+    r = normalize_row(row, 1)  # NaN stored as NULL; version 1 when inserted
+    values: dict[str, Any] = {"job_id": job_id, "phase": int(r.phase), "version": 1}
+    values.update((name, getattr(r, name)) for name in JOB_ROW_FLOATS + JOB_ROW_INTS + JOB_ROW_IDS)
     return values
 
 
@@ -578,7 +575,7 @@ class SqlStateStore:
     # -- signal samples -----------------------------------------------------------------
     def append_samples(self, rows: Any) -> None:
         values = [{"time": s.time, "key": s.key, "kind": s.kind.value,
-                   "value": None if s.value != s.value else s.value, "unit": s.unit,
+                   "value": None if math.isnan(s.value) else s.value, "unit": s.unit,
                    "source": s.source, "observed_at": s.observed_at,
                    "valid_until": s.valid_until} for s in iter_samples(rows)]
         if not values:

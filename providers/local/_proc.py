@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,17 +71,18 @@ def group_members(pgid: int) -> list[ProcStat]:
     return members
 
 
-def environ_has(pid: int, entry: str) -> bool:
-    """Whether the process started with `entry` ("NAME=value") in its environment."""
+def environ_has(pid: int, entries: Sequence[str]) -> bool:
+    """Whether the process started with all `entries` ("NAME=value") in its environment."""
     try:
-        data = (PROC / str(pid) / "environ").read_bytes()
+        data = set((PROC / str(pid) / "environ").read_bytes().split(b"\0"))
     except OSError:
         return False
-    return entry.encode() in data.split(b"\0")
+    return all(entry.encode() in data for entry in entries)
 
 
-def find_by_environ(entry: str) -> ProcStat | None:
-    """A live process started with `entry` in its environment, preferring a group leader.
+def find_by_environ(entries: Sequence[str]) -> ProcStat | None:
+    """A live process started with all `entries` in its environment, preferring a group
+    leader.
 
     Used only to recover from a controller that died between starting a process and
     recording its pid; it reads every process's environ, so it is not for the hot path.
@@ -88,7 +90,7 @@ def find_by_environ(entry: str) -> ProcStat | None:
     found: list[ProcStat] = []
     for pid in _all_pids():
         st = proc_stat(pid)
-        if st is not None and st.running and environ_has(pid, entry):
+        if st is not None and st.running and environ_has(pid, entries):
             found.append(st)
     if not found:
         return None

@@ -536,7 +536,10 @@ class LocalProvider:
         so an instance without a pid is not being launched by anyone else."""
         meta = inst.meta
         if meta.pid is None:
-            st = _proc.find_by_environ(f"HELIOTROPE_INSTANCE_ID={meta.instance_id}")
+            # Instance ids repeat across roots (they hash cluster and request id), so the
+            # process must also name this instance's directory.
+            st = _proc.find_by_environ([f"HELIOTROPE_INSTANCE_ID={meta.instance_id}",
+                                        f"HELIOTROPE_PROGRESS_FILE={inst.dir / PROGRESS}"])
             if st is None:
                 booting = not locked and self._launch_in_progress()
                 return (_Life.BOOTING if booting else _Life.NOT_STARTED), inst

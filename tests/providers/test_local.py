@@ -71,18 +71,22 @@ def live_members(pgid: int) -> list[int]:
             if (st := proc_stat(p)) is not None and st[1] == pgid and st[0] not in "ZXx"]
 
 
-def leaders_with(entry: str) -> list[int]:
-    """Group leaders started with `entry` in their environment (one per local instance)."""
+def leaders_of(provider: LocalProvider, instance_id: str) -> list[int]:
+    """Live group leaders started for this instance (by its environment): one per start."""
+    inst_dir = provider.instance_dir(instance_id)
+    assert inst_dir is not None
+    entries = {f"HELIOTROPE_INSTANCE_ID={instance_id}".encode(),
+               f"HELIOTROPE_PROGRESS_FILE={inst_dir / 'progress.json'}".encode()}
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
-            environ = Path(f"/proc/{name}/environ").read_bytes().split(b"\0")
+            environ = set(Path(f"/proc/{name}/environ").read_bytes().split(b"\0"))
         except OSError:
             continue
         st = proc_stat(int(name))
-        if st and st[1] == int(name) and st[0] not in "ZXx" and entry.encode() in environ:
+        if st and st[1] == int(name) and st[0] not in "ZXx" and entries <= environ:
             found.append(int(name))
     return found
 
@@ -174,8 +178,7 @@ def test_same_request_id_starts_one_process_even_after_a_restart(make: Factory) 
     first = provider.launch(spec(SLEEP), request_id="launch-1")
     again = provider.launch(spec(SLEEP), request_id="launch-1")
     assert first.instance_id is not None and again.instance_id == first.instance_id
-    entry = f"HELIOTROPE_INSTANCE_ID={first.instance_id}"
-    wait_for(lambda: len(leaders_with(entry)) == 1)
+    wait_for(lambda: len(leaders_of(provider, first.instance_id)) == 1)
     pid = meta(provider, first.instance_id)["pid"]
 
     restarted = make()  # a new controller process on the same root
@@ -183,7 +186,7 @@ def test_same_request_id_starts_one_process_even_after_a_restart(make: Factory) 
     assert third.instance_id == first.instance_id
     assert third.ready_at_s == first.ready_at_s
     assert meta(restarted, first.instance_id)["pid"] == pid
-    assert leaders_with(entry) == [pid]
+    assert leaders_of(restarted, first.instance_id) == [pid]
     assert list(restarted.list_instances(cluster=CLUSTER)) == [first.instance_id]
     other = restarted.launch(spec(SLEEP), request_id="launch-2")
     assert other.instance_id not in (None, first.instance_id)
@@ -211,7 +214,7 @@ def test_an_interrupted_launch_is_finished_by_the_same_request(make: Factory) ->
     (inst_dir / "meta.json").write_text(json.dumps(
         {**meta(provider, instance_id), "pid": None, "start_ticks": None}))
     assert provider.launch(spec(SLEEP), request_id="crashed").instance_id == instance_id
-    assert leaders_with(f"HELIOTROPE_INSTANCE_ID={instance_id}") == [
+    assert leaders_of(provider, instance_id) == [
         meta(provider, instance_id)["pid"]]
 
 

@@ -24,7 +24,8 @@ The model (`plan_job`), which is the loop's own accounting (`orchestrator.accoun
   tick is billed to the finishing instant, or whole with ``settings.bill_final_tick``.
 - Objective ``J = dollars + carbon_usd_per_tonne * kgCO2 / 1000`` (location-based kgCO2);
   finishing by the deadline (within the replay metrics' 1e-6 s) is a hard constraint. When
-  it cannot be met, the job finishes as soon as possible on the fastest on-demand offer.
+  it cannot be met, the job finishes as soon as possible: on the offer that, launched now
+  and kept, finishes first among those usable until then (cheapest among equals).
 
 Solution method: backward induction over (tick, progress level, placement) with placement
 "holding offer o and running" or "holding nothing, checkpoint in region L (or no checkpoint
@@ -165,7 +166,8 @@ class JobProblem:
     plus transfer) of a launch at location l from a checkpoint at L, row ``n_locations``
     being "no checkpoint yet". `deadline_s` counts from boundary 0. The job starts either
     running on `start_offer` or holding nothing with its checkpoint at `start_location`
-    (-1: none).
+    (-1: none). `finishing_tick_free` optimizes SkyNomad's reported convention: the tick in
+    which the job finishes counts nothing (the loop still bills it).
     """
 
     tick_s: float
@@ -181,6 +183,7 @@ class JobProblem:
     startup_h: FloatArray
     carbon_usd_per_tonne: float = 0.0
     bill_final_tick: bool = False
+    finishing_tick_free: bool = False
     start_offer: int = NO_OFFER
     start_location: int = -1
 
@@ -209,8 +212,10 @@ class JobPlan:
     Per boundary i (``first_tick + i`` on the hindsight grid) up to the finishing tick:
     `held[i]` the offer the job holds after the loop's preemption check (-1: none),
     `progress_gpu_h[i]` its progress (absolute) and `target[i]` the offer to hold during
-    tick i (-1: none). `dp_objective_usd` is the DP's value; `objective_usd` (with `usd`,
-    `kg_co2`) the loop's accounting of `target`; they agree when `exact`.
+    tick i (-1: none). `usd` and `kg_co2` are what the loop will bill for `target` (of which
+    `finishing_tick_*` in the finishing tick); `objective_usd` is J of that accounting (less
+    the finishing tick when it is free) and `dp_objective_usd` the DP's value: they agree
+    when `exact`.
     """
 
     job_id: str
@@ -221,6 +226,8 @@ class JobPlan:
     finish_s: float  # absolute; NaN when the plan does not finish
     usd: float
     kg_co2: float
+    finishing_tick_usd: float
+    finishing_tick_kg_co2: float
     objective_usd: float
     dp_objective_usd: float
     meets_deadline: bool
@@ -241,10 +248,15 @@ class JobPlan:
 
 @dataclass(frozen=True, slots=True)
 class Oracle:
-    """Hindsight-optimal schedule per job (backward induction); the lower bound for regret."""
+    """Hindsight-optimal schedule per job (backward induction); the lower bound for regret.
+
+    `drop_finishing_tick` minimizes SkyNomad's reported cost (the tick in which a job
+    finishes not counted; run the loop with ``bill_final_tick``) instead of what the loop bills.
+    """
 
     hindsight: Hindsight | None = None
     max_progress_levels: int = 16384
+    drop_finishing_tick: bool = False
     _plans: dict[str, JobPlan] = field(default_factory=dict, init=False, repr=False,
                                        compare=False)
     _cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -256,7 +268,8 @@ class Oracle:
 
     def with_hindsight(self, hindsight: Hindsight) -> Oracle:
         """A fresh oracle (no plans yet) that knows `hindsight`."""
-        return Oracle(hindsight=hindsight, max_progress_levels=self.max_progress_levels)
+        return Oracle(hindsight=hindsight, max_progress_levels=self.max_progress_levels,
+                      drop_finishing_tick=self.drop_finishing_tick)
 
     @property
     def plans(self) -> dict[str, JobPlan]:
@@ -297,7 +310,7 @@ class Oracle:
             if target == current:
                 continue
             what = snapshot.offers[target].id if target >= 0 else "pause"
-            kind = "fallback: fastest on-demand, deadline unreachable" if plan.fallback else (
+            kind = "deadline unreachable: finish as soon as possible" if plan.fallback else (
                 "hindsight-optimal plan")
             intents[j] = Intent(None if target < 0 else target,
                                 f"{what}: {kind}, plan J {plan.objective_usd:.2f} USD")
@@ -336,7 +349,8 @@ class Oracle:
 
     def _solve(self, snapshot: Snapshot, j: int, k: int, hindsight: Hindsight,
                cols: IntArray) -> JobPlan:
-        problem = job_problem(snapshot, j, k, hindsight, cols)
+        problem = job_problem(snapshot, j, k, hindsight, cols,
+                              finishing_tick_free=self.drop_finishing_tick)
         plan = plan_job(problem, max_levels=self.max_progress_levels)
         job = snapshot.jobs[j]
         progress0 = float(snapshot.fleet.progress_gpu_h[j])
@@ -347,14 +361,16 @@ class Oracle:
             job_id=job.id, first_tick=k, held=plan.held, target=plan.target,
             progress_gpu_h=plan.progress_gpu_h + progress0,
             finish_s=snapshot.now_s + plan.finish_s, usd=plan.usd, kg_co2=plan.kg_co2,
-            objective_usd=plan.objective_usd, dp_objective_usd=plan.dp_objective_usd,
+            finishing_tick_usd=plan.finishing_tick_usd,
+            finishing_tick_kg_co2=plan.finishing_tick_kg_co2, objective_usd=plan.objective_usd, dp_objective_usd=plan.dp_objective_usd,
             meets_deadline=plan.meets_deadline, exact=plan.exact, fallback=plan.fallback,
             progress_levels=plan.progress_levels,
         )
 
 
 def job_problem(snapshot: Snapshot, j: int, k: int, hindsight: Hindsight,
-                cols: IntArray | None = None) -> JobProblem:
+                cols: IntArray | None = None, *, finishing_tick_free: bool = False
+                ) -> JobProblem:
     """Job `j`'s problem from hindsight tick `k` (= the snapshot's now) on, in the snapshot's
     offer order. At tick k itself, the snapshot's spot capacity (what other jobs left) also
     bounds what may be launched."""
@@ -420,7 +436,7 @@ def job_problem(snapshot: Snapshot, j: int, k: int, hindsight: Hindsight,
         usable=usable, preempted=short, location=location, egress_usd=egress,
         startup_h=startup, carbon_usd_per_tonne=snapshot.settings.carbon_usd_per_tonne,
         bill_final_tick=snapshot.settings.bill_final_tick,
-        start_offer=held if running else NO_OFFER,
+        finishing_tick_free=finishing_tick_free, start_offer=held if running else NO_OFFER,
         start_location=int(location[ckpt]) if ckpt >= 0 and not running else -1,
     )
 
@@ -435,6 +451,8 @@ class Schedule:
     finish_s: float
     usd: float
     kg_co2: float
+    finishing_tick_usd: float
+    finishing_tick_kg_co2: float
     objective_usd: float
     dp_objective_usd: float
     meets_deadline: bool
@@ -516,6 +534,7 @@ def _backward_forward(pb: JobProblem, act: IntArray, max_levels: int
     usable = pb.usable[:n_ticks, act]
     jrate = np.where(usable, pb.objective_per_hour()[:n_ticks, act], 0.0)
     deadline = pb.deadline_s
+    final_weight = 0.0 if pb.finishing_tick_free else 1.0
 
     # Startup classes (cold start + transfer), in ticks.
     startup_ticks = pb.startup_h * 3600.0 / tick_s
@@ -575,7 +594,7 @@ def _backward_forward(pb: JobProblem, act: IntArray, max_levels: int
         fin = ns <= tick_s + _FINISH_TOL_S
         if fin.any():
             bill = tick_h if pb.bill_final_tick else ns / 3600.0
-            fin_cost = jrate[k][:, None] * bill
+            fin_cost = jrate[k][:, None] * bill * final_weight
             if last_tick:
                 fin_cost = np.where(k * tick_s + ns <= deadline + _DEADLINE_TOL_S, fin_cost,
                                     np.inf)
@@ -600,7 +619,8 @@ def _backward_forward(pb: JobProblem, act: IntArray, max_levels: int
                     last = end - 1
                     offset = (1.0 - lc.frac) * tick_s
                     bill = tick_h if pb.bill_final_tick else (offset + ns) / 3600.0
-                    fin_cost = (cum_j[last] - cum_j[k])[:, None] + jrate[last][:, None] * bill
+                    fin_cost = ((cum_j[last] - cum_j[k])[:, None]
+                                + jrate[last][:, None] * bill * final_weight)
                     if (last + 1) * tick_s > deadline + _DEADLINE_TOL_S:
                         fin_cost = np.where(last * tick_s + offset + ns
                                             <= deadline + _DEADLINE_TOL_S, fin_cost, np.inf)
@@ -699,23 +719,45 @@ def _backward_forward(pb: JobProblem, act: IntArray, max_levels: int
 
 
 def _fallback(pb: JobProblem) -> Schedule:
-    """Deadline unreachable: the fastest on-demand offer (cheapest among equals now), held
-    to the end of the hindsight; a job already running on-demand that fast stays."""
+    """Deadline unreachable: finish as soon as possible. Among the offers that, launched now
+    (or kept), stay usable until the job is done, the earliest finish, then the lowest J;
+    with none, the fastest offer never preempted in the hindsight, held to its end."""
     n_ticks = pb.n_ticks
+    tick_h = pb.tick_s / 3600.0
+    none = pb.n_locations
+    ckpt = pb.start_location if pb.start_location >= 0 else none
+    if pb.start_offer >= 0:
+        ckpt = int(pb.location[pb.start_offer])
+    jrate = np.nan_to_num(pb.objective_per_hour())
+    best: tuple[float, float, int, int] | None = None  # (finish_h, J, offer, ticks)
+    for o in np.flatnonzero(pb.rate > 0).tolist():
+        if n_ticks == 0 or not pb.usable[0, o]:
+            continue
+        kept = o == pb.start_offer
+        startup_h = 0.0 if kept else float(pb.startup_h[ckpt, pb.location[o]])
+        finish_h = startup_h + pb.work_gpu_h / float(pb.rate[o])
+        ticks = max(1, math.ceil(finish_h / tick_h - 1e-9))
+        if ticks > n_ticks or not pb.usable[:ticks, o].all():
+            continue
+        cost = float(jrate[:ticks, o].sum()) * tick_h + (
+            0.0 if kept else float(pb.egress_usd[ckpt, pb.location[o]]))
+        key = (round(finish_h, 9), cost, o, ticks)
+        if best is None or key < best:
+            best = key
+    if best is not None:
+        return _account(pb, np.full(best[3], best[2], dtype=np.int64), dp_value=math.inf,
+                        exact=False, fallback=True, levels=0)
     never_preempted = ~pb.preempted.any(axis=0) if n_ticks else np.ones(len(pb.rate), bool)
     priced = pb.usable.any(axis=0) if n_ticks else np.zeros(len(pb.rate), bool)
     pool = np.flatnonzero(never_preempted & priced & (pb.rate > 0))
     if pool.size == 0:
-        pool = np.flatnonzero(priced & (pb.rate > 0))
-    if pool.size == 0:
         return _account(pb, np.full(n_ticks, NO_OFFER, dtype=np.int64), dp_value=math.inf,
                         exact=False, fallback=True, levels=0)
     fastest = pool[pb.rate[pool] >= pb.rate[pool].max() - 1e-12]
-    price = pb.objective_per_hour()[0, fastest]
-    best = int(fastest[int(np.argmin(price))])
-    if pb.start_offer in fastest.tolist() and never_preempted[pb.start_offer]:
-        best = pb.start_offer
-    return _account(pb, np.full(max(n_ticks, 1), best, dtype=np.int64), dp_value=math.inf,
+    pick = int(fastest[int(np.argmin(jrate[0, fastest]))])
+    if pb.start_offer in fastest.tolist():
+        pick = pb.start_offer
+    return _account(pb, np.full(n_ticks, pick, dtype=np.int64), dp_value=math.inf,
                     exact=False, fallback=True, levels=0)
 
 
@@ -733,7 +775,7 @@ def _account(pb: JobProblem, targets: IntArray, *, dp_value: float, exact: bool,
     if held >= 0:
         ckpt = int(pb.location[held])
     progress = 0.0
-    usd = kg = 0.0
+    usd = kg = final_usd = final_kg = 0.0
     finish_s = math.nan
     for i in range(n):
         t0 = i * tick_s
@@ -763,14 +805,19 @@ def _account(pb: JobProblem, targets: IntArray, *, dp_value: float, exact: bool,
         usd += float(pb.usd_per_hour[row, held]) * billed_h
         kg += float(pb.kg_per_hour[row, held]) * billed_h
         if finishing:
+            final_usd = float(pb.usd_per_hour[row, held]) * billed_h
+            final_kg = float(pb.kg_per_hour[row, held]) * billed_h
             finish_s = run_from + need
             held_out, progress_out = held_out[: i + 1], progress_out[: i + 1]
             targets = targets[: i + 1]
             break
         progress += r * run_s / 3600.0
     objective = usd + pb.carbon_usd_per_tonne * kg / 1000.0
+    if pb.finishing_tick_free:
+        objective -= final_usd + pb.carbon_usd_per_tonne * final_kg / 1000.0
     met = math.isfinite(finish_s) and finish_s <= pb.deadline_s + _DEADLINE_TOL_S
     return Schedule(held=held_out, target=np.asarray(targets, dtype=np.int64),
                     progress_gpu_h=progress_out, finish_s=finish_s, usd=usd, kg_co2=kg,
+                    finishing_tick_usd=final_usd, finishing_tick_kg_co2=final_kg,
                     objective_usd=objective, dp_objective_usd=dp_value, meets_deadline=met,
                     exact=exact, fallback=fallback, progress_levels=levels)

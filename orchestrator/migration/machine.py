@@ -18,8 +18,11 @@ from the migration id, the step and the attempt; a UUID because GCP requires one
 accepts it as a client token). A new request id appears only when the attempt changes, and
 an attempt changes only after the previous request is known to have produced nothing alive.
 
-Controller protocol (the caller's job; one tick):
+Controller protocol (the caller's job):
 
+0. On start-up, perform the actions saved with each open migration's record again: the
+   controller may have died before performing them.
+Then, once per tick:
 1. Load the migration record `m` and the actions saved with it.
 2. Observe the world into an `Observation` (see its contract), reporting the outcome of the
    actions saved with `m`: those are the requests the machine is waiting on.
@@ -28,13 +31,13 @@ Controller protocol (the caller's job; one tick):
 5. Perform the actions, each idempotent by its request id (provider launch and checkpoint
    copy by contract, terminate by nature, checkpoint requests deduplicated by the executor);
    record what came back (instance ids, failures) as events ("after").
-6. Next tick.
 
-A controller killed anywhere resumes by ticking again from the last saved record: killed
-before 4, nothing was saved and the same inputs give the same step; killed between 4 and 5,
-the next tick returns the same requests with the same ids, so each runs once; killed during
-or after 5, the requests already performed are no-ops when repeated. Re-performing the
-saved actions at start-up (before step 2) is allowed and only saves a tick.
+A controller killed anywhere resumes from the last saved record: killed before 4, nothing
+was saved and the same inputs give the same step; killed between 4 and 5, step 0 performs
+the saved requests, and while their effect is not observed every later tick returns them
+again with the same ids, so each runs once; killed during or after 5, repeating a request
+is a no-op. Step 0 matters most for actions saved with a terminal record (a rollback that
+ends FAILED still terminating the destination): terminal records emit nothing again.
 
 Why a step stays, retries or rolls back (`attempt` counts tries of the current phase's
 step, from 0, and is reset on every phase change; a retry needs `attempt + 1 < max_attempts`):
@@ -509,14 +512,20 @@ def _rolling_back(m: Migration, obs: Observation, now_s: float, limits: Limits) 
     if safe_on and not dst_live:
         return _to(replace(m, src_instance_id=safe_on), _P.FAILED, now_s), actions
     if _timed_out(m, now_s, limits):
+        # Give up, asking for nothing new; a rollback instance still booting stays the job's.
+        holder = safe_on or (obs.rollback_instance_id if obs.rollback_state in _LIVE else "")
         left = []
         if dst_live:
             left.append(f"destination instance {obs.dst_instance_id or '(id unknown)'} still alive")
-        if not safe_on:
-            left.append(f"rollback instance not running ({obs.rollback_state or 'not seen'})")
+        if not holder:
+            left.append(f"rollback instance not seen ({m.request_id('rollback')}); "
+                        "the job holds no instance")
+        elif not safe_on:
+            left.append(f"rollback instance {holder} still booting")
         timeout = f"rollback timed out after {limits.rollback_timeout_s:g} s"
         why = f"{m.error}; {timeout}: {', '.join(left)}"
-        return _to(replace(m, src_instance_id=safe_on, error=why), _P.FAILED, now_s), actions
+        stops = [a for a in actions if isinstance(a, Terminate)]
+        return _to(replace(m, src_instance_id=holder, error=why), _P.FAILED, now_s), stops
     return m, actions
 
 

@@ -16,10 +16,10 @@ def capture_rng() -> dict[str, Any]:
         "python": {"version": version, "internal": list(internal), "gauss_next": gauss_next},
         "torch": torch.get_rng_state(),
     }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
         state["cuda"] = list(torch.cuda.get_rng_state_all())
     try:
-        import numpy as np  # noqa: PLC0415 (optional dependency)
+        import numpy as np  # optional dependency
     except ImportError:
         return state
     kind, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
@@ -37,7 +37,7 @@ def restore_rng(state: dict[str, Any]) -> None:
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
     if "numpy" in state:
-        import numpy as np  # noqa: PLC0415 (optional dependency)
+        import numpy as np  # optional dependency
 
         st = state["numpy"]
         np.random.set_state((st["kind"], np.asarray(st["keys"], dtype=np.uint32), st["pos"],

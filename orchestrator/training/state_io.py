@@ -20,10 +20,11 @@ convert them (e.g. `.tolist()`).
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import io
 import struct
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final, Protocol
 
 import torch
@@ -143,3 +144,31 @@ def _read_exact(source: Source, n: int) -> bytes:
         parts.append(data)
         left -= len(data)
     return b"".join(parts)
+
+
+def state_digest(state: Any) -> str:
+    """sha256 over every tensor of `state` (a module's state dict, or any tree): names,
+    dtypes, shapes and bytes, in a fixed order. Equal digests mean bit-identical tensors."""
+    if isinstance(state, torch.nn.Module):
+        state = state.state_dict()
+    sha = hashlib.sha256()
+    index = 0
+
+    def add(t: torch.Tensor) -> torch.Tensor:
+        nonlocal index
+        data = t.detach().cpu().contiguous()
+        sha.update(f"{index}:{data.dtype}:{tuple(data.shape)};".encode())
+        sha.update(byte_view(data))
+        index += 1
+        return t
+
+    def walk(tree: Any) -> None:
+        if isinstance(tree, Mapping):
+            for key in sorted(tree, key=str):
+                sha.update(f"[{key}]".encode())
+                walk(tree[key])
+        else:
+            map_tensors(tree, add)
+
+    walk(state)
+    return sha.hexdigest()

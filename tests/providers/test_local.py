@@ -151,7 +151,7 @@ def test_launch_runs_the_entrypoint_with_its_environment(
     assert outcome.ready_at_s == T0.timestamp()
     inst_dir = provider.instance_dir(outcome.instance_id)
     assert inst_dir == provider.root / "west" / "instances" / outcome.instance_id
-    wait_for(lambda: (inst_dir / "exit_code").exists())
+    wait_for((inst_dir / "exit_code").exists)
     written = json.loads((inst_dir / "env.json").read_text())
     env = written["env"]
     assert Path(written["cwd"]) == inst_dir
@@ -177,20 +177,21 @@ def test_same_request_id_starts_one_process_even_after_a_restart(make: Factory) 
     provider = make()
     first = provider.launch(spec(SLEEP), request_id="launch-1")
     again = provider.launch(spec(SLEEP), request_id="launch-1")
-    assert first.instance_id is not None and again.instance_id == first.instance_id
-    wait_for(lambda: len(leaders_of(provider, first.instance_id)) == 1)
-    pid = meta(provider, first.instance_id)["pid"]
+    instance_id = first.instance_id
+    assert instance_id is not None and again.instance_id == instance_id
+    wait_for(lambda: len(leaders_of(provider, instance_id)) == 1)
+    pid = meta(provider, instance_id)["pid"]
 
     restarted = make()  # a new controller process on the same root
     third = restarted.launch(spec(SLEEP), request_id="launch-1")
-    assert third.instance_id == first.instance_id
+    assert third.instance_id == instance_id
     assert third.ready_at_s == first.ready_at_s
-    assert meta(restarted, first.instance_id)["pid"] == pid
-    assert leaders_of(restarted, first.instance_id) == [pid]
-    assert list(restarted.list_instances(cluster=CLUSTER)) == [first.instance_id]
+    assert meta(restarted, instance_id)["pid"] == pid
+    assert leaders_of(restarted, instance_id) == [pid]
+    assert list(restarted.list_instances(cluster=CLUSTER)) == [instance_id]
     other = restarted.launch(spec(SLEEP), request_id="launch-2")
-    assert other.instance_id not in (None, first.instance_id)
-    assert set(restarted.list_instances(cluster=CLUSTER)) == {first.instance_id,
+    assert other.instance_id not in (None, instance_id)
+    assert set(restarted.list_instances(cluster=CLUSTER)) == {instance_id,
                                                                other.instance_id}
 
 
@@ -267,7 +268,7 @@ def test_terminate_sends_sigterm_then_sigkill_to_the_whole_group(make: Factory) 
     assert outcome.instance_id is not None
     inst_dir = provider.instance_dir(outcome.instance_id)
     assert inst_dir is not None
-    wait_for(lambda: (inst_dir / "child_up").exists())
+    wait_for((inst_dir / "child_up").exists)
     pgid = meta(provider, outcome.instance_id)["pid"]
     assert isinstance(pgid, int)
     assert len(live_members(pgid)) == 3  # wrapper shell, job, job's child
@@ -292,7 +293,7 @@ def test_terminate_sends_sigterm_then_sigkill_to_the_whole_group(make: Factory) 
     assert graceful.instance_id is not None
     graceful_dir = provider.instance_dir(graceful.instance_id)
     assert graceful_dir is not None
-    wait_for(lambda: (graceful_dir / "up").exists())
+    wait_for((graceful_dir / "up").exists)
     started = time.monotonic()
     provider.terminate([graceful.instance_id], request_id="t3")
     assert time.monotonic() - started < 0.5  # it left on SIGTERM: no wait for the grace
@@ -352,7 +353,7 @@ def test_preempt_gives_notice_then_reports_preempted_once(make: Factory) -> None
     assert outcome.instance_id is not None
     inst_dir = provider.instance_dir(outcome.instance_id)
     assert inst_dir is not None
-    wait_for(lambda: (inst_dir / "up").exists())
+    wait_for((inst_dir / "up").exists)
     started = time.monotonic()
     assert provider.preempt(outcome.instance_id, notice_s=5.0)
     assert time.monotonic() - started < 4.0  # the job left during its notice

@@ -1,0 +1,731 @@
+"""Benchmark suites as code: named settings that `heliotrope bench policies --suite NAME` runs.
+
+A suite builds its trace in memory from ``../shared/data`` (never copied into the
+repository), one or more *settings* (a sweep point) and, per setting, *windows* (one replay
+each, usually one job). Every policy, the oracle included, is accounted by the same loop
+(`orchestrator.replay.runner.run_policy`) on the same realized grid; the oracle is always
+run, because regret ``J(policy) / J(oracle) - 1`` is measured against it.
+
+Suites:
+
+- ``skynomad-h100``: the setting behind SkyNomad's published H100 means (arXiv 2601.06520,
+  artifact ``andylizf/skynomad-artifact``; see ``shared/data/SOURCES.md``). GCP a3-highgpu-8g
+  in 6 zones, spot availability every 600 s from 2025-10-04T00:10Z, constant per-zone list
+  prices; one job per window: work ``deadline / deadline_ratio`` instance-hours (34.556 h),
+  deadline 311 ticks (51.833 h), cold start 0.2 h, checkpoint 50 GB, 0.02 USD/GB for every
+  cross-region move, no transfer time, continuous checkpoints (a preemption loses no work);
+  windows start at ticks 0, 311, 622, 933, 1244, 1556. Every tick billed by default (the
+  artifact's numbers with every tick billed: Optimal 574.11, exact oracle 573.04 USD).
+  `deadline_ratio` and `checkpoint_gb` may be lists: one setting per value (the paper's
+  deadline and checkpoint sweeps, whose published means are attached as anchors).
+- ``cbl-v100``: the 9 AWS p3.2xlarge (V100) zones of the Can't Be Late 2023-02-15 traces
+  (Wu et al., NSDI'24), 195 s ticks, per-tick spot prices from the SkyNomad artifact,
+  on-demand 3.06 USD/h. Jobs of 48 instance-hours (the Can't Be Late paper's job length)
+  with 4 h and 22 h of slack, cold starts of 0.05 h and 0.2 h (4 settings), 6 windows a
+  week apart; other costs as in ``skynomad-h100``. The trace's absolute start is taken as
+  2023-02-15T00:00Z (the files carry only the date).
+
+Billing (options of both suites): by default every tick is billed, the finishing tick whole
+(``CostSettings.bill_final_tick``). ``drop_finishing_tick`` reports SkyNomad's published
+convention: the loop still bills every tick, the report leaves out the tick in which each job
+finishes (for every policy), and the oracle minimizes that reported cost (paper: Optimal
+571.38). ``bill_to_finish`` bills the finishing tick up to the finishing instant instead
+(Heliotrope's own convention); that is neither published number.
+
+A replay grid runs past the deadline (one more deadline's length where the data reaches), so
+a policy that misses its deadline is billed until it finishes; misses are counted apart.
+Carbon uses Electricity Maps yearly averages of each region's grid zone (location-based).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Final
+
+import numpy as np
+import pandas as pd
+
+from orchestrator import catalog
+from orchestrator.errors import InputError, UnknownNameError
+from orchestrator.loop import LoopOptions
+from orchestrator.model import CostSettings, EventKind, JobSpec, Phase
+from orchestrator.replay.runner import PolicyRun, run_policy
+from orchestrator.signals.grid import SignalGrid
+from orchestrator.signals.traces import Trace, empty_frame, make_manifest
+from policies.base import Policy
+from policies.costs import JobOfferFit
+from policies.oracle import Hindsight, Oracle
+from policies.registry import make_policy
+from providers.sim import realize_spot
+
+SuiteProgress = Callable[[str, int, int], None]  # what is running, runs done, runs total
+
+ORACLE: Final = "oracle"
+
+# --- suite data ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SuiteCase:
+    """One replay: the jobs of one window of one setting, on `trace` from `start` to `end`."""
+
+    setting: str
+    window: str
+    trace: Trace
+    jobs: tuple[JobSpec, ...]
+    tick_s: int
+    start: datetime
+    end: datetime
+    settings: CostSettings
+    drop_finishing_tick: bool = False  # report SkyNomad's convention (module docstring)
+
+
+@dataclass(frozen=True, slots=True)
+class Suite:
+    """A named benchmark: its cases, the options it was built with and published numbers
+    to compare with (`anchors[setting][label]`, USD per job)."""
+
+    name: str
+    description: str
+    cases: tuple[SuiteCase, ...]
+    config: Mapping[str, Any]
+    anchors: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+
+
+SuiteFactory = Callable[[Path, Mapping[str, Any]], Suite]
+
+
+# --- results ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WindowResult:
+    """One policy on one window: totals over the window's jobs. With the finishing tick
+    dropped, `usd` and `kg_co2` leave out `finishing_tick_usd` (and its carbon)."""
+
+    setting: str
+    window: str
+    policy: str
+    jobs: int
+    usd: float
+    kg_co2: float
+    finishing_tick_usd: float
+    objective_usd: float
+    deadlines_met: int
+    finished: int
+    preemptions: int
+    migrations: int
+    regret: float | None  # J / J(oracle) - 1 on this window
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySummary:
+    """One policy over a setting (or over the whole suite: setting ``"all"``)."""
+
+    setting: str
+    policy: str
+    jobs: int
+    mean_usd_per_job: float
+    mean_kg_co2_per_job: float
+    mean_objective_usd_per_job: float
+    deadlines_met: int
+    regret: float | None  # sum J / sum J(oracle) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class SuiteResult:
+    suite: str
+    description: str
+    config: Mapping[str, Any]
+    policies: tuple[str, ...]
+    summary: tuple[PolicySummary, ...]  # per policy over every case
+    by_setting: tuple[PolicySummary, ...]  # per (setting, policy)
+    windows: tuple[WindowResult, ...]
+    anchors: Mapping[str, Mapping[str, float]]
+    elapsed_s: float
+
+    def policy(self, name: str, setting: str | None = None) -> PolicySummary:
+        rows = self.summary if setting is None else self.by_setting
+        for row in rows:
+            if row.policy == name and (setting is None or row.setting == setting):
+                return row
+        raise KeyError((name, setting))
+
+    def settings(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(w.setting for w in self.windows))
+
+    def to_json(self) -> dict[str, Any]:
+        def summary(rows: Iterable[PolicySummary]) -> list[dict[str, Any]]:
+            return [{
+                "setting": r.setting, "policy": r.policy, "jobs": r.jobs,
+                "mean_usd_per_job": _r(r.mean_usd_per_job, 4),
+                "mean_kg_co2_per_job": _r(r.mean_kg_co2_per_job, 4),
+                "mean_objective_usd_per_job": _r(r.mean_objective_usd_per_job, 4),
+                "deadlines_met": r.deadlines_met, "deadlines_total": r.jobs,
+                "regret": _r(r.regret, 6),
+            } for r in rows]
+
+        return {
+            "suite": self.suite,
+            "description": self.description,
+            "config": _jsonable(self.config),
+            "policies": list(self.policies),
+            "summary": summary(self.summary),
+            "by_setting": summary(self.by_setting),
+            "windows": [{
+                "setting": w.setting, "window": w.window, "policy": w.policy, "jobs": w.jobs,
+                "usd": _r(w.usd, 4), "kg_co2": _r(w.kg_co2, 4),
+                "finishing_tick_usd_dropped": _r(w.finishing_tick_usd, 4),
+                "objective_usd": _r(w.objective_usd, 4), "deadlines_met": w.deadlines_met,
+                "finished": w.finished, "preemptions": w.preemptions,
+                "migrations": w.migrations, "regret": _r(w.regret, 6),
+            } for w in self.windows],
+            "anchors": {s: dict(a) for s, a in self.anchors.items()},
+            "elapsed_s": round(self.elapsed_s, 3),
+        }
+
+    def format_table(self) -> str:
+        """Plain-text tables: per setting and policy, then per window."""
+        lines = [f"suite {self.suite}: {self.description}"]
+        head = (f"{'setting':28s} {'policy':22s} {'USD/job':>10s} {'kgCO2/job':>10s} "
+                f"{'met':>7s} {'regret':>8s}")
+        lines += ["", head, "-" * len(head)]
+        for r in self.by_setting:
+            lines.append(f"{r.setting:28s} {r.policy:22s} {r.mean_usd_per_job:10.2f} "
+                         f"{r.mean_kg_co2_per_job:10.2f} {f'{r.deadlines_met}/{r.jobs}':>7s} "
+                         f"{_pct(r.regret):>8s}")
+            for label, value in self.anchors.get(r.setting, {}).items():
+                if r.policy == ORACLE and label.startswith("SkyNomad Optimal"):
+                    lines.append(f"{'':28s} {'  anchor: ' + label:22s} {value:10.2f}")
+        if len(self.settings()) > 1:
+            lines += ["", head, "-" * len(head)]
+            for r in self.summary:
+                lines.append(f"{'all':28s} {r.policy:22s} {r.mean_usd_per_job:10.2f} "
+                             f"{r.mean_kg_co2_per_job:10.2f} "
+                             f"{f'{r.deadlines_met}/{r.jobs}':>7s} {_pct(r.regret):>8s}")
+        head = (f"{'setting':28s} {'window':10s} {'policy':22s} {'USD':>10s} {'kgCO2':>9s} "
+                f"{'met':>5s} {'regret':>8s}")
+        lines += ["", head, "-" * len(head)]
+        for w in self.windows:
+            lines.append(f"{w.setting:28s} {w.window:10s} {w.policy:22s} {w.usd:10.2f} "
+                         f"{w.kg_co2:9.2f} {f'{w.deadlines_met}/{w.jobs}':>5s} "
+                         f"{_pct(w.regret):>8s}")
+        extra = [(s, label, v) for s, a in self.anchors.items() for label, v in a.items()]
+        if extra:
+            lines += ["", "published numbers (USD per job):"]
+            lines += [f"  {s:26s} {label:40s} {v:10.2f}" for s, label, v in extra]
+        return "\n".join(lines)
+
+
+def _r(value: float | None, digits: int) -> float | None:
+    if value is None or not math.isfinite(value):
+        return None
+    return round(value, digits)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None or not math.isfinite(value) else f"{100 * value:+.2f}%"
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float | int | str | bool) or value is None:
+        return value
+    return str(value)
+
+
+# --- running ------------------------------------------------------------------------------
+
+
+def run_suite(
+    name: str,
+    data_dir: Path,
+    policies: Sequence[str],
+    overrides: Mapping[str, Any] | None = None,
+    progress: SuiteProgress | None = None,
+) -> SuiteResult:
+    """Run `policies` (registry names) and the oracle over suite `name`'s cases."""
+    factory = SUITES.get(name)
+    if factory is None:
+        raise UnknownNameError("suite", name, list(SUITES))
+    names = tuple(dict.fromkeys([ORACLE, *(p.strip() for p in policies if p.strip())]))
+    for n in names:
+        if n != ORACLE:
+            make_policy(n)  # fail on an unknown name before any work
+    t_start = time.perf_counter()
+    suite = factory(Path(data_dir), dict(overrides or {}))
+    total = len(suite.cases) * len(names)
+    done = 0
+    windows: list[WindowResult] = []
+    for case in suite.cases:
+        grid = case_grid(case)
+        options = LoopOptions(cluster="bench", settings=case.settings)
+        deadlines = np.array([j.deadline.timestamp() for j in case.jobs])
+        rows: dict[str, WindowResult] = {}
+        for n in names:
+            if progress is not None:
+                progress(f"{case.setting} {case.window} {n}", done, total)
+            policy: Policy = (
+                Oracle(hindsight=Hindsight.of(grid), drop_finishing_tick=case.drop_finishing_tick)
+                if n == ORACLE else make_policy(n))
+            run = run_policy(policy, case.jobs, grid, options=options)
+            f = run.fleet
+            finished = f.phase == Phase.DONE
+            met = finished & (f.finished_at_s <= deadlines + 1e-6)
+            usd, kg = float(f.usd.sum()), float(f.kg_co2.sum())
+            last_usd = last_kg = 0.0
+            if case.drop_finishing_tick:
+                last_usd, last_kg = finishing_tick(run, case.jobs, grid)
+            usd, kg = usd - last_usd, kg - last_kg
+            rows[n] = WindowResult(
+                setting=case.setting, window=case.window, policy=n, jobs=len(case.jobs),
+                usd=usd, kg_co2=kg, finishing_tick_usd=last_usd,
+                objective_usd=usd + case.settings.carbon_usd_per_tonne * kg / 1000.0,
+                deadlines_met=int(met.sum()), finished=int(finished.sum()),
+                preemptions=int(f.preemptions.sum()), migrations=int(f.migrations.sum()),
+                regret=None)
+            done += 1
+        base = rows[ORACLE].objective_usd
+        for n in names:
+            r = rows[n]
+            windows.append(_with_regret(r, r.objective_usd / base - 1.0 if base > 0 else None))
+    if progress is not None:
+        progress("done", total, total)
+    settings = tuple(dict.fromkeys(c.setting for c in suite.cases))
+    by_setting = tuple(_summarize(s, n, [w for w in windows if w.setting == s and w.policy == n],
+                                  [w for w in windows if w.setting == s and w.policy == ORACLE])
+                       for s in settings for n in names)
+    summary = tuple(_summarize("all", n, [w for w in windows if w.policy == n],
+                               [w for w in windows if w.policy == ORACLE]) for n in names)
+    return SuiteResult(suite=suite.name, description=suite.description, config=suite.config,
+                       policies=names, summary=summary, by_setting=by_setting,
+                       windows=tuple(windows), anchors=suite.anchors,
+                       elapsed_s=time.perf_counter() - t_start)
+
+
+def case_grid(case: SuiteCase) -> SignalGrid:
+    """The realized world of one case (spot gaps filled with the replay's seeded hazard)."""
+    grid = SignalGrid.build(case.trace, case.start, case.end, case.tick_s,
+                            keep_offer=lambda o: any(j.allows(o.gpu_type) for j in case.jobs))
+    return realize_spot(grid, 0)
+
+
+def finishing_tick(run: PolicyRun, jobs: Sequence[JobSpec], grid: SignalGrid
+                   ) -> tuple[float, float]:
+    """Dollars and kgCO2 billed in the ticks in which `run`'s jobs finished (whole ticks:
+    run with ``bill_final_tick``): what SkyNomad's reported numbers leave out."""
+    fit = JobOfferFit.build(jobs, grid.offers)
+    index = {j.id: i for i, j in enumerate(jobs)}
+    offer_ix = {o.id: k for k, o in enumerate(grid.offers)}
+    usd = kg = 0.0
+    tick_h = grid.tick_s / 3600.0
+    for e in run.events:
+        if e.kind is not EventKind.FINISHED:
+            continue
+        j, o = index[e.job_id], offer_ix[e.offer_id]
+        k = min(grid.n_ticks - 1, max(0, math.ceil((e.time_s - grid.start_s) / grid.tick_s
+                                                   - 1e-9) - 1))
+        usd += float(grid.usd_per_hour[k, o]) * float(fit.instances[j, o]) * tick_h
+        kg += (float(fit.power_kw[j, o]) * float(fit.pue[o]) * tick_h
+               * float(grid.carbon_g_per_kwh[k, o]) / 1000.0)
+    return usd, kg
+
+
+def _with_regret(row: WindowResult, regret: float | None) -> WindowResult:
+    return WindowResult(**{**{f: getattr(row, f) for f in row.__dataclass_fields__},
+                           "regret": regret})
+
+
+def _summarize(setting: str, policy: str, rows: list[WindowResult],
+               oracle: list[WindowResult]) -> PolicySummary:
+    jobs = sum(r.jobs for r in rows)
+    j_sum = sum(r.objective_usd for r in rows)
+    base = sum(r.objective_usd for r in oracle)
+    return PolicySummary(
+        setting=setting, policy=policy, jobs=jobs,
+        mean_usd_per_job=sum(r.usd for r in rows) / jobs if jobs else math.nan,
+        mean_kg_co2_per_job=sum(r.kg_co2 for r in rows) / jobs if jobs else math.nan,
+        mean_objective_usd_per_job=j_sum / jobs if jobs else math.nan,
+        deadlines_met=sum(r.deadlines_met for r in rows),
+        regret=j_sum / base - 1.0 if base > 0 else None,
+    )
+
+
+# --- options ------------------------------------------------------------------------------
+
+
+def _options(suite: str, overrides: Mapping[str, Any], defaults: Mapping[str, Any]
+             ) -> dict[str, Any]:
+    unknown = sorted(set(overrides) - set(defaults))
+    if unknown:
+        raise InputError("", f"suite {suite!r} options", "one of: " + ", ".join(defaults),
+                         got=", ".join(unknown), fix="drop or rename the option")
+    return {**defaults, **{k: v for k, v in overrides.items() if v is not None}}
+
+
+def _floats(suite: str, key: str, value: Any, *, minimum: float = 0.0) -> list[float]:
+    items = value.split(",") if isinstance(value, str) else (
+        list(value) if isinstance(value, list | tuple) else [value])
+    try:
+        out = [float(v) for v in items]
+    except (TypeError, ValueError):
+        raise InputError("", f"suite {suite!r} option {key!r}", "a number or a list of numbers",
+                         got=repr(value)) from None
+    if not out or any(not math.isfinite(v) or v < minimum for v in out):
+        raise InputError("", f"suite {suite!r} option {key!r}", f"numbers >= {minimum:g}",
+                         got=repr(value))
+    return out
+
+
+def _ints(suite: str, key: str, value: Any) -> list[int]:
+    floats = _floats(suite, key, value)
+    if any(v != int(v) for v in floats):
+        raise InputError("", f"suite {suite!r} option {key!r}", "whole numbers", got=repr(value))
+    return [int(v) for v in floats]
+
+
+def _strings(value: Any) -> list[str]:
+    items = value.split(",") if isinstance(value, str) else list(value)
+    return [str(v).strip() for v in items if str(v).strip()]
+
+
+def _one(suite: str, key: str, value: Any, *, minimum: float = 0.0) -> float:
+    values = _floats(suite, key, value, minimum=minimum)
+    if len(values) != 1:
+        raise InputError("", f"suite {suite!r} option {key!r}", "one number", got=repr(value))
+    return values[0]
+
+
+def _billing(suite: str, opts: Mapping[str, Any]) -> tuple[bool, bool]:
+    drop, to_finish = bool(opts["drop_finishing_tick"]), bool(opts["bill_to_finish"])
+    if drop and to_finish:
+        raise InputError("", f"suite {suite!r} options",
+                         "at most one of drop_finishing_tick and bill_to_finish", got="both")
+    return drop, to_finish
+
+
+def _billing_label(drop: bool, to_finish: bool) -> str:
+    if drop:
+        return "finishing tick dropped (SkyNomad's reported convention)"
+    return "billed to the finishing instant" if to_finish else "every tick billed"
+
+
+def _require(data_dir: Path, rel: str) -> Path:
+    path = data_dir / rel
+    if not path.is_file():
+        raise InputError(str(path), "", "the shared data file", got="missing",
+                         fix="point --data-dir (or HELIOTROPE_TRACES) at ../shared/data")
+    return path
+
+
+def _yearly_carbon(data_dir: Path, zones: Iterable[str], year: int, at: datetime
+                   ) -> pd.DataFrame:
+    """Electricity Maps yearly life-cycle averages of `zones`, as grid samples at `at`."""
+    path = data_dir / "carbon" / "electricitymaps_yearly_zone_averages_2021_2025.csv"
+    if not path.is_file():
+        return empty_frame("grid")
+    table = pd.read_csv(path)
+    table = table[table["year"] == year].set_index("zone_id")["ci_lca_gco2eq_per_kwh"]
+    rows = [{"time": at, "grid_zone": z, "metric": "carbon_avg_yearly_g_per_kwh",
+             "value": float(table[z]), "source": f"electricitymaps yearly {year}"}
+            for z in sorted(set(zones)) if z in table.index]
+    return pd.DataFrame(rows) if rows else empty_frame("grid")
+
+
+def _changes(frame: pd.DataFrame, key: str, value: str) -> pd.DataFrame:
+    """Rows of `frame` (sorted by time within `key`) where `value` changes."""
+    prev = frame.groupby(key, sort=False)[value].shift()
+    return frame[prev.isna() | (prev != frame[value])]
+
+
+# --- skynomad-h100 ------------------------------------------------------------------------
+
+SKYNOMAD_FILE: Final = "spot/skynomad_gcp_h100_availability_13zones_2025-10.csv.gz"
+SKYNOMAD_ZONES: Final = ("us-central1-a", "us-west1-a", "europe-west1-c", "europe-west3-c",
+                         "asia-southeast1-b", "asia-south2-b")
+SKYNOMAD_STARTS: Final = (0, 311, 622, 933, 1244, 1556)
+SKYNOMAD_TICK_S: Final = 600
+SKYNOMAD_DEADLINE_TICKS: Final = 311
+SKYNOMAD_INSTANCE: Final = "a3-highgpu-8g"
+# Published means with every tick billed (SOURCES.md): the artifact's DP and the exact oracle.
+SKYNOMAD_EVERY_TICK: Final[Mapping[str, float]] = MappingProxyType({
+    "SkyNomad Optimal (their DP)": 574.11, "exact hindsight oracle": 573.04,
+    "SkyNomad": 609.34, "UP(S)": 799.37})
+
+_SKYNOMAD_DEFAULTS: Final[Mapping[str, Any]] = MappingProxyType({
+    "zones": list(SKYNOMAD_ZONES), "deadline_ratio": 1.5, "work_hours": None,
+    "cold_start_hours": 0.2, "checkpoint_gb": 50.0, "start_ticks": list(SKYNOMAD_STARTS),
+    "drop_finishing_tick": False, "bill_to_finish": False,
+})
+
+
+def skynomad_h100(data_dir: Path, overrides: Mapping[str, Any]) -> Suite:
+    """SkyNomad's H100 benchmark (module docstring); options in `_SKYNOMAD_DEFAULTS`."""
+    name = "skynomad-h100"
+    opts = _options(name, overrides, _SKYNOMAD_DEFAULTS)
+    zones = _strings(opts["zones"])
+    ratios = _floats(name, "deadline_ratio", opts["deadline_ratio"], minimum=1e-9)
+    ckpts = _floats(name, "checkpoint_gb", opts["checkpoint_gb"])
+    cold_h = _one(name, "cold_start_hours", opts["cold_start_hours"])
+    starts = _ints(name, "start_ticks", opts["start_ticks"])
+    drop, to_finish = _billing(name, opts)
+    work_override = (None if opts["work_hours"] is None
+                     else _one(name, "work_hours", opts["work_hours"], minimum=1e-9))
+    path = _require(data_dir, SKYNOMAD_FILE)
+    raw = pd.read_csv(path)
+    missing = sorted(set(zones) - set(raw["zone"]))
+    if missing or not zones:
+        raise InputError(str(path), "zones", "zones of the file: " + ", ".join(
+            sorted(set(raw["zone"]))), got=", ".join(missing) or "none")
+    raw = raw[raw["zone"].isin(zones)].copy()
+    raw["time"] = pd.to_datetime(raw["time_utc"], utc=True)
+    raw = raw.sort_values(["zone", "tick"], kind="stable")
+    n_ticks = int(raw["tick"].max()) + 1
+    t0 = pd.Timestamp(raw.loc[raw["tick"] == 0, "time"].iloc[0]).to_pydatetime()
+    if any(s < 0 or s >= n_ticks for s in starts):
+        raise InputError("", f"suite {name!r} option 'start_ticks'",
+                         f"ticks in [0, {n_ticks})", got=starts)
+    trace = _skynomad_trace(data_dir, raw, zones, t0)
+    tick = timedelta(seconds=SKYNOMAD_TICK_S)
+    data_end = t0 + n_ticks * tick
+    deadline = SKYNOMAD_DEADLINE_TICKS * tick
+    deadline_h = deadline.total_seconds() / 3600.0
+    settings = CostSettings(egress_usd_per_gb=0.02, transfer_time=False,
+                            bill_final_tick=not to_finish)
+    cases: list[SuiteCase] = []
+    anchors: dict[str, dict[str, float]] = {}
+    sweep = _skynomad_sweeps(data_dir)
+    default_shape = (zones == list(SKYNOMAD_ZONES) and starts == list(SKYNOMAD_STARTS)
+                     and cold_h == 0.2 and work_override is None)
+    for ratio in ratios:
+        for ckpt in ckpts:
+            work_h = work_override if work_override is not None else deadline_h / ratio
+            setting = f"ratio {ratio:g}, ckpt {ckpt:g} GB" if (
+                len(ratios) > 1 or len(ckpts) > 1) else f"work {work_h:.3f} h"
+            for s in starts:
+                start = t0 + s * tick
+                job = JobSpec(
+                    id=f"t{s}", work_gpu_hours=work_h, gpus=1, start=start,
+                    deadline=start + deadline, checkpoint_size_gb=ckpt, cold_start_h=cold_h,
+                    home_region=_gcp_region(zones[0]), gpu_types=frozenset({"H100"}),
+                    throughput={"H100": 1.0}, checkpoint_interval_h=0.0)
+                cases.append(SuiteCase(
+                    setting=setting, window=f"t{s}", trace=trace, jobs=(job,),
+                    tick_s=SKYNOMAD_TICK_S, start=start,
+                    end=min(start + 2 * deadline, max(data_end, start + deadline)),
+                    settings=settings, drop_finishing_tick=drop))
+            if default_shape and not to_finish:
+                found = _skynomad_anchor(sweep, ratio, ckpt, drop)
+                if found:
+                    anchors[setting] = found
+    return Suite(
+        name=name,
+        description=("SkyNomad H100 (arXiv 2601.06520 artifact): GCP a3-highgpu-8g, "
+                     f"{len(zones)} zones, 600 s ticks, deadline 51.833 h, "
+                     f"{_billing_label(drop, to_finish)}"),
+        cases=tuple(cases),
+        config={"zones": zones, "deadline_ratio": ratios, "work_hours": work_override,
+                "cold_start_hours": cold_h, "checkpoint_gb": ckpts, "start_ticks": starts,
+                "drop_finishing_tick": drop, "bill_to_finish": to_finish,
+                "tick_s": SKYNOMAD_TICK_S,
+                "deadline_ticks": SKYNOMAD_DEADLINE_TICKS, "egress_usd_per_gb": 0.02,
+                "transfer_time": False, "checkpoint_interval_h": 0.0,
+                "data": str(path)},
+        anchors=anchors,
+    )
+
+
+def _gcp_region(zone: str) -> str:
+    return zone.rsplit("-", 1)[0]
+
+
+def _skynomad_trace(data_dir: Path, raw: pd.DataFrame, zones: Sequence[str],
+                    t0: datetime) -> Trace:
+    regions = {z: _gcp_region(z) for z in zones}
+    offers = pd.DataFrame([{"cloud": "gcp", "region": regions[z], "zone": z,
+                            "instance_type": SKYNOMAD_INSTANCE, "gpu_type": "H100",
+                            "gpu_count": 8, "grid_zone": ""} for z in zones])
+    first = raw[raw["tick"] == 0].set_index("zone")
+    prices = pd.DataFrame([
+        {"time": t0, "cloud": "gcp", "region": regions[z], "zone": z,
+         "instance_type": SKYNOMAD_INSTANCE, "market": market,
+         "usd_per_hour": float(first.loc[z, col])}
+        for z in zones for market, col in (("spot", "spot_usd_per_hour"),
+                                           ("on_demand", "ondemand_usd_per_hour"))])
+    changes = _changes(raw, "zone", "available")
+    spot = pd.DataFrame({"time": changes["time"], "cloud": "gcp", "zone": changes["zone"],
+                         "instance_type": SKYNOMAD_INSTANCE,
+                         "capacity": changes["available"].astype(float)})
+    grid_zones = [catalog.grid_zone("gcp", r) or "" for r in regions.values()]
+    grid = _yearly_carbon(data_dir, grid_zones, 2024, t0)
+    return Trace(offers=offers, prices=prices, spot=spot.reset_index(drop=True), grid=grid,
+                 manifest=make_manifest(generator="suite skynomad-h100",
+                                        sources=[{"file": SKYNOMAD_FILE}],
+                                        start=t0.isoformat()))
+
+
+def _skynomad_sweeps(data_dir: Path) -> dict[str, pd.DataFrame]:
+    out: dict[str, pd.DataFrame] = {}
+    for key in ("deadline_sensitivity", "checkpoint_sensitivity"):
+        path = data_dir / "anchors" / f"skynomad_{key}.csv"
+        if path.is_file():
+            out[key] = pd.read_csv(path)
+    return out
+
+
+def _skynomad_anchor(sweeps: Mapping[str, pd.DataFrame], ratio: float, ckpt: float,
+                     drop: bool) -> dict[str, float]:
+    """Published numbers for this setting: every-tick means for the default setting; the
+    deadline (checkpoint 50 GB) and checkpoint (ratio 1.2) sweeps in the reported
+    convention (finishing tick dropped)."""
+    if not drop:
+        return dict(SKYNOMAD_EVERY_TICK) if (ratio == 1.5 and ckpt == 50.0) else {}
+    frame, col, value = None, "", 0.0
+    if ckpt == 50.0 and "deadline_sensitivity" in sweeps:
+        frame, col, value = sweeps["deadline_sensitivity"], "deadline_ratio", ratio
+    elif ratio == 1.2 and "checkpoint_sensitivity" in sweeps:
+        frame, col, value = sweeps["checkpoint_sensitivity"], "checkpoint_size", ckpt
+    if frame is None:
+        return {}
+    rows = frame[np.isclose(frame[col].astype(float), value)]
+    out: dict[str, float] = {}
+    for strategy, row in rows.set_index("strategy").iterrows():
+        label = "SkyNomad Optimal" if strategy == "Optimal" else str(strategy)
+        out[f"{label} mean"] = float(row["mean"])
+        if strategy == "Optimal":
+            out["SkyNomad Optimal p5"] = float(row["p5"])
+            out["SkyNomad Optimal p95"] = float(row["p95"])
+    return out
+
+
+# --- cbl-v100 -----------------------------------------------------------------------------
+
+CBL_SEGMENTS: Final = "spot/spot_traces_segments.csv.gz"
+CBL_PRICES: Final = "spot/skynomad_aws_v100_spot_price_per_tick_9zones_2023-02.csv.gz"
+CBL_ZONES: Final = ("us-east-1a", "us-east-1c", "us-east-1d", "us-east-1f", "us-east-2a",
+                    "us-east-2b", "us-west-2a", "us-west-2b", "us-west-2c")
+CBL_TRACE: Final = "cbl/availability/1-node/aws-02-15-2023/{zone}_v100_1"
+CBL_START: Final = datetime(2023, 2, 15, tzinfo=UTC)  # the files carry only the date
+CBL_TICK_S: Final = 195
+CBL_ON_DEMAND_USD_PER_HOUR: Final = 3.06  # p3.2xlarge, us-east-1 list price
+CBL_INSTANCE: Final = "p3.2xlarge"
+
+_CBL_DEFAULTS: Final[Mapping[str, Any]] = MappingProxyType({
+    "zones": list(CBL_ZONES), "work_hours": 48.0, "slack_hours": [4.0, 22.0],
+    "cold_start_hours": [0.05, 0.2], "checkpoint_gb": 50.0,
+    "start_ticks": [0, 3100, 6200, 9300, 12400, 15500], "drop_finishing_tick": False,
+    "bill_to_finish": False,
+})
+
+
+def cbl_v100(data_dir: Path, overrides: Mapping[str, Any]) -> Suite:
+    """Can't Be Late's AWS V100 traces with SkyNomad's spot prices (module docstring)."""
+    name = "cbl-v100"
+    opts = _options(name, overrides, _CBL_DEFAULTS)
+    zones = _strings(opts["zones"])
+    work_h = _one(name, "work_hours", opts["work_hours"], minimum=1e-9)
+    slacks = _floats(name, "slack_hours", opts["slack_hours"])
+    colds = _floats(name, "cold_start_hours", opts["cold_start_hours"])
+    ckpt = _one(name, "checkpoint_gb", opts["checkpoint_gb"])
+    starts = _ints(name, "start_ticks", opts["start_ticks"])
+    drop, to_finish = _billing(name, opts)
+    seg_path = _require(data_dir, CBL_SEGMENTS)
+    price_path = _require(data_dir, CBL_PRICES)
+    bad = sorted(set(zones) - set(CBL_ZONES))
+    if bad or not zones:
+        raise InputError("", f"suite {name!r} option 'zones'", "zones of: " + ", ".join(CBL_ZONES),
+                         got=", ".join(bad) or "none")
+    segments = pd.read_csv(seg_path)
+    prices = pd.read_csv(price_path)
+    n_ticks = int(prices["tick"].max()) + 1
+    trace = _cbl_trace(data_dir, segments, prices, zones)
+    tick = timedelta(seconds=CBL_TICK_S)
+    data_end = CBL_START + n_ticks * tick
+    settings = CostSettings(egress_usd_per_gb=0.02, transfer_time=False,
+                            bill_final_tick=not to_finish)
+    cases: list[SuiteCase] = []
+    for slack in slacks:
+        for cold in colds:
+            setting = f"slack {slack:g} h, cold {cold:g} h"
+            window = timedelta(hours=work_h + slack)
+            for s in starts:
+                start = CBL_START + s * tick
+                if start + window > data_end:
+                    raise InputError("", f"suite {name!r} option 'start_ticks'",
+                                     "windows inside the trace", got=s,
+                                     fix=f"start before tick {n_ticks} minus the window")
+                job = JobSpec(
+                    id=f"t{s}", work_gpu_hours=work_h, gpus=1, start=start,
+                    deadline=start + window, checkpoint_size_gb=ckpt, cold_start_h=cold,
+                    home_region=zones[0][:-1], gpu_types=frozenset({"V100"}),
+                    throughput={"V100": 1.0}, checkpoint_interval_h=0.0)
+                cases.append(SuiteCase(
+                    setting=setting, window=f"t{s}", trace=trace, jobs=(job,),
+                    tick_s=CBL_TICK_S, start=start,
+                    end=min(start + 2 * window, max(data_end, start + window)),
+                    settings=settings, drop_finishing_tick=drop))
+    return Suite(
+        name=name,
+        description=(f"Can't Be Late AWS V100 (p3.2xlarge), {len(zones)} zones, 195 s ticks, "
+                     f"{work_h:g} h jobs, {_billing_label(drop, to_finish)}"),
+        cases=tuple(cases),
+        config={"zones": zones, "work_hours": work_h, "slack_hours": slacks,
+                "cold_start_hours": colds, "checkpoint_gb": ckpt, "start_ticks": starts,
+                "drop_finishing_tick": drop, "bill_to_finish": to_finish,
+                "tick_s": CBL_TICK_S,
+                "on_demand_usd_per_hour": CBL_ON_DEMAND_USD_PER_HOUR,
+                "egress_usd_per_gb": 0.02, "transfer_time": False,
+                "checkpoint_interval_h": 0.0, "trace_start": CBL_START.isoformat(),
+                "data": [str(seg_path), str(price_path)]},
+    )
+
+
+def _cbl_trace(data_dir: Path, segments: pd.DataFrame, prices: pd.DataFrame,
+               zones: Sequence[str]) -> Trace:
+    regions = {z: z[:-1] for z in zones}
+    offers = pd.DataFrame([{"cloud": "aws", "region": regions[z], "zone": z,
+                            "instance_type": CBL_INSTANCE, "gpu_type": "V100", "gpu_count": 1,
+                            "grid_zone": ""} for z in zones])
+    tick = pd.Timedelta(seconds=CBL_TICK_S)
+    p = prices[prices["zone"].isin(zones)].sort_values(["zone", "tick"], kind="stable")
+    p = _changes(p, "zone", "spot_usd_per_hour")
+    price_rows = pd.concat([
+        pd.DataFrame({"time": CBL_START + p["tick"].to_numpy() * tick, "cloud": "aws",
+                      "region": p["zone"].map(regions), "zone": p["zone"],
+                      "instance_type": CBL_INSTANCE, "market": "spot",
+                      "usd_per_hour": p["spot_usd_per_hour"].astype(float)}),
+        pd.DataFrame([{"time": CBL_START, "cloud": "aws", "region": regions[z], "zone": z,
+                       "instance_type": CBL_INSTANCE, "market": "on_demand",
+                       "usd_per_hour": CBL_ON_DEMAND_USD_PER_HOUR} for z in zones]),
+    ], ignore_index=True)
+    ids = {CBL_TRACE.format(zone=z): z for z in zones}
+    seg = segments[segments["trace_id"].isin(ids)].sort_values(["trace_id", "start_tick"])
+    missing = sorted(set(ids) - set(seg["trace_id"]))
+    if missing:
+        raise InputError(CBL_SEGMENTS, "trace_id", "the Can't Be Late 2023-02-15 V100 traces",
+                         got="missing " + ", ".join(missing))
+    spot = pd.DataFrame({"time": CBL_START + seg["start_tick"].to_numpy() * tick,
+                         "cloud": "aws", "zone": seg["trace_id"].map(ids),
+                         "instance_type": CBL_INSTANCE,
+                         "capacity": seg["value"].astype(float)})
+    grid_zones = [catalog.grid_zone("aws", r) or "" for r in regions.values()]
+    grid = _yearly_carbon(data_dir, grid_zones, 2023, CBL_START)
+    return Trace(offers=offers, prices=price_rows, spot=spot.reset_index(drop=True), grid=grid,
+                 manifest=make_manifest(generator="suite cbl-v100",
+                                        sources=[{"file": CBL_SEGMENTS}, {"file": CBL_PRICES}],
+                                        start=CBL_START.isoformat()))
+
+
+SUITES: Final[Mapping[str, SuiteFactory]] = MappingProxyType({
+    "skynomad-h100": skynomad_h100,
+    "cbl-v100": cbl_v100,
+})

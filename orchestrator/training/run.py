@@ -1,0 +1,481 @@
+"""`ResumableRun`: what a training script adds to become movable and preemptible.
+
+    run = ResumableRun(model, optimizer, scheduler)      # job id, store, cadence from env
+    with run:
+        start = run.restore()                            # 0, or the step to resume from
+        data_state = run.data_state or {"epoch": 0, "position": 0}
+        for step in range(start, total_steps):
+            ...one optimizer step...; data_state = ...
+            run.step_done(step, data_state)              # checkpoints when due / on notice
+        run.finish()                                     # final checkpoint
+
+A checkpoint taken at `step_done(step, ...)` holds the state after `step` completed, so
+its store step is `step + 1` and `restore()` returns `step + 1`. It holds the model,
+optimizer and scheduler state dicts, the RNG states of Python, numpy and torch, and
+`data_state` (plain values: where the data loader is).
+
+Preemption: SIGTERM, SIGUSR1, a cloud notice (AWS IMDSv2, GCE metadata; polled on a daemon
+thread when HELIOTROPE_NOTICE_SOURCE says so) or the local notice file all set one flag;
+the next `step_done` writes a checkpoint at once and exits the process with status 0.
+
+Async checkpointing (`async_checkpoint=True`): `step_done` only copies the state into
+reusable host buffers (pinned, and enqueued without waiting, for CUDA tensors); a
+background thread serializes and writes it. The next checkpoint waits for the previous
+write. A write that fails with an I/O or transient error is logged and retried at the next
+due step (up to 3 in a row); a failure of the preemption or final checkpoint raises.
+
+Environment (each overridden by the matching argument):
+HELIOTROPE_JOB_ID, HELIOTROPE_CHECKPOINT_URI, HELIOTROPE_CHECKPOINT_STORAGE_OPTIONS (JSON
+object for fsspec), HELIOTROPE_CHECKPOINT_EVERY_STEPS, HELIOTROPE_CHECKPOINT_EVERY_MINUTES
+(neither set: every 30 minutes), HELIOTROPE_CHECKPOINT_ASYNC (1/0), HELIOTROPE_NOTICE_SOURCE
+(aws | gcp | local), HELIOTROPE_METADATA_URL, HELIOTROPE_NOTICE_POLL_S,
+HELIOTROPE_PREEMPT_FILE.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from types import FrameType
+from typing import Any, Final
+
+import torch
+
+from orchestrator.checkpoints import (
+    CheckpointExists,
+    CheckpointRef,
+    CheckpointStore,
+    CorruptCheckpoint,
+    WriteFn,
+)
+from orchestrator.errors import InputError, PermanentError, TransientError
+from orchestrator.training.notices import (
+    FileNotices,
+    NoticeSource,
+    NoticeWatcher,
+    PreemptionNotice,
+    notice_source_from_env,
+    poll_interval_from_env,
+)
+from orchestrator.training.rng import capture_rng, restore_rng
+from orchestrator.training.state_io import FORMAT, load_state, map_tensors, save_state
+
+logger = logging.getLogger(__name__)
+
+STATE_FILE: Final = "state"
+DEFAULT_EVERY_MINUTES: Final = 30.0
+MAX_CONSECUTIVE_FAILURES: Final = 3
+_RETRYABLE = (OSError, TransientError, TimeoutError)
+
+
+class ResumableRun:
+    """Checkpoint/restore for one training job; see the module docstring for the contract.
+
+    `store` and `notice_sources` replace what the environment would give (tests, custom
+    setups). `handle_signals` installs SIGTERM/SIGUSR1 handlers (main thread only) for the
+    life of the run. `exit_on_preemption=False` makes `step_done` return after the
+    preemption checkpoint with `preempted` set, instead of raising SystemExit(0)."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: Any = None,
+        *,
+        job_id: str | None = None,
+        checkpoint_uri: str | None = None,
+        every_steps: int | None = None,
+        every_minutes: float | None = None,
+        async_checkpoint: bool | None = None,
+        store: CheckpointStore | None = None,
+        notice_sources: Sequence[NoticeSource] | None = None,
+        handle_signals: bool = True,
+        exit_on_preemption: bool = True,
+        environ: Mapping[str, str] | None = None,
+        wall_clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        env = os.environ if environ is None else environ
+        self.model = model
+        self.optimizer = optimizer
+        self.scheduler = scheduler
+        self.job_id = job_id or _env_str(env, "HELIOTROPE_JOB_ID", "the job id (or job_id=)")
+        if store is None:
+            uri = checkpoint_uri or _env_str(env, "HELIOTROPE_CHECKPOINT_URI",
+                                             "the checkpoint store URI (or checkpoint_uri=)")
+            store = CheckpointStore(uri, **_storage_options(env))
+        self.store = store
+        self.store.list(self.job_id)  # validates the job id and reaches the store early
+        self.every_steps = every_steps if every_steps is not None else _env_number(
+            env, "HELIOTROPE_CHECKPOINT_EVERY_STEPS", int)
+        self.every_minutes = every_minutes if every_minutes is not None else _env_number(
+            env, "HELIOTROPE_CHECKPOINT_EVERY_MINUTES", float)
+        if self.every_steps is not None and self.every_steps <= 0:
+            raise InputError("ResumableRun", "every_steps", "an integer > 0",
+                             got=self.every_steps)
+        if self.every_minutes is not None and self.every_minutes <= 0:
+            raise InputError("ResumableRun", "every_minutes", "minutes > 0",
+                             got=self.every_minutes)
+        if self.every_steps is None and self.every_minutes is None:
+            self.every_minutes = DEFAULT_EVERY_MINUTES
+        self.async_checkpoint = (async_checkpoint if async_checkpoint is not None
+                                 else _env_bool(env, "HELIOTROPE_CHECKPOINT_ASYNC"))
+        self.exit_on_preemption = exit_on_preemption
+        self._wall_clock = wall_clock
+        self._monotonic = monotonic
+
+        self.data_state: dict[str, Any] = {}
+        self.restored_from: CheckpointRef | None = None
+        self.last_checkpoint: CheckpointRef | None = None
+        self.checkpoints: list[CheckpointRef] = []
+        self.stall_s: list[float] = []
+        """Seconds `step_done` blocked the loop for each checkpoint it started."""
+        self.preempted: PreemptionNotice | None = None
+
+        self._notice: PreemptionNotice | None = None
+        self._notice_event = threading.Event()
+        self._restored = False
+        self._closed = False
+        self._last_step: int | None = None  # steps completed at the last step_done
+        self._last_data_state: Any = None
+        self._ckpt_step: int | None = None  # steps completed at the last checkpoint started
+        self._ckpt_mono = monotonic()
+        self._failures = 0
+        self._corrupt: dict[int, CheckpointRef] = {}
+        self._buffers: list[torch.Tensor] = []
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: Future[CheckpointRef | None] | None = None
+
+        sources = (list(notice_sources) if notice_sources is not None
+                   else [s for s in [notice_source_from_env(env)] if s is not None])
+        self._inline_sources = [s for s in sources if isinstance(s, FileNotices)]
+        interval = poll_interval_from_env(env)
+        self._watchers = [
+            NoticeWatcher(s, self.notify_preemption, interval_s=interval).start()
+            for s in sources if not isinstance(s, FileNotices)
+        ]
+        self._old_handlers: dict[int, Any] = {}
+        if handle_signals and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGUSR1):
+                self._old_handlers[sig] = signal.signal(sig, self._on_signal)
+
+    # -- notices ------------------------------------------------------------------------
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        self.notify_preemption(PreemptionNotice(signal.Signals(signum).name, "signal"))
+
+    def notify_preemption(self, notice: PreemptionNotice) -> None:
+        """Record a preemption notice (thread- and signal-safe); the next `step_done`
+        checkpoints and exits."""
+        if self._notice is None:
+            self._notice = notice
+        self._notice_event.set()
+
+    @property
+    def notice(self) -> PreemptionNotice | None:
+        return self._notice
+
+    # -- restore ------------------------------------------------------------------------
+
+    def restore(self) -> int:
+        """Load the newest checkpoint that verifies (falling back past corrupt ones) into
+        the model, optimizer, scheduler and RNGs; set `data_state`; return the number of
+        steps already done (0 with no checkpoint)."""
+        for ref in reversed(self.store.list(self.job_id)):
+            try:
+                tree = self._load(ref)
+            except CorruptCheckpoint as exc:
+                logger.warning("checkpoint %s is corrupt, trying the previous one: %s",
+                               ref.uri, exc)
+                self._corrupt[ref.step] = ref
+                continue
+            self.model.load_state_dict(tree["model"])
+            self.optimizer.load_state_dict(tree["optimizer"])
+            if self.scheduler is not None and tree.get("scheduler") is not None:
+                self.scheduler.load_state_dict(tree["scheduler"])
+            restore_rng(tree["rng"])
+            self.data_state = tree["data_state"] if tree["data_state"] is not None else {}
+            self.restored_from = self.last_checkpoint = ref
+            self._ckpt_step = ref.step
+            self._restored = True
+            self._ckpt_mono = self._monotonic()
+            logger.info("restored job %s from %s: resuming at step %d", self.job_id, ref.uri,
+                        ref.step)
+            return ref.step
+        self._restored = True
+        self._ckpt_step = 0
+        self._ckpt_mono = self._monotonic()
+        logger.info("job %s: no checkpoint in %s, starting at step 0", self.job_id,
+                    self.store.root_uri)
+        return 0
+
+    def _load(self, ref: CheckpointRef) -> Any:
+        try:
+            with self.store.open_file(ref, STATE_FILE) as reader:
+                tree = load_state(reader)
+        except CorruptCheckpoint:
+            raise
+        except Exception as exc:  # a damaged header can fail anywhere in unpickling
+            self.store.verify(ref)  # raises CorruptCheckpoint if that is the reason
+            raise PermanentError(f"{ref.uri}: verifies but cannot be loaded: {exc}") from exc
+        if not isinstance(tree, dict) or tree.get("format") != FORMAT:
+            raise PermanentError(f"{ref.uri}: not a ResumableRun checkpoint")
+        return tree
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def step_done(self, step: int, data_state: Mapping[str, Any] | None = None) -> None:
+        """Call after optimizer step number `step` (0-based) with where the data is.
+        Checkpoints when due, or at once (then exits 0) when a preemption notice is pending."""
+        if not self._restored:
+            raise PermanentError("ResumableRun.step_done() before restore(): call restore() "
+                                 "first, so checkpoints continue the stored ones")
+        self._collect_pending(block=False)
+        completed = step + 1
+        self._last_step, self._last_data_state = completed, data_state
+        for source in self._inline_sources:
+            if not self._notice_event.is_set() and (notice := source.poll()) is not None:
+                self.notify_preemption(notice)
+        if self._notice_event.is_set():
+            self._preempt(completed, data_state)
+            return
+        if self._due(completed):
+            self._checkpoint(completed, data_state, reason="periodic",
+                             sync=not self.async_checkpoint)
+        if self._notice_event.is_set():  # arrived while checkpointing
+            self._preempt(completed, data_state)
+
+    def _due(self, completed: int) -> bool:
+        last = self._ckpt_step if self._ckpt_step is not None else 0
+        if completed <= last:
+            return False
+        if self.every_steps is not None and completed - last >= self.every_steps:
+            return True
+        return (self.every_minutes is not None
+                and self._monotonic() - self._ckpt_mono >= self.every_minutes * 60.0)
+
+    def finish(self) -> CheckpointRef | None:
+        """Checkpoint the last completed step (unless already done), wait for every write,
+        and close. Returns the last checkpoint."""
+        if self._last_step is not None and self._last_step != self._ckpt_step:
+            self._checkpoint(self._last_step, self._last_data_state, reason="final", sync=True)
+        self.close()
+        return self.last_checkpoint
+
+    def _preempt(self, completed: int, data_state: Mapping[str, Any] | None) -> None:
+        notice = self._notice or PreemptionNotice("unknown")
+        if self._ckpt_step != completed:
+            self._checkpoint(completed, data_state, reason="preemption", sync=True)
+        self.close()
+        self.preempted = notice
+        ref = self.last_checkpoint
+        logger.warning(
+            "preempted (%s%s): checkpoint %s holds step %d; %s", notice.source,
+            f": {notice.detail}" if notice.detail else "",
+            ref.uri if ref else "(none)", ref.step if ref else 0,
+            "exiting with status 0" if self.exit_on_preemption else "stopping",
+        )
+        if self.exit_on_preemption:
+            raise SystemExit(0)
+
+    # -- checkpointing ------------------------------------------------------------------
+
+    def _state_tree(self, completed: int, data_state: Mapping[str, Any] | None) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "step": completed,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "rng": capture_rng(),
+            "data_state": dict(data_state) if data_state is not None else None,
+        }
+
+    def _checkpoint(
+        self, completed: int, data_state: Mapping[str, Any] | None, *, reason: str, sync: bool
+    ) -> None:
+        critical = reason != "periodic"
+        started = time.perf_counter()
+        self._collect_pending(block=True)  # one write at a time; reuses its buffers after
+        tree = self._state_tree(completed, data_state)
+        self._ckpt_step, self._ckpt_mono = completed, self._monotonic()
+        if sync:
+            try:
+                self._write(completed, tree, reason)
+            except _RETRYABLE as exc:
+                self._write_failed(exc, critical)
+            finally:
+                self.stall_s.append(time.perf_counter() - started)
+            return
+        snapshot, events = self._snapshot(tree)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-writer")
+        self._pending = self._pool.submit(self._write_async, completed, snapshot, events,
+                                          reason)
+        self.stall_s.append(time.perf_counter() - started)
+
+    def _snapshot(self, tree: dict[str, Any]) -> tuple[Any, list[Any]]:
+        """Copy every tensor into this run's reusable host buffers (the loop's only stall)."""
+        index = 0
+        devices: set[torch.device] = set()
+
+        def copy(t: torch.Tensor) -> torch.Tensor:
+            nonlocal index
+            src = t.detach()
+            buf = self._buffers[index] if index < len(self._buffers) else None
+            if buf is None or buf.shape != src.shape or buf.dtype != src.dtype:
+                buf = torch.empty(src.shape, dtype=src.dtype,
+                                  pin_memory=src.is_cuda and torch.cuda.is_available())
+                if index < len(self._buffers):
+                    self._buffers[index] = buf
+                else:
+                    self._buffers.append(buf)
+            if src.is_cuda:
+                devices.add(src.device)
+                buf.copy_(src, non_blocking=True)
+            else:
+                buf.copy_(src)
+            index += 1
+            return buf
+
+        snapshot = map_tensors(tree, copy)
+        del self._buffers[index:]
+        events = []
+        for device in devices:  # the writer waits for these copies, the loop does not
+            event = torch.cuda.Event()  # type: ignore[no-untyped-call]
+            event.record(torch.cuda.current_stream(device))
+            events.append(event)
+        return snapshot, events
+
+    def _write_async(
+        self, completed: int, snapshot: Any, events: list[Any], reason: str
+    ) -> CheckpointRef | None:
+        for event in events:
+            event.synchronize()
+        return self._write(completed, snapshot, reason)
+
+    def _write(self, completed: int, tree: Any, reason: str) -> CheckpointRef:
+        def files(open_file: WriteFn) -> None:
+            with open_file(STATE_FILE) as out:
+                save_state(tree, out)
+
+        metadata = {"format": FORMAT, "reason": reason, "torch": torch.__version__}
+        now_s = self._wall_clock()
+        try:
+            ref = self.store.write(self.job_id, completed, files, now_s=now_s,
+                                   metadata=metadata)
+        except CheckpointExists:
+            # Only a corrupt checkpoint that restore() skipped may stand in the way.
+            stale = self._corrupt.pop(completed, None)
+            if stale is None:
+                raise
+            self.store.quarantine(stale)
+            ref = self.store.write(self.job_id, completed, files, now_s=now_s,
+                                   metadata=metadata)
+        self.last_checkpoint = ref
+        self.checkpoints.append(ref)
+        self._failures = 0
+        return ref
+
+    def _write_failed(self, exc: BaseException, critical: bool) -> None:
+        self._failures += 1
+        # due again from the last checkpoint that made it: retried at the next step_done
+        self._ckpt_step = self.last_checkpoint.step if self.last_checkpoint else 0
+        if critical or self._failures >= MAX_CONSECUTIVE_FAILURES:
+            raise exc
+        logger.error("checkpoint write failed (%d in a row; training goes on): %s",
+                     self._failures, exc)
+
+    def _collect_pending(self, *, block: bool) -> None:
+        pending = self._pending
+        if pending is None or (not block and not pending.done()):
+            return
+        self._pending = None
+        exc = pending.exception()
+        if exc is None:
+            return
+        if isinstance(exc, _RETRYABLE):
+            self._write_failed(exc, critical=False)
+        else:
+            raise exc
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Wait for a pending write (raising its error), stop watchers, restore signals."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._collect_pending(block=True)
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+            for watcher in self._watchers:
+                watcher.stop()
+            for sig, handler in self._old_handlers.items():
+                signal.signal(sig, handler)
+            self._old_handlers.clear()
+            self._buffers.clear()
+
+    def __enter__(self) -> ResumableRun:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except Exception:
+            logger.exception("while closing after an error")
+
+
+def _env_str(env: Mapping[str, str], name: str, what: str) -> str:
+    value = env.get(name, "").strip()
+    if not value:
+        raise InputError("environment", name, what, got="unset",
+                         fix=f"set {name} (the orchestrator sets it when it launches the job)")
+    return value
+
+
+def _env_number(env: Mapping[str, str], name: str, kind: type[int] | type[float]) -> Any:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        value = kind(raw)
+    except ValueError:
+        value = 0
+    if not value > 0:
+        raise InputError("environment", name, f"a {kind.__name__} > 0", got=repr(raw))
+    return value
+
+
+def _env_bool(env: Mapping[str, str], name: str) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    raise InputError("environment", name, "1 or 0", got=repr(raw))
+
+
+def _storage_options(env: Mapping[str, str]) -> dict[str, Any]:
+    raw = env.get("HELIOTROPE_CHECKPOINT_STORAGE_OPTIONS", "").strip()
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise InputError("environment", "HELIOTROPE_CHECKPOINT_STORAGE_OPTIONS",
+                         "a JSON object of fsspec storage options", got=raw[:80])
+    return value

@@ -517,6 +517,67 @@ def plan_job(problem: JobProblem, *, max_levels: int = 16384) -> Schedule:
     return _account(pb, targets, dp_value=value, exact=exact, fallback=False, levels=levels)
 
 
+def _first_at_most(values: FloatArray, bound: float) -> IntArray:
+    """Per row of a row-wise non-increasing matrix: the first column with value <= bound."""
+    out = np.empty(values.shape[0], dtype=np.int64)
+    for i, row in enumerate(values):
+        out[i] = int(np.searchsorted(-row, -bound, side="left"))
+    return out
+
+
+def _location_groups(egress: FloatArray, cls: IntArray) -> list[tuple[list[int],
+                                                                     FloatArray, IntArray]]:
+    """Rows of (egress, startup class) [L+1, L] grouped so that, within a group, every row
+    L reads the same (egress, class) in every column but its own (the diagonal: its own
+    region). Returns (rows, egress per column, class per column) per group; the last row
+    (no checkpoint) has no diagonal and is grouped like the others."""
+    n_rows, n_loc = egress.shape
+    groups: list[tuple[list[int], list[tuple[float, int] | None]]] = []
+    for row in range(n_rows):
+        sig = [(float(egress[row, c]), int(cls[row, c])) for c in range(n_loc)]
+        for members, cols in groups:
+            fits = all(cols[c] is None or c == row or cols[c] == sig[c] for c in range(n_loc))
+            if fits and (row >= n_loc or cols[row] is None or all(m != row for m in members)):
+                members.append(row)
+                for c in range(n_loc):
+                    if c != row and cols[c] is None:
+                        cols[c] = sig[c]
+                break
+        else:
+            cols_new: list[tuple[float, int] | None] = [
+                None if c == row else sig[c] for c in range(n_loc)]
+            groups.append(([row], cols_new))
+    out = []
+    for members, cols in groups:
+        filled = [c if c is not None else (math.inf, 0) for c in cols]
+        out.append((members, np.array([e for e, _ in filled]),
+                    np.array([k for _, k in filled], dtype=np.int64)))
+    return out
+
+
+@dataclass(slots=True)
+class _Band:
+    """Values of one tick on its band of progress levels ``[lo, lo + width)``, stored with
+    `pad` inf columns on the left and one on the right, so that any gather index can be
+    clipped into the array (out of band = inf: unreachable or too late to finish)."""
+
+    lo: int
+    width: int
+    values: FloatArray  # [rows, pad + width + 1]
+
+
+def _band_take(band: _Band, levels: IntArray, pad: int) -> FloatArray:
+    """``band`` at `levels` ([rows, n] or [n] for every row), inf where out of band."""
+    idx = np.clip(levels + (pad - band.lo), 0, pad + band.width)
+    if idx.ndim == 1:
+        out: FloatArray = band.values[:, idx]
+        return out
+    rows = band.values.shape[0]
+    flat = idx + (np.arange(rows, dtype=np.int64) * band.values.shape[1])[:, None]
+    taken: FloatArray = np.take(band.values, flat)
+    return taken
+
+
 def _backward_forward(pb: JobProblem, act: IntArray, max_levels: int
                       ) -> tuple[IntArray, float, bool, int] | None:
     """Backward induction over the active offers `act`; then the optimal path forward.
@@ -524,7 +585,6 @@ def _backward_forward(pb: JobProblem, act: IntArray, max_levels: int
     when the deadline cannot be met."""
     n_ticks = pb.dp_ticks
     n_loc = pb.n_locations
-    none_row = n_loc
     tick_s = pb.tick_s
     tick_h = tick_s / 3600.0
     work = pb.work_gpu_h
@@ -533,18 +593,18 @@ def _backward_forward(pb: JobProblem, act: IntArray, max_levels: int
     loc = pb.location[act]
     usable = pb.usable[:n_ticks, act]
     jrate = np.where(usable, pb.objective_per_hour()[:n_ticks, act], 0.0)
-    deadline = pb.deadline_s
+    deadline = pb.deadline_s + _DEADLINE_TOL_S
     final_weight = 0.0 if pb.finishing_tick_free else 1.0
 
     # Startup classes (cold start + transfer), in ticks.
-    startup_ticks = pb.startup_h * 3600.0 / tick_s
-    keys = np.round(startup_ticks, 9)
+    keys = np.round(pb.startup_h * 3600.0 / tick_s, 9)
     uniq = sorted(set(keys.ravel().tolist()))
-    cls = np.searchsorted(np.array(uniq), keys)
+    cls = np.searchsorted(np.array(uniq), keys)  # [L+1, L]
     launches = []
     for c in uniq:
         n = max(1, math.ceil(c - 1e-9))
         launches.append(_Launch(n, min(1.0, max(0.0, n - c))))
+    n_cls = len(launches)
 
     increments = [r * tick_h for r in rate] + [
         r * lc.frac * tick_h for r in rate for lc in launches if lc.frac > 0]
@@ -553,56 +613,69 @@ def _backward_forward(pb: JobProblem, act: IntArray, max_levels: int
     step_full = np.floor(rate * tick_h / unit + 1e-6).astype(np.int64)
     step_launch = [np.floor(rate * lc.frac * tick_h / unit + 1e-6).astype(np.int64)
                    for lc in launches]
-    gmax = int(max(step_full.max(), max(int(s.max()) for s in step_launch)))
+    gmax = max(1, int(max(step_full.max(), max(int(s.max()) for s in step_launch))))
     levels = np.arange(n_lev, dtype=np.int64)
     with np.errstate(divide="ignore"):
         need_s = (work - levels[None, :] * unit) / rate[:, None] * 3600.0  # [A, P]
+    # Finishing is a suffix of levels: from fin_stay[o] in a kept tick, from fin_launch[c][o]
+    # in the last tick of a launch of class c.
+    fin_stay = _first_at_most(need_s, tick_s + _FINISH_TOL_S)
+    fin_launch = [_first_at_most(need_s, lc.frac * tick_s + _FINISH_TOL_S) if lc.frac > 0
+                  else np.full(n_act, n_lev, dtype=np.int64) for lc in launches]
 
     cum_j = np.vstack([np.zeros(n_act), np.cumsum(jrate * tick_h, axis=0)])
     cum_bad = np.vstack([np.zeros(n_act, dtype=np.int64),
                          np.cumsum(~usable, axis=0, dtype=np.int64)])
     members = [np.flatnonzero(loc == ell) for ell in range(n_loc)]
-    has_members = np.array([m.size > 0 for m in members])
     egress = pb.egress_usd
-    loc_cols = np.arange(n_loc)[None, :]
+    rows_l = np.arange(n_loc + 1)[:, None]
+    has = np.array([m.size > 0 for m in members])
+    groups = _location_groups(egress, cls)
+    ell_all = np.arange(n_loc)
 
-    inf_r = np.full((n_act, n_lev + 1), np.inf)
-    inf_n = np.full((n_loc + 1, n_lev), np.inf)
-    r_val: dict[int, FloatArray] = {}
-    n_val: dict[int, FloatArray] = {}
     max_hold = max(lc.ticks for lc in launches)
+    pad = (max_hold + 1) * gmax + 8
+    empty_r = _Band(0, 0, np.full((n_act, pad + 1), np.inf))
+    empty_n = _Band(0, 0, np.full((n_loc + 1, pad + 1), np.inf))
+    r_band: dict[int, _Band] = {}
+    n_band: dict[int, _Band] = {}
     dec_lo = np.zeros(n_ticks, dtype=np.int64)
-    dec_launch: list[IntArray] = [np.zeros((0, 0), dtype=np.int64)] * n_ticks
+    dec_launch: list[npt.NDArray[np.integer[Any]]] = [np.zeros((0, 0), np.int8)] * n_ticks
     dec_stay: list[npt.NDArray[np.uint8]] = [np.zeros((0, 0), dtype=np.uint8)] * n_ticks
     dtype = np.int8 if len(pb.rate) < 127 else np.int32
+
+    def finish_suffix(out: FloatArray, first: IntArray, lo: int, hi: int, base: FloatArray,
+                      row_rate: FloatArray, offset_s: float, tick: int) -> None:
+        """Overwrite the finishing levels of `out` (band [lo, hi)) with the finishing cost:
+        `base` plus the finishing tick billed from `offset_s` into it."""
+        for o in np.flatnonzero(first < hi).tolist():
+            a = max(int(first[o]), lo)
+            ns = need_s[o, a:hi]
+            bill = tick_h if pb.bill_final_tick else (offset_s + ns) / 3600.0
+            cost = base[o] + row_rate[o] * bill * final_weight
+            if (tick + 1) * tick_s > deadline:
+                cost = np.where(tick * tick_s + offset_s + ns <= deadline, cost, np.inf)
+            out[o, a - lo:] = cost
 
     for k in range(n_ticks - 1, -1, -1):
         lo = max(0, n_lev - (n_ticks - k) * gmax - 3)
         hi = min(n_lev, k * gmax + 1)
         dec_lo[k] = lo
         if lo >= hi:
-            r_val[k], n_val[k] = inf_r, inf_n
+            r_band[k], n_band[k] = empty_r, empty_n
             continue
+        width = hi - lo
         pv = levels[lo:hi]
-        ns = need_s[:, lo:hi]
-        last_tick = (k + 1) * tick_s > deadline + _DEADLINE_TOL_S
 
         # Keep the instance one more tick.
-        r_next = r_val.get(k + 1, inf_r)
-        idx = np.minimum(pv[None, :] + step_full[:, None], n_lev)
-        stay = jrate[k][:, None] * tick_h + np.take_along_axis(r_next, idx, axis=1)
-        fin = ns <= tick_s + _FINISH_TOL_S
-        if fin.any():
-            bill = tick_h if pb.bill_final_tick else ns / 3600.0
-            fin_cost = jrate[k][:, None] * bill * final_weight
-            if last_tick:
-                fin_cost = np.where(k * tick_s + ns <= deadline + _DEADLINE_TOL_S, fin_cost,
-                                    np.inf)
-            stay = np.where(fin, fin_cost, stay)
+        stay = _band_take(r_band.get(k + 1, empty_r), pv[None, :] + step_full[:, None], pad)
+        stay += (jrate[k] * tick_h)[:, None]
+        finish_suffix(stay, fin_stay, lo, hi, np.zeros(n_act), jrate[k], 0.0, k)
         stay[~usable[k]] = np.inf
 
-        # Launch on each offer, per startup class.
-        launch = np.full((len(launches), n_act, hi - lo), np.inf)
+        # Launch: best offer per (startup class, location).
+        best_loc = np.full((n_cls, n_loc, width), np.inf)
+        arg_loc = np.zeros((n_cls, n_loc, width), dtype=np.int64)
         for c, lc in enumerate(launches):
             end = k + lc.ticks
             if end > n_ticks:
@@ -610,83 +683,89 @@ def _backward_forward(pb: JobProblem, act: IntArray, max_levels: int
             ok = cum_bad[end] - cum_bad[k] == 0
             if not ok.any():
                 continue
-            r_land = r_val.get(end, inf_r)
-            idx = np.minimum(pv[None, :] + step_launch[c][:, None], n_lev)
-            val = (cum_j[end] - cum_j[k])[:, None] + np.take_along_axis(r_land, idx, axis=1)
+            val = _band_take(r_band.get(end, empty_r), pv[None, :] + step_launch[c][:, None],
+                             pad)
+            val += (cum_j[end] - cum_j[k])[:, None]
             if lc.frac > 0:
-                fin = ns <= lc.frac * tick_s + _FINISH_TOL_S
-                if fin.any():
-                    last = end - 1
-                    offset = (1.0 - lc.frac) * tick_s
-                    bill = tick_h if pb.bill_final_tick else (offset + ns) / 3600.0
-                    fin_cost = ((cum_j[last] - cum_j[k])[:, None]
-                                + jrate[last][:, None] * bill * final_weight)
-                    if (last + 1) * tick_s > deadline + _DEADLINE_TOL_S:
-                        fin_cost = np.where(last * tick_s + offset + ns
-                                            <= deadline + _DEADLINE_TOL_S, fin_cost, np.inf)
-                    val = np.where(fin, fin_cost, val)
+                last = end - 1
+                finish_suffix(val, fin_launch[c], lo, hi, cum_j[last] - cum_j[k], jrate[last],
+                              (1.0 - lc.frac) * tick_s, last)
             val[~ok] = np.inf
-            launch[c] = val
+            for ell, m in enumerate(members):
+                if m.size == 0:
+                    continue
+                cur = best_loc[c, ell]
+                cur[:] = val[m[0]]
+                arg_loc[c, ell] = m[0]
+                for o in m[1:].tolist():
+                    better = val[o] < cur
+                    np.copyto(cur, val[o], where=better)
+                    np.copyto(arg_loc[c, ell], o, where=better)
 
-        # Best offer per (class, location); then per checkpoint location.
-        width = hi - lo
-        best_loc = np.full((len(launches), n_loc, width), np.inf)
-        arg_loc = np.zeros((len(launches), n_loc, width), dtype=np.int64)
-        for ell in range(n_loc):
-            m = members[ell]
-            if m.size == 0:
-                continue
-            if m.size == 1:
-                best_loc[:, ell] = launch[:, m[0]]
-                arg_loc[:, ell] = m[0]
-                continue
-            sub = launch[:, m, :]
-            a = np.argmin(sub, axis=1)
-            best_loc[:, ell] = np.take_along_axis(sub, a[:, None, :], axis=1)[:, 0]
-            arg_loc[:, ell] = m[a]
-        z = egress[:, :, None] + best_loc[cls, loc_cols]  # [L+1, L, width]
-        z[:, ~has_members] = np.inf
-        pick = np.argmin(z, axis=1)  # [L+1, width]
-        z_best = np.take_along_axis(z, pick[:, None, :], axis=1)[:, 0]
-        wait = n_val.get(k + 1, inf_n)[:, lo:hi]
+        # From each checkpoint location: the best launch anywhere (egress included). A
+        # group of rows shares one minimum over the columns; a row whose own column wins
+        # there takes the best of the others instead, then compares with its own region.
+        z_min = np.full((n_loc + 1, width), np.inf)
+        z_arg = np.zeros((n_loc + 1, width), dtype=np.int64)
+        for rows, g_egress, g_cls in groups:
+            cand = best_loc[g_cls, ell_all] + g_egress[:, None]  # [L, width]
+            cand[~has] = np.inf
+            a1 = np.argmin(cand, axis=0)
+            b1 = np.take_along_axis(cand, a1[None, :], axis=0)[0]
+            for row in rows:
+                z_row, a_row = z_min[row], z_arg[row]
+                z_row[:] = b1
+                a_row[:] = a1
+                if row >= n_loc:
+                    continue
+                own = np.flatnonzero(a1 == row)
+                if own.size:
+                    sub = cand[:, own]
+                    sub[row] = np.inf
+                    a2 = np.argmin(sub, axis=0)
+                    z_row[own] = sub[a2, np.arange(own.size)]
+                    a_row[own] = a2
+                if has[row]:
+                    mine = best_loc[cls[row, row], row] + egress[row, row]
+                    better = mine <= z_row
+                    np.copyto(z_row, mine, where=better)
+                    np.copyto(a_row, row, where=better)
+        wait = _band_take(n_band.get(k + 1, empty_n), pv, pad)
         # Ties (to rounding): launch now rather than later, keep rather than move.
-        go = np.isfinite(z_best) & (z_best <= wait + _TIE * np.abs(wait))
-        n_now = np.where(go, z_best, wait)
-        cols = np.arange(width)[None, :]
-        chosen = arg_loc[cls[np.arange(n_loc + 1)[:, None], pick], pick, cols]
-        target = np.where(go, act[chosen], NO_OFFER)
-
-        n_full = np.full((n_loc + 1, n_lev), np.inf)
-        n_full[:, lo:hi] = n_now
-        leave = n_now[loc]  # [A, width]
+        go = np.isfinite(z_min) & (z_min <= wait + _TIE * np.abs(wait))
+        n_now = np.where(go, z_min, wait)
+        chosen = arg_loc[cls[rows_l, z_arg], z_arg, np.arange(width)[None, :]]
+        leave = n_now[loc]
         keep = ~(leave < stay - np.where(np.isfinite(stay), _TIE * np.abs(stay), 0.0))
-        r_full = np.full((n_act, n_lev + 1), np.inf)
-        r_full[:, lo:hi] = np.where(keep, stay, leave)
-        r_val[k], n_val[k] = r_full, n_full
-        dec_launch[k] = target.astype(dtype)
+        r_vals = np.full((n_act, pad + width + 1), np.inf)
+        r_vals[:, pad:pad + width] = np.where(keep, stay, leave)
+        n_vals = np.full((n_loc + 1, pad + width + 1), np.inf)
+        n_vals[:, pad:pad + width] = n_now
+        r_band[k], n_band[k] = _Band(lo, width, r_vals), _Band(lo, width, n_vals)
+        dec_launch[k] = np.where(go, act[chosen], NO_OFFER).astype(dtype)
         dec_stay[k] = np.packbits(keep, axis=1)
-        r_val.pop(k + max_hold + 1, None)
-        n_val.pop(k + 2, None)
+        r_band.pop(k + max_hold + 1, None)
+        n_band.pop(k + 2, None)
 
     # Forward: follow the decisions from the start state.
-    pos = {int(o): i for i, o in enumerate(act)}
     if n_ticks == 0:
         return None
+    pos = {int(o): i for i, o in enumerate(act)}
+    zero = np.zeros(1, dtype=np.int64)
     if pb.start_offer >= 0 and pb.start_offer in pos:
         state_offer = pos[pb.start_offer]
-        value = float(r_val[0][state_offer, 0])
+        value = float(_band_take(r_band[0], zero, pad)[state_offer, 0])
         state_loc = int(loc[state_offer])
     else:
         state_offer = -1
-        state_loc = pb.start_location if pb.start_location >= 0 else none_row
-        value = float(n_val[0][state_loc, 0])
+        state_loc = pb.start_location if pb.start_location >= 0 else n_loc
+        value = float(_band_take(n_band[0], zero, pad)[state_loc, 0])
     if not math.isfinite(value):
         return None
     targets: list[int] = []
     p, k = 0, 0
     while k < n_ticks:
-        lo = int(dec_lo[k])
-        i = p - lo
+        i = p - int(dec_lo[k])
         if state_offer >= 0:
             if not usable[k, state_offer]:
                 state_loc, state_offer = int(loc[state_offer]), -1
@@ -695,7 +774,7 @@ def _backward_forward(pb: JobProblem, act: IntArray, max_levels: int
                 choice = int(dec_launch[k][int(loc[state_offer]), i])
                 if bit or choice == int(act[state_offer]):
                     targets.append(int(act[state_offer]))
-                    if need_s[state_offer, p] <= tick_s + _FINISH_TOL_S:
+                    if p >= fin_stay[state_offer]:
                         return np.array(targets, dtype=np.int64), value, exact, n_lev
                     p += int(step_full[state_offer])
                     k += 1
@@ -710,7 +789,7 @@ def _backward_forward(pb: JobProblem, act: IntArray, max_levels: int
         c = int(cls[state_loc, loc[a]])
         lc = launches[c]
         targets.extend([choice] * lc.ticks)
-        if lc.frac > 0 and need_s[a, p] <= lc.frac * tick_s + _FINISH_TOL_S:
+        if p >= fin_launch[c][a]:
             return np.array(targets, dtype=np.int64), value, exact, n_lev
         p += int(step_launch[c][a])
         k += lc.ticks

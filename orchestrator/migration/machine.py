@@ -524,7 +524,7 @@ def _rolling_back(m: Migration, obs: Observation, now_s: float, limits: Limits) 
             left.append(f"rollback instance {holder} still booting")
         timeout = f"rollback timed out after {limits.rollback_timeout_s:g} s"
         why = f"{m.error}; {timeout}: {', '.join(left)}"
-        stops = [a for a in actions if isinstance(a, Terminate)]
+        stops: list[MigrationAction] = [a for a in actions if isinstance(a, Terminate)]
         return _to(replace(m, src_instance_id=holder, error=why), _P.FAILED, now_s), stops
     return m, actions
 
@@ -601,8 +601,7 @@ def _decide_relaunch(m: Migration, obs: Observation, *, entering: bool) -> Migra
     newest verified one — so the rollback Launch is the same request on every tick."""
     if _src_alive(m, obs):
         return m
-    if not m.src_instance_id and not entering:
-        return m  # decided already
+
     ck = _verified(obs.src_checkpoint)
     if ck is not None and ck.step >= m.checkpoint_step:
         m = replace(m, src_checkpoint_uri=ck.uri, checkpoint_step=ck.step)

@@ -182,18 +182,19 @@ def upgrade(url: str | URL | Engine | None = None) -> None:
 
     engine = url if isinstance(url, Engine) else make_engine(url)
     try:
-        head = head_revision()
-        if current_revision(engine) == head:
-            return
-        with _errors(), engine.connect() as conn:
-            conn.execution_options(**{_WRITE: True})
-            with conn.begin():
-                if conn.dialect.name == "postgresql":
-                    conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"),
-                                 {"k": _PG_UPGRADE_LOCK})
-                cfg = alembic_config()
-                cfg.attributes["connection"] = conn
-                command.upgrade(cfg, "head")
+        with _errors():
+            head = head_revision()
+            if current_revision(engine) == head:
+                return
+            with engine.connect() as conn:
+                conn.execution_options(**{_WRITE: True})
+                with conn.begin():
+                    if conn.dialect.name == "postgresql":
+                        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"),
+                                     {"k": _PG_UPGRADE_LOCK})
+                    cfg = alembic_config()
+                    cfg.attributes["connection"] = conn
+                    command.upgrade(cfg, "head")
         logger.info("state store schema upgraded to %s", head)
     finally:
         if not isinstance(url, Engine):

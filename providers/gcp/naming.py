@@ -118,7 +118,7 @@ def label_value(text: str) -> str:
     do not collide.
 
     >>> label_value("ml-team"), label_value("Job #7")
-    ('ml-team', 'job--7-0c2d9e3d')
+    ('ml-team', 'job--7-c56d9700')
     """
     lowered = text.lower()
     safe = _LABEL_BAD.sub("-", lowered)

@@ -19,7 +19,7 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
-from orchestrator.errors import InputError
+from orchestrator.errors import InputError, TransientError
 from orchestrator.model import Event, EventKind
 from orchestrator.state import JobRow, VersionConflict, open_store, upgrade
 from orchestrator.state.schema import metadata
@@ -222,3 +222,9 @@ def test_two_processes_commit_without_losing_anything(db_url: str) -> None:
         switches = sum(x != y for x, y in itertools.pairwise(writers))
         print(f"writer switches in commit order: {switches}")
         assert switches >= 10  # the writers really overlapped
+
+
+def test_unreachable_postgres_is_a_transient_error() -> None:
+    pytest.importorskip("psycopg", reason="psycopg is not installed")
+    with pytest.raises(TransientError, match="unreachable"):
+        open_store("postgresql://postgres@127.0.0.1:1/test")

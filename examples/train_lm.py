@@ -138,6 +138,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--corpus-bytes", type=int, default=200_000)
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads (fixed so results do not depend on the machine)")
+    p.add_argument("--deterministic-algorithms", action="store_true",
+                   help="torch.use_deterministic_algorithms (for GPUs; costs ~2 s of imports)")
     p.add_argument("--every-steps", type=int, default=None,
                    help="checkpoint cadence (else HELIOTROPE_CHECKPOINT_EVERY_STEPS/MINUTES)")
     p.add_argument("--async-checkpoint", action="store_true", default=None)
@@ -152,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     torch.set_num_threads(args.threads)
-    torch.use_deterministic_algorithms(True)
+    if args.deterministic_algorithms:  # on CPU the ops used here are deterministic already
+        torch.use_deterministic_algorithms(True)
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)

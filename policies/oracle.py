@@ -157,17 +157,18 @@ class Hindsight:
 class JobProblem:
     """One job's decision problem from a tick boundary ("boundary 0") on, in plain arrays.
 
-    K ticks (rows, to the end of the hindsight) x O offers (columns). `usd_per_hour[k, o]` is what holding the job's
-    instances of o costs per hour during tick k (price x instances), `kg_per_hour` its
-    location-based emissions; `usable[k, o]` whether o may be held during tick k;
-    `preempted[k, o]` whether an instance of o held into boundary k is taken away there
-    (spot capacity short). `location[o]` indexes the checkpoint locations (cloud, region);
-    `egress_usd[L, l]` and `startup_h[L, l]` are the egress and the whole startup (cold start
-    plus transfer) of a launch at location l from a checkpoint at L, row ``n_locations``
-    being "no checkpoint yet". `deadline_s` counts from boundary 0. The job starts either
-    running on `start_offer` or holding nothing with its checkpoint at `start_location`
-    (-1: none). `finishing_tick_free` optimizes SkyNomad's reported convention: the tick in
-    which the job finishes counts nothing (the loop still bills it).
+    K ticks (rows, to the end of the hindsight) x O offers (columns):
+    `usd_per_hour[k, o]` is what holding the job's instances of o costs per hour during
+    tick k (price x instances) and `kg_per_hour` its location-based emissions;
+    `usable[k, o]` whether o may be held during tick k; `preempted[k, o]` whether an
+    instance of o held into boundary k is taken away there (spot capacity short).
+    `location[o]` indexes the checkpoint locations (cloud, region); `egress_usd[L, l]` and
+    `startup_h[L, l]` are the egress and the whole startup (cold start plus transfer) of a
+    launch at location l from a checkpoint at L, row ``n_locations`` being "no checkpoint
+    yet". `deadline_s` counts from boundary 0. The job starts either running on
+    `start_offer` or holding nothing with its checkpoint at `start_location` (-1: none).
+    `finishing_tick_free` optimizes SkyNomad's reported convention: the tick in which the
+    job finishes counts nothing (the loop still bills it).
     """
 
     tick_s: float
@@ -362,7 +363,8 @@ class Oracle:
             progress_gpu_h=plan.progress_gpu_h + progress0,
             finish_s=snapshot.now_s + plan.finish_s, usd=plan.usd, kg_co2=plan.kg_co2,
             finishing_tick_usd=plan.finishing_tick_usd,
-            finishing_tick_kg_co2=plan.finishing_tick_kg_co2, objective_usd=plan.objective_usd, dp_objective_usd=plan.dp_objective_usd,
+            finishing_tick_kg_co2=plan.finishing_tick_kg_co2, objective_usd=plan.objective_usd,
+            dp_objective_usd=plan.dp_objective_usd,
             meets_deadline=plan.meets_deadline, exact=plan.exact, fallback=plan.fallback,
             progress_levels=plan.progress_levels,
         )
@@ -613,7 +615,7 @@ def _backward_forward(pb: JobProblem, act: IntArray, max_levels: int
     step_full = np.floor(rate * tick_h / unit + 1e-6).astype(np.int64)
     step_launch = [np.floor(rate * lc.frac * tick_h / unit + 1e-6).astype(np.int64)
                    for lc in launches]
-    gmax = max(1, int(max(step_full.max(), max(int(s.max()) for s in step_launch))))
+    gmax = max(1, int(step_full.max()), *(int(s.max()) for s in step_launch))
     levels = np.arange(n_lev, dtype=np.int64)
     with np.errstate(divide="ignore"):
         need_s = (work - levels[None, :] * unit) / rate[:, None] * 3600.0  # [A, P]
@@ -630,6 +632,12 @@ def _backward_forward(pb: JobProblem, act: IntArray, max_levels: int
     egress = pb.egress_usd
     rows_l = np.arange(n_loc + 1)[:, None]
     has = np.array([m.size > 0 for m in members])
+    # Offers per location as a table (missing entries repeat the first: harmless in a min).
+    width_m = max(1, *(m.size for m in members))
+    mem_tab = np.zeros((n_loc, width_m), dtype=np.int64)
+    for ell, m in enumerate(members):
+        if m.size:
+            mem_tab[ell] = np.concatenate([m, np.full(width_m - m.size, m[0])])
     groups = _location_groups(egress, cls)
     ell_all = np.arange(n_loc)
 
@@ -691,16 +699,14 @@ def _backward_forward(pb: JobProblem, act: IntArray, max_levels: int
                 finish_suffix(val, fin_launch[c], lo, hi, cum_j[last] - cum_j[k], jrate[last],
                               (1.0 - lc.frac) * tick_s, last)
             val[~ok] = np.inf
-            for ell, m in enumerate(members):
-                if m.size == 0:
-                    continue
-                cur = best_loc[c, ell]
-                cur[:] = val[m[0]]
-                arg_loc[c, ell] = m[0]
-                for o in m[1:].tolist():
-                    better = val[o] < cur
-                    np.copyto(cur, val[o], where=better)
-                    np.copyto(arg_loc[c, ell], o, where=better)
+            cur, arg = best_loc[c], arg_loc[c]
+            cur[:] = val[mem_tab[:, 0]]
+            arg[:] = mem_tab[:, :1]
+            for col in range(1, width_m):
+                other = val[mem_tab[:, col]]
+                better = other < cur
+                np.copyto(cur, other, where=better)
+                np.copyto(arg, mem_tab[:, col:col + 1], where=better)
 
         # From each checkpoint location: the best launch anywhere (egress included). A
         # group of rows shares one minimum over the columns; a row whose own column wins

@@ -22,6 +22,7 @@ from policies.baselines import (
     UniformProgress,
 )
 from policies.heliotrope import Heliotrope
+from policies.oracle import Oracle
 
 _CONSTRUCTORS: Final[Mapping[str, Callable[..., Policy]]] = MappingProxyType(
     {
@@ -33,8 +34,8 @@ _CONSTRUCTORS: Final[Mapping[str, Callable[..., Policy]]] = MappingProxyType(
         CurtailmentThreshold.name: CurtailmentThreshold,
         # Ours.
         Heliotrope.name: Heliotrope,
-        # The hindsight bound goes here when it lands:
-        #   "oracle": policies.oracle.Oracle,
+        # The hindsight bound (a replay binds the realized grid: `Oracle.with_hindsight`).
+        Oracle.name: Oracle,
     }
 )
 

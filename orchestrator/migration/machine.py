@@ -15,8 +15,9 @@ the checkpoint a migration moved is never its business to remove.
 Actions are level-triggered. While a phase's goal is not yet observed, every tick returns
 the same actions with the same request ids (`Migration.request_id(step)`, a UUID derived
 from the migration id, the step and the attempt; a UUID because GCP requires one and AWS
-accepts it as a client token). A new request id appears only when the attempt changes, and
-an attempt changes only after the previous request is known to have produced nothing alive.
+accepts it as a client token). A new request id appears only when the attempt changes; a
+launch is retried only once the previous one is known to have left no live instance (a copy
+retry may overlap the previous copy: both write the same verified bytes).
 
 Controller protocol (the caller's job):
 
@@ -386,9 +387,7 @@ def _planned(m: Migration, obs: Observation, now_s: float, limits: Limits) -> Re
     return _to(replace(m, error=why), _P.FAILED, now_s), []
 
 
-def _checkpointing(
-    m: Migration, obs: Observation, now_s: float, limits: Limits
-) -> Result:
+def _checkpointing(m: Migration, obs: Observation, now_s: float, limits: Limits) -> Result:
     alive = _src_alive(m, obs)
     ck = _verified(obs.src_checkpoint)
     fresh = ck if ck is not None and ck.created_at_s >= m.started_s else None
@@ -432,9 +431,7 @@ def _copying(m: Migration, obs: Observation, now_s: float, limits: Limits) -> Re
     return _roll_back(m, obs, now_s, _last_try(why, m, limits))
 
 
-def _provisioning(
-    m: Migration, obs: Observation, now_s: float, limits: Limits
-) -> Result:
+def _provisioning(m: Migration, obs: Observation, now_s: float, limits: Limits) -> Result:
     if obs.dst_state in _LIVE and obs.dst_instance_id:
         return _to(replace(m, dst_instance_id=obs.dst_instance_id), _P.RESTORING, now_s), []
     if obs.dst_state in _GONE:
@@ -601,7 +598,8 @@ def _decide_relaunch(m: Migration, obs: Observation, *, entering: bool) -> Migra
     newest verified one — so the rollback Launch is the same request on every tick."""
     if _src_alive(m, obs):
         return m
-
+    if not m.src_instance_id and not entering:
+        return m  # decided already
     ck = _verified(obs.src_checkpoint)
     if ck is not None and ck.step >= m.checkpoint_step:
         m = replace(m, src_checkpoint_uri=ck.uri, checkpoint_step=ck.step)

@@ -22,6 +22,7 @@ from orchestrator.signals.grid import SignalGrid
 from orchestrator.signals.traces import Trace
 from policies.base import Policy
 from policies.costs import JobOfferFit
+from policies.oracle import Hindsight, Oracle
 from providers.sim import SimProvider, realize_spot
 
 ProgressFn = Callable[[str, int, int], None]  # policy, ticks done, ticks total
@@ -116,6 +117,8 @@ def run_policy(
     options: LoopOptions,
     progress: ProgressFn | None = None,
 ) -> PolicyRun:
+    if isinstance(policy, Oracle) and policy.hindsight is None:
+        policy = policy.with_hindsight(Hindsight.of(grid))  # the oracle sees the realized grid
     clock = FakeClock(grid.start)
     provider = SimProvider(grid, clock, cluster=options.cluster)
     log = EventLog()

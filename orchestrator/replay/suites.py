@@ -433,11 +433,13 @@ def _yearly_carbon(data_dir: Path, zones: Iterable[str], year: int, at: datetime
     path = data_dir / "carbon" / "electricitymaps_yearly_zone_averages_2021_2025.csv"
     if not path.is_file():
         return empty_frame("grid")
-    table = pd.read_csv(path)
-    table = table[table["year"] == year].set_index("zone_id")["ci_lca_gco2eq_per_kwh"]
+    raw = pd.read_csv(path)
+    raw = raw[raw["year"] == year]
+    table = dict(zip(raw["zone_id"].astype(str).tolist(),
+                     raw["ci_lca_gco2eq_per_kwh"].astype(float).tolist(), strict=True))
     rows = [{"time": at, "grid_zone": z, "metric": "carbon_avg_yearly_g_per_kwh",
-             "value": float(table[z]), "source": f"electricitymaps yearly {year}"}
-            for z in sorted(set(zones)) if z in table.index]
+             "value": table[z], "source": f"electricitymaps yearly {year}"}
+            for z in sorted(set(zones)) if z in table]
     return pd.DataFrame(rows) if rows else empty_frame("grid")
 
 
@@ -554,11 +556,13 @@ def _skynomad_trace(data_dir: Path, raw: pd.DataFrame, zones: Sequence[str],
     offers = pd.DataFrame([{"cloud": "gcp", "region": regions[z], "zone": z,
                             "instance_type": SKYNOMAD_INSTANCE, "gpu_type": "H100",
                             "gpu_count": 8, "grid_zone": ""} for z in zones])
-    first = raw[raw["tick"] == 0].set_index("zone")
+    first = raw[raw["tick"] == 0]
+    listed = {(str(z), col): float(v) for col in ("spot_usd_per_hour", "ondemand_usd_per_hour")
+              for z, v in zip(first["zone"].tolist(), first[col].tolist(), strict=True)}
     prices = pd.DataFrame([
         {"time": t0, "cloud": "gcp", "region": regions[z], "zone": z,
          "instance_type": SKYNOMAD_INSTANCE, "market": market,
-         "usd_per_hour": float(first.loc[z, col])}
+         "usd_per_hour": listed[(z, col)]}
         for z in zones for market, col in (("spot", "spot_usd_per_hour"),
                                            ("on_demand", "ondemand_usd_per_hour"))])
     changes = _changes(raw, "zone", "available")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Final, TypeVar
+from typing import Final, NoReturn, TypeVar
 
 import tenacity
 
@@ -189,7 +189,7 @@ def failure_of(exc: BaseException, *, action: str) -> ProviderFailure:
     return ProviderFailure(kind, message[: MESSAGE_CHARS + len(action) + 2], retry_after_s)
 
 
-def raise_mapped(exc: BaseException, *, action: str) -> None:
+def raise_mapped(exc: BaseException, *, action: str) -> NoReturn:
     """Raise `exc` as the Heliotrope error of its kind (capacity and transient failures
     may pass, so they are transient), chained to the original."""
     failure = failure_of(exc, action=action)

@@ -10,6 +10,7 @@ describe the instance can read it. The job gets AWS access from the instance pro
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 import shlex
@@ -46,7 +47,7 @@ def looks_secret(name: str) -> bool:
         return True
     words = [w for w in upper.split("_") if w]
     return any(w in _SECRET_WORDS for w in words) or any(
-        pair in _SECRET_PAIRS for pair in zip(words, words[1:], strict=False)
+        pair in _SECRET_PAIRS for pair in itertools.pairwise(words)
     )
 
 

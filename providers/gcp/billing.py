@@ -148,9 +148,11 @@ def _sku_key(sku: Mapping[str, Any]) -> tuple[str, str, Market] | None:
     if m := _GPU_SKU.match(description):
         return "gpu", m.group("name").lower(), market
     if m := _HOST_SKU.match(description):
-        return ("core" if m.group("part").lower() == "core" else "ram"), m.group(
-            "family"
-        ).lower(), market
+        return (
+            ("core" if m.group("part").lower() == "core" else "ram"),
+            m.group("family").lower(),
+            market,
+        )
     return None
 
 
@@ -223,12 +225,12 @@ class BillingCatalog:
                 params = {"currencyCode": "USD", "pageSize": str(PAGE_SIZE)}
                 if token:
                     params["pageToken"] = token
-                response = session.get(url, params=params, headers=headers,
-                                       timeout=self._timeout_s)
+                response = session.get(url, params=params, headers=headers, timeout=self._timeout_s)
                 if response.status_code != 200:
                     # The status only: an error body or exception text may echo the request.
-                    logger.warning("billing catalog answered HTTP %s; using list prices",
-                                   response.status_code)
+                    logger.warning(
+                        "billing catalog answered HTTP %s; using list prices", response.status_code
+                    )
                     return None
                 page = response.json()
                 skus.extend(page.get("skus") or [])
@@ -236,14 +238,18 @@ class BillingCatalog:
                 if not token:
                     break
             else:
-                logger.warning("billing catalog: more than %s pages; using list prices",
-                               MAX_PAGES)
+                logger.warning("billing catalog: more than %s pages; using list prices", MAX_PAGES)
                 return None
         except (requests.RequestException, ValueError, AttributeError, TypeError) as exc:
-            logger.warning("billing catalog unreachable or malformed (%s); using list prices",
-                           type(exc).__name__)
+            logger.warning(
+                "billing catalog unreachable or malformed (%s); using list prices",
+                type(exc).__name__,
+            )
             return None
         rates = parse_skus(skus)
-        logger.info("billing catalog: %s SKUs, %s GPU machine rates", len(skus),
-                    len(rates.usd_per_unit_hour))
+        logger.info(
+            "billing catalog: %s SKUs, %s GPU machine rates",
+            len(skus),
+            len(rates.usd_per_unit_hour),
+        )
         return rates

@@ -105,7 +105,9 @@ def _norm(code: str) -> str:
     return code.strip().upper()
 
 
-def classify(codes: Iterable[str], message: str = "", http_status: int | None = None) -> FailureKind:
+def classify(
+    codes: Iterable[str], message: str = "", http_status: int | None = None
+) -> FailureKind:
     """The failure kind of an error from its codes or reasons, message and HTTP status.
 
     >>> classify(["quotaExceeded"], "Quota 'GPUS_ALL_REGIONS' exceeded", 403)
@@ -176,13 +178,24 @@ def failure_from_exception(exc: BaseException) -> ProviderFailure:
         kind = FailureKind.TRANSIENT if isinstance(exc, TransientError) else FailureKind.INVALID
         retry = exc.retry_after_s if isinstance(exc, TransientError) else 0.0
         return ProviderFailure(kind, str(exc), retry)
-    if isinstance(exc, auth_exceptions.TransportError | requests_exceptions.ConnectionError |
-                  requests_exceptions.Timeout | api_exceptions.RetryError):
-        return ProviderFailure(FailureKind.TRANSIENT, f"{type(exc).__name__}: cannot reach "
-                               "Compute Engine", TRANSIENT_RETRY_AFTER_S)
+    if isinstance(
+        exc,
+        auth_exceptions.TransportError
+        | requests_exceptions.ConnectionError
+        | requests_exceptions.Timeout
+        | api_exceptions.RetryError,
+    ):
+        return ProviderFailure(
+            FailureKind.TRANSIENT,
+            f"{type(exc).__name__}: cannot reach Compute Engine",
+            TRANSIENT_RETRY_AFTER_S,
+        )
     if isinstance(exc, auth_exceptions.GoogleAuthError):
-        return ProviderFailure(FailureKind.AUTH, f"{type(exc).__name__}: credentials were "
-                               "refused or not found (see docs/providers.md, GCP)")
+        return ProviderFailure(
+            FailureKind.AUTH,
+            f"{type(exc).__name__}: credentials were "
+            "refused or not found (see docs/providers.md, GCP)",
+        )
     if isinstance(exc, api_exceptions.GoogleAPICallError):
         status = exc.code if isinstance(exc.code, int) else None
         codes = _api_error_codes(exc)
@@ -194,8 +207,9 @@ def failure_from_exception(exc: BaseException) -> ProviderFailure:
             f"HTTP {status} ({label}): {_strip_url(message)}",
             _retry_after_s(kind, exc.response),
         )
-    return ProviderFailure(FailureKind.TRANSIENT, f"{type(exc).__name__}: {exc}",
-                           TRANSIENT_RETRY_AFTER_S)
+    return ProviderFailure(
+        FailureKind.TRANSIENT, f"{type(exc).__name__}: {exc}", TRANSIENT_RETRY_AFTER_S
+    )
 
 
 def failure_from_operation(
@@ -220,8 +234,12 @@ def is_retryable(exc: BaseException) -> bool:
     from google.auth import exceptions as auth_exceptions
     from requests import exceptions as requests_exceptions
 
-    if isinstance(exc, auth_exceptions.TransportError | requests_exceptions.ConnectionError |
-                  requests_exceptions.Timeout):
+    if isinstance(
+        exc,
+        auth_exceptions.TransportError
+        | requests_exceptions.ConnectionError
+        | requests_exceptions.Timeout,
+    ):
         return True
     if isinstance(exc, api_exceptions.GoogleAPICallError):
         status = exc.code if isinstance(exc.code, int) else None

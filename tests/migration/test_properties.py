@@ -82,7 +82,7 @@ class Seen:
             self.verified_dst.add(obs.dst_checkpoint.uri)
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=800, deadline=None)
 @given(src_instance=st.sampled_from(["src-0", ""]), steps=ticks, limit=limits)
 def test_promises_hold_for_any_observations(
     src_instance: str, steps: list[tuple[Observation, float]], limit: Limits

@@ -289,7 +289,8 @@ def test_table_shape() -> None:
         assert P.ROLLING_BACK in TRANSITIONS[p]
     # from every non-terminal phase both a terminal outcome and FAILED are reachable
     for p in set(P) - TERMINAL:
-        reach, todo = set(), [p]
+        reach: set[MigrationPhase] = set()
+        todo = [p]
         while todo:
             for q in TRANSITIONS[todo.pop()] - reach:
                 reach.add(q)

@@ -38,8 +38,12 @@ def accrue(
     t1_s: float,
     *,
     bill_final_tick: bool = False,
+    model_progress: bool = True,
 ) -> np.ndarray:
-    """Advance `fleet` (in place) from t0 to t1. Returns the indices of jobs that finished."""
+    """Advance `fleet` (in place) from t0 to t1. Returns the indices of jobs that finished.
+
+    With `model_progress` off (live jobs report their own progress), only dollars, energy
+    and carbon accrue; progress, checkpoints and completion come from the provider."""
     jobs = np.flatnonzero(fleet.offer >= 0)
     if jobs.size == 0 or t1_s <= t0_s:
         return jobs[:0]
@@ -51,7 +55,7 @@ def accrue(
     remaining = work_gpu_h[jobs] - fleet.progress_gpu_h[jobs]
     with np.errstate(divide="ignore", invalid="ignore"):
         need_s = np.where(rate > 0, remaining / rate * 3600.0, np.inf)
-    finishing = need_s <= run_s + 1e-9
+    finishing = (need_s <= run_s + 1e-9) & model_progress
     used_run_s = np.where(finishing, need_s, run_s)
     billed_s = np.where(finishing & (not bill_final_tick), (run_from - t0_s) + need_s, dt_s)
     hours = billed_s / 3600.0
@@ -65,6 +69,8 @@ def accrue(
     fleet.kwh_curtailed[jobs] += np.where(row.curtailing[offers], kwh, 0.0)
     fleet.kg_co2[jobs] += kwh * avg / 1000.0
     fleet.kg_co2_marginal[jobs] += kwh * marg / 1000.0
+    if not model_progress:
+        return jobs[:0]
     fleet.progress_gpu_h[jobs] += rate * used_run_s / 3600.0
 
     running = run_s > 0

@@ -2,20 +2,36 @@
 
 Every call carries the action's request id, so re-running a tick after a crash buys
 nothing twice. Provider failures come back as `REJECTED` events, never as exceptions.
-A move checkpoints the job before its instance is terminated (recorded in the event), and
-a launch in another region first pays for the checkpoint's transfer (egress and time).
+
+Moves. In replay a move is immediate: terminate (the job checkpoints first, so nothing is
+lost), then launch at the destination, paying egress and the transfer time as part of the
+new instance's cold start. Live, a move takes many ticks (checkpoint, copy, verify, launch,
+restore), so when a `Mover` is given, every launch that needs the job's checkpoint moved —
+the job runs elsewhere, or its checkpoint lies in another region — is handed to it instead,
+with the terminate that preceded it; the mover drives the migration state machine.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
 
-from orchestrator.model import Action, ActionKind, Event, EventKind, InstanceId, Snapshot
+from orchestrator.model import Action, ActionKind, Event, EventKind, InstanceId, JobSpec, Offer, Snapshot
 from policies.costs import move_cost
 from providers.base import ComputeProvider, LaunchSpec
 
 logger = logging.getLogger(__name__)
+
+LaunchEnv = Callable[[JobSpec, Offer], Mapping[str, str]]
+
+
+class Mover(Protocol):
+    """Takes over launches that need a checkpoint moved (the live migration driver)."""
+
+    def needs_move(self, snapshot: Snapshot, job: int, dst: int) -> bool: ...
+
+    def begin(self, snapshot: Snapshot, job: int, dst: int, reason: str) -> list[Event]: ...
 
 
 def execute(
@@ -25,13 +41,25 @@ def execute(
     instance_of: Sequence[InstanceId | None],
     *,
     cluster: str,
+    mover: Mover | None = None,
+    launch_env: LaunchEnv | None = None,
+    entrypoint: Sequence[str] = (),
 ) -> list[Event]:
     events: list[Event] = []
     now_s = snapshot.now_s
     fleet = snapshot.fleet
+    moved = {
+        a.job for a in actions
+        if mover is not None and a.kind is ActionKind.LAUNCH
+        and mover.needs_move(snapshot, a.job, a.offer)
+    }
     for action in actions:
         job = snapshot.jobs[action.job]
         offer = snapshot.offers[action.offer]
+        if action.job in moved:
+            if action.kind is ActionKind.LAUNCH and mover is not None:
+                events += mover.begin(snapshot, action.job, action.offer, action.reason)
+            continue  # the mover stops the source instance itself, after its checkpoint
         if action.kind is ActionKind.TERMINATE:
             instance = instance_of[action.job]
             if instance is not None:
@@ -43,6 +71,7 @@ def execute(
         src = snapshot.offers[src_k].location if src_k >= 0 else None
         move = move_cost(job, src, offer.location, snapshot.settings)
         startup_s = (job.cold_start_h + move.transfer_h) * 3600.0
+        env = {"HELIOTROPE_JOB_ID": job.id, **(launch_env(job, offer) if launch_env else {})}
         outcome = provider.launch(
             LaunchSpec(
                 job_id=job.id,
@@ -50,7 +79,8 @@ def execute(
                 cluster=cluster,
                 startup_s=startup_s,
                 count=int(snapshot.fit.instances[action.job, action.offer]),
-                env={"HELIOTROPE_JOB_ID": job.id},
+                entrypoint=tuple(entrypoint),
+                env=env,
             ),
             request_id=action.request_id,
         )

@@ -23,7 +23,7 @@ import numpy as np
 
 from orchestrator.accounting import SignalRow, accrue
 from orchestrator.clock import utc
-from orchestrator.executor import execute
+from orchestrator.executor import LaunchEnv, Mover, execute
 from orchestrator.model import (
     CostSettings,
     Event,
@@ -40,7 +40,7 @@ from orchestrator.signals.grid import SignalGrid
 from orchestrator.signals.history import SignalHistory
 from policies.base import Policy
 from policies.costs import JobOfferFit
-from providers.base import ComputeProvider, EventType
+from providers.base import ComputeProvider, EventType, ProviderEvent
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +63,11 @@ class EventLog:
 class LoopOptions:
     cluster: str = "heliotrope"
     settings: CostSettings = dataclasses.field(default_factory=CostSettings)
+    # Live jobs report their own progress and completion (provider PROGRESS / COMPLETED
+    # events); replay models it from throughput. Costs and energy are accrued either way.
+    progress_from_provider: bool = False
+    # Environment and command for launched jobs (live providers run them).
+    entrypoint: tuple[str, ...] = ()
 
 
 class Controller:
@@ -76,6 +81,9 @@ class Controller:
         policy: Policy,
         sink: EventSink,
         options: LoopOptions | None = None,
+        *,
+        mover: Mover | None = None,
+        launch_env: LaunchEnv | None = None,
     ) -> None:
         self.jobs = tuple(jobs)
         self.grid = grid
@@ -83,6 +91,8 @@ class Controller:
         self.policy = policy
         self.sink = sink
         self.options = options or LoopOptions()
+        self.mover = mover
+        self.launch_env = launch_env
         self.fleet = FleetState.empty(len(self.jobs))
         self.fit = JobOfferFit.build(self.jobs, grid.offers)
         self.instance_of: list[InstanceId | None] = [None] * len(self.jobs)
@@ -93,6 +103,14 @@ class Controller:
         self._start_s = np.array([job.start.timestamp() for job in self.jobs])
         self._spot = np.array([o.market is Market.SPOT for o in grid.offers])
         self._last_s: float | None = None
+        self.busy: set[int] = set()  # jobs an external mover is migrating: no new intents
+        self.progress_seen_s: dict[int, float] = {}
+        self._handlers = {
+            EventType.PREEMPTED: self._on_preempted,
+            EventType.PROGRESS: self._on_progress,
+            EventType.COMPLETED: self._on_completed,
+            EventType.FAILED: self._on_failed,
+        }
         for name in (
             "usd_per_hour",
             "spot_capacity",
@@ -121,12 +139,19 @@ class Controller:
 
         snapshot = self._snapshot(now, now_s, k)
         decision = self.policy(snapshot)
-        actions, refusals = plan(snapshot, decision, k)
+        actions, refusals = plan(snapshot, decision, k, busy=self.busy)
         for j, reason in refusals:
             logger.debug("refused intent for %s: %s", self.jobs[j].id, reason)
             events.append(Event(now_s, self.jobs[j].id, EventKind.REJECTED, "", reason))
         for event in execute(
-            actions, snapshot, self.provider, self.instance_of, cluster=self.options.cluster
+            actions,
+            snapshot,
+            self.provider,
+            self.instance_of,
+            cluster=self.options.cluster,
+            mover=self.mover,
+            launch_env=self.launch_env,
+            entrypoint=self.options.entrypoint,
         ):
             events.append(self._apply(event))
         self._last_s = now_s
@@ -166,6 +191,7 @@ class Controller:
             t0_s,
             t1_s,
             bill_final_tick=self.options.settings.bill_final_tick,
+            model_progress=not self.options.progress_from_provider,
         )
         return [
             self._stamp(
@@ -185,34 +211,51 @@ class Controller:
         events = []
         for pe in self.provider.poll_events():
             j = self._index.get(pe.job_id)
-            if (
-                j is None
-                or pe.type is not EventType.PREEMPTED
-                or self.instance_of[j] != pe.instance_id
-            ):
+            if j is None or self.instance_of[j] != pe.instance_id:
                 continue  # not one of ours, or an instance we already let go
-            f = self.fleet
-            offer = int(f.offer[j])
-            lost = f.progress_gpu_h[j] - f.checkpointed_gpu_h[j]
-            f.progress_gpu_h[j] = f.checkpointed_gpu_h[j]
-            f.preemptions[j] += 1
-            f.preempted_offer[j] = offer
-            self._release(j)
-            events.append(
-                self._stamp(
-                    Event(
-                        now_s,
-                        self.jobs[j].id,
-                        EventKind.PREEMPTED,
-                        self.grid.offers[offer].id,
-                        pe.detail,
-                        {"lost_gpu_h": float(lost)},
-                        instance_id=pe.instance_id,
-                    ),
-                    j,
-                )
-            )
+            handler = self._handlers.get(pe.type)
+            if handler is not None:
+                event = handler(j, pe, now_s)
+                if event is not None:
+                    events.append(self._stamp(event, j))
         return events
+
+    def _on_preempted(self, j: int, pe: ProviderEvent, now_s: float) -> Event:
+        f = self.fleet
+        offer = int(f.offer[j])
+        lost = f.progress_gpu_h[j] - f.checkpointed_gpu_h[j]
+        f.progress_gpu_h[j] = f.checkpointed_gpu_h[j]
+        f.preemptions[j] += 1
+        f.preempted_offer[j] = offer
+        self._release(j)
+        return Event(now_s, self.jobs[j].id, EventKind.PREEMPTED, self.grid.offers[offer].id,
+                     pe.detail, {"lost_gpu_h": float(lost)}, instance_id=pe.instance_id)
+
+    def _on_progress(self, j: int, pe: ProviderEvent, now_s: float) -> None:
+        f = self.fleet
+        f.progress_gpu_h[j] = min(1.0, max(0.0, pe.value)) * self._work[j]
+        f.checkpointed_gpu_h[j] = max(f.checkpointed_gpu_h[j], 0.0)
+        if f.phase[j] == Phase.STARTING:
+            f.phase[j] = Phase.RUNNING
+        self.progress_seen_s[j] = now_s
+        return None
+
+    def _on_completed(self, j: int, pe: ProviderEvent, now_s: float) -> Event:
+        f = self.fleet
+        offer = int(f.offer[j])
+        f.progress_gpu_h[j] = f.checkpointed_gpu_h[j] = self._work[j]
+        f.finished_at_s[j] = pe.time_s or now_s
+        f.phase[j] = Phase.DONE
+        self.instance_of[j] = None
+        f.offer[j] = -1
+        return Event(now_s, self.jobs[j].id, EventKind.FINISHED, self.grid.offers[offer].id,
+                     "the job exited successfully", instance_id=pe.instance_id)
+
+    def _on_failed(self, j: int, pe: ProviderEvent, now_s: float) -> Event:
+        offer = int(self.fleet.offer[j])
+        self._release(j)
+        return Event(now_s, self.jobs[j].id, EventKind.TERMINATED, self.grid.offers[offer].id,
+                     f"failed: {pe.detail[-300:]}", instance_id=pe.instance_id)
 
     def _snapshot(self, now: datetime, now_s: float, k: int) -> Snapshot:
         g = self.grid

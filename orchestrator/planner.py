@@ -10,14 +10,20 @@ executor checkpoints before it terminates.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 
 from orchestrator.model import Action, ActionKind, Decision, Phase, Snapshot
 
 
 def plan(
-    snapshot: Snapshot, decision: Decision, tick: int
+    snapshot: Snapshot,
+    decision: Decision,
+    tick: int,
+    *,
+    busy: Collection[int] = (),
 ) -> tuple[list[Action], list[tuple[int, str]]]:
-    """Return (actions, refusals). Refusals are (job index, reason)."""
+    """Return (actions, refusals). Refusals are (job index, reason). Jobs in `busy` are being
+    migrated: intents for them are refused until the migration ends."""
     fleet = snapshot.fleet
     actions: list[Action] = []
     refused: list[tuple[int, str]] = []
@@ -32,6 +38,9 @@ def plan(
         intent = decision.intents[j]
         phase = fleet.phase[j]
         current = int(fleet.offer[j])
+        if j in busy:
+            refused.append((j, "a migration is in progress"))
+            continue
         if phase in (Phase.PENDING, Phase.DONE):
             refused.append((j, f"job is {Phase(phase).name.lower()}"))
             continue

@@ -31,8 +31,10 @@ Solution method: backward induction over (tick, progress level, placement) with 
 "holding offer o and running" or "holding nothing, checkpoint in region L (or no checkpoint
 yet)", vectorized with numpy over the progress axis. A launch is one macro step: it holds the
 offer through its cold start (ceil of the cold start in ticks) and lands RUNNING with the
-progress of the partial tick; abandoning an instance during its own cold start is never
-better (it buys nothing and moves the checkpoint) and is not considered. Progress is a grid of
+progress of the partial tick, so an instance is never given up during its cold start. (That
+buys nothing real; but the loop counts the checkpoint as moved at launch, so a launch given
+up early would "move" it, transfer time included, for a tick's price: an artifact of the
+accounting the oracle does not exploit.) Progress is a grid of
 ``u`` GPU-hours: the largest unit of which every increment (a full tick, and the partial tick
 after each cold start, per offer) is a whole multiple, so the DP is exact; only when that
 needs more than `max_progress_levels` levels are increments rounded down (conservative:

@@ -36,7 +36,7 @@ def restore_rng(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
-    if False and "numpy" in state:
+    if "numpy" in state:
         import numpy as np  # optional dependency
 
         st = state["numpy"]

@@ -700,10 +700,11 @@ def _cbl_trace(data_dir: Path, segments: pd.DataFrame, prices: pd.DataFrame,
                             "instance_type": CBL_INSTANCE, "gpu_type": "V100", "gpu_count": 1,
                             "grid_zone": ""} for z in zones])
     tick = pd.Timedelta(seconds=CBL_TICK_S)
+    t0 = pd.Timestamp(CBL_START)
     p = prices[prices["zone"].isin(zones)].sort_values(["zone", "tick"], kind="stable")
     p = _changes(p, "zone", "spot_usd_per_hour")
     price_rows = pd.concat([
-        pd.DataFrame({"time": CBL_START + p["tick"].to_numpy() * tick, "cloud": "aws",
+        pd.DataFrame({"time": t0 + p["tick"].to_numpy() * tick, "cloud": "aws",
                       "region": p["zone"].map(regions), "zone": p["zone"],
                       "instance_type": CBL_INSTANCE, "market": "spot",
                       "usd_per_hour": p["spot_usd_per_hour"].astype(float)}),
@@ -717,7 +718,7 @@ def _cbl_trace(data_dir: Path, segments: pd.DataFrame, prices: pd.DataFrame,
     if missing:
         raise InputError(CBL_SEGMENTS, "trace_id", "the Can't Be Late 2023-02-15 V100 traces",
                          got="missing " + ", ".join(missing))
-    spot = pd.DataFrame({"time": CBL_START + seg["start_tick"].to_numpy() * tick,
+    spot = pd.DataFrame({"time": t0 + seg["start_tick"].to_numpy() * tick,
                          "cloud": "aws", "zone": seg["trace_id"].map(ids),
                          "instance_type": CBL_INSTANCE,
                          "capacity": seg["value"].astype(float)})

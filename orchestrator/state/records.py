@@ -110,6 +110,7 @@ class MigrationRecord:
     error: str | None = None
     started_s: float
     updated_s: float
+    detail: str | None = None  # the migration machine's full record (JSON), opaque here
 
     @property
     def is_open(self) -> bool:

@@ -120,6 +120,7 @@ migrations = sa.Table(
     sa.Column("error", sa.Text(), nullable=True),
     sa.Column("started_s", sa.Double(), nullable=False),
     sa.Column("updated_s", sa.Double(), nullable=False),
+    sa.Column("detail", sa.Text(), nullable=True),  # the machine's full record, JSON
 )
 
 #: At most one open migration per job: two workers cannot both move one job.

@@ -303,7 +303,8 @@ def _migration_values(m: MigrationRecord) -> dict[str, Any]:
     return {"id": m.id, "job_id": m.job_id, "phase": m.phase, "src_offer_id": m.src_offer_id,
             "dst_offer_id": m.dst_offer_id, "request_id": m.request_id,
             "checkpoint_uri": m.checkpoint_uri, "error": m.error,
-            "started_s": float(m.started_s), "updated_s": float(m.updated_s)}
+            "started_s": float(m.started_s), "updated_s": float(m.updated_s),
+            "detail": m.detail}
 
 
 def _migration(r: RowMapping) -> MigrationRecord:

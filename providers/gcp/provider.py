@@ -639,7 +639,6 @@ class GcpProvider:
         request = compute_v1.AggregatedListInstancesRequest(
             project=self.project,
             filter=f'labels.{naming.LABEL_CLUSTER} = "{self._cluster_label}"',
-            return_partial_success=True,
         )
         try:
             scopes = self._api_list(partial(client.aggregated_list, request=request, retry=None))

@@ -225,5 +225,3 @@ def test_importing_the_package_does_not_import_boto3() -> None:
     assert result.returncode == 0, result.stderr
 
 
-def _unused(_: Any) -> None:  # keeps the Any import honest for type checkers
-    return None

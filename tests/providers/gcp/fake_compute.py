@@ -95,8 +95,9 @@ class FakeCompute:
     operations: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     # Replies served before the default behaviour, per API method: (status, body) pairs.
     scripted: dict[str, deque[tuple[int, Any]]] = field(default_factory=dict)
-    # Recorded operation files that the next inserts finish with (an error, no instance).
-    failing_inserts: deque[str] = field(default_factory=deque)
+    # How the next inserts finish: a recorded operation file (an error; no instance is made)
+    # or None (success).
+    failing_inserts: deque[str | None] = field(default_factory=deque)
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(5_000_000_000_000_000))
     _by_request_id: dict[str, dict[str, Any]] = field(default_factory=dict)
     _system_ops: list[dict[str, Any]] = field(default_factory=list)
@@ -125,7 +126,8 @@ class FakeCompute:
                 pass
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                         daemon=True).start()
         return self
 
     def stop(self) -> None:

@@ -1,0 +1,1 @@
+"""Tests of the GCP adapter against recorded Compute Engine responses."""

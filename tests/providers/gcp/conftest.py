@@ -1,0 +1,68 @@
+"""Fixtures: a fake Compute Engine endpoint per test and a provider pointed at it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from orchestrator.clock import FakeClock
+from providers.base import LaunchSpec
+from providers.gcp import GcpProvider
+from providers.gcp.naming import label_value
+
+from .fake_compute import FakeCompute
+
+PROJECT = "heliotrope-test"
+CLUSTER = "ml-prod"
+ZONES = ("us-central1-a", "europe-west4-a")
+ZONE = ZONES[0]
+T0 = datetime(2024, 5, 1, 17, 0, tzinfo=UTC)
+SPOT_A100 = "gcp:us-central1-a:a2-highgpu-1g:spot"
+OD_A100 = "gcp:us-central1-a:a2-highgpu-1g:on_demand"
+SPOT_L4_EU = "gcp:europe-west4-a:g2-standard-4:spot"
+
+Factory = Callable[..., GcpProvider]
+
+
+def spec(offer: str = SPOT_A100, *, job: str = "job-1", count: int = 1,
+         env: dict[str, str] | None = None, entrypoint: tuple[str, ...] = ("python", "train.py"),
+         startup_s: float = 600.0, cluster: str = CLUSTER) -> LaunchSpec:
+    return LaunchSpec(job_id=job, offer_id=offer, cluster=cluster, startup_s=startup_s,
+                      count=count, entrypoint=entrypoint, env=env or {})
+
+
+@pytest.fixture
+def compute() -> Iterator[FakeCompute]:
+    fake = FakeCompute(PROJECT, cluster_label=label_value(CLUSTER)).start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture
+def sleeps() -> list[float]:
+    """What the provider slept (it never really sleeps in tests)."""
+    return []
+
+
+@pytest.fixture
+def make_provider(compute: FakeCompute, sleeps: list[float]) -> Factory:
+    from google.auth.credentials import AnonymousCredentials
+
+    def make(**overrides: Any) -> GcpProvider:
+        kwargs: dict[str, Any] = {
+            "cluster": CLUSTER,
+            "project": PROJECT,
+            "zones": ZONES,
+            "credentials": AnonymousCredentials(),
+            "client_options": {"api_endpoint": compute.url},
+            "clock": FakeClock(T0),
+            "sleep": sleeps.append,
+            "billing_endpoint": compute.url,
+        }
+        kwargs.update(overrides)
+        return GcpProvider(**kwargs)
+
+    return make

@@ -1,0 +1,81 @@
+"""poll_events(): `compute.instances.preempted` operations become PREEMPTED events, once."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from providers.base import EventType
+from providers.gcp import naming
+
+from .conftest import CLUSTER, PROJECT, ZONE, ZONES, Factory, spec
+from .fake_compute import FakeCompute
+
+PREEMPTED_AT = "2024-05-01T11:30:00.000-07:00"
+
+
+def test_a_preemption_is_reported_once(make_provider: Factory, compute: FakeCompute) -> None:
+    provider = make_provider()
+    instance = provider.launch(spec(job="job-1"), request_id="req-1").instance_id or ""
+    assert provider.poll_events() == []
+
+    compute.preempt(ZONE, instance.split("/")[1], time=PREEMPTED_AT)
+    [event] = provider.poll_events()
+
+    assert (event.type, event.instance_id, event.job_id) == (EventType.PREEMPTED, instance,
+                                                               "job-1")
+    assert event.time_s == datetime.fromisoformat(PREEMPTED_AT).timestamp()
+    assert "Instance was preempted." in event.detail
+    assert provider.poll_events() == []
+    lists = compute.requests_for("compute.zoneOperations.list")
+    assert {c.path.split("/")[-2] for c in lists} == set(ZONES)
+    assert all(c.query["filter"] == ['operationType = "compute.instances.preempted"']
+               for c in lists)
+
+
+def test_preemptions_of_instances_that_are_not_ours_are_ignored(
+    make_provider: Factory, compute: FakeCompute
+) -> None:
+    theirs = naming.gang_for(project=PROJECT, cluster="other-team", request_id="r-1", zone=ZONE,
+                             count=1)
+    compute.add_instance(ZONE, "instance_other_cluster.json", theirs.name)
+    compute.add_instance(ZONE, "instance_unlabelled.json", "notebook-gpu-1")
+    provider = make_provider()
+    provider.launch(spec(), request_id="req-1")
+    compute.preempt(ZONE, theirs.name)
+    compute.preempt(ZONE, "notebook-gpu-1")
+    assert provider.poll_events() == []
+
+
+def test_a_gang_is_preempted_once_even_when_several_members_go(
+    make_provider: Factory, compute: FakeCompute
+) -> None:
+    provider = make_provider()
+    gang = provider.launch(spec(count=3), request_id="req-1").instance_id or ""
+    name = gang.split("/")[1]
+    compute.preempt(ZONE, f"{name}-0", time="2024-05-01T11:30:00.000-07:00")
+    compute.preempt(ZONE, f"{name}-2", time="2024-05-01T11:30:05.000-07:00")
+    events = provider.poll_events()
+    assert [(e.type, e.instance_id) for e in events] == [(EventType.PREEMPTED, gang)]
+    assert provider.poll_events() == []
+
+
+def test_a_restarted_controller_learns_its_instances_from_labels(
+    make_provider: Factory, compute: FakeCompute
+) -> None:
+    instance = make_provider().launch(spec(job="job-9"), request_id="req-1").instance_id or ""
+    restarted = make_provider()
+    assert restarted.poll_events() == []
+    compute.preempt(ZONE, instance.split("/")[1], delete=False)  # still STOPPING
+    [event] = restarted.poll_events()
+    assert (event.instance_id, event.job_id) == (instance, "job-9")
+    assert restarted.poll_events() == []
+
+
+def test_what_we_terminate_is_not_a_preemption(make_provider: Factory,
+                                               compute: FakeCompute) -> None:
+    provider = make_provider()
+    instance = provider.launch(spec(), request_id="req-1").instance_id or ""
+    provider.terminate([instance], request_id="stop-1")
+    compute.preempt(ZONE, instance.split("/")[1])  # a preemption racing our delete
+    assert provider.poll_events() == []
+    assert provider.list_instances(cluster=CLUSTER) == {}

@@ -40,6 +40,7 @@ class JobEntry(BaseModel):
     home_region: str = Field(min_length=1)
     budget_usd: float | None = Field(default=None, gt=0)
     count: int = Field(default=1, ge=1, le=10_000)
+    command: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _one_of_each(self) -> JobEntry:
@@ -158,6 +159,7 @@ def parse_jobs(
                     throughput={catalog.gpu(g).name: v for g, v in entry.throughput.items()},
                     budget_usd=entry.budget_usd,
                     checkpoint_interval_h=entry.checkpoint_interval_h,
+                    command=tuple(entry.command),
                 )
             )
     return tuple(specs)

@@ -106,6 +106,7 @@ class JobSpec:
     throughput: Mapping[str, float] = field(default_factory=dict)
     budget_usd: float | None = None
     checkpoint_interval_h: float = 1.0
+    command: tuple[str, ...] = ()  # what a live instance runs (replay ignores it)
 
     def allows(self, gpu_type: str) -> bool:
         return not self.gpu_types or gpu_type in self.gpu_types

@@ -64,6 +64,7 @@ jobs = sa.Table(
     sa.Column("throughput", sa.JSON(), nullable=False),  # {gpu_type: relative throughput}
     sa.Column("budget_usd", sa.Double(), nullable=True),
     sa.Column("checkpoint_interval_h", sa.Double(), nullable=False),
+    sa.Column("command", sa.JSON(), nullable=True),  # argv a live instance runs
     sa.Column("submitted_at", UTCDateTime(), nullable=False),
     sa.Column("status", sa.String(), nullable=False),
 )

@@ -258,7 +258,7 @@ def _job_values(job: JobSpec, seq: int, submitted_at: Any) -> dict[str, Any]:
         "throughput": {k: float(v) for k, v in job.throughput.items()},
         "budget_usd": None if job.budget_usd is None else float(job.budget_usd),
         "checkpoint_interval_h": float(job.checkpoint_interval_h),
-        "submitted_at": submitted_at, "status": "active",
+        "command": list(job.command), "submitted_at": submitted_at, "status": "active",
     }
 
 
@@ -269,6 +269,7 @@ def _job_spec(r: RowMapping) -> JobSpec:
         cold_start_h=r["cold_start_h"], home_region=r["home_region"],
         gpu_types=frozenset(r["gpu_types"]), throughput=dict(r["throughput"]),
         budget_usd=r["budget_usd"], checkpoint_interval_h=r["checkpoint_interval_h"],
+        command=tuple(r["command"] or ()),
     )
 
 

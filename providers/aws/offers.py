@@ -1,7 +1,8 @@
 """What AWS sells: one offer per (zone, GPU instance type, market), and its price.
 
 Per region:
-- GPU instance types: `DescribeInstanceTypes` (paginated), the ones with `GpuInfo`;
+- GPU instance types: `DescribeInstanceTypes` (P and G families, paginated), the ones
+  with `GpuInfo`;
 - where each is sold: `DescribeInstanceTypeOfferings(LocationType="availability-zone")`;
 - spot prices: `DescribeSpotPriceHistory` from now, Linux/UNIX; the newest record per
   (zone, type) is the price in effect. A spot offer exists only where a spot price does;
@@ -46,6 +47,9 @@ logger = logging.getLogger(__name__)
 
 UNKNOWN_GRID_ZONE: Final = "unknown"  # as orchestrator.signals.grid names a zone it cannot find
 SPOT_PRODUCT: Final = "Linux/UNIX"
+# EC2's NVIDIA GPU instances are the P and G families (P2-P6, G4dn-G6e, Gr6); asking for
+# them only keeps DescribeInstanceTypes to one or two pages instead of fifteen.
+GPU_FAMILIES: Final = ("p*", "g*")
 FILTER_CHUNK: Final = 100  # values per request filter / instance-type list
 SOURCE_SPOT: Final = "ec2:DescribeSpotPriceHistory"
 SOURCE_PRICING: Final = "pricing:GetProducts"
@@ -198,7 +202,9 @@ def _chunks(values: Sequence[str], size: int = FILTER_CHUNK) -> Iterable[list[st
 def fetch_gpu_types(ec2: EC2Client, retry: EdgeRetry, region: str) -> dict[str, tuple[str, int]]:
     """GPU instance types of a region: {type: (gpu type, count)}."""
     paginator = ec2.get_paginator("describe_instance_types")
-    pages = retry(lambda: list(paginator.paginate()), f"ec2:DescribeInstanceTypes {region}")
+    filters: list[FilterTypeDef] = [{"Name": "instance-type", "Values": list(GPU_FAMILIES)}]
+    pages = retry(lambda: list(paginator.paginate(Filters=filters)),
+                  f"ec2:DescribeInstanceTypes {region}")
     found: dict[str, tuple[str, int]] = {}
     skipped: list[str] = []
     for page in pages:

@@ -244,12 +244,27 @@ def hooks() -> Hooks:
     return h
 
 
+_LOADER: list[Any] = []
+
+
+def new_session() -> Any:
+    """A boto3 session that shares one botocore model loader with every other session of
+    the test run (loading the EC2 model takes about half a second each time)."""
+    import boto3
+    import botocore.loaders
+    import botocore.session
+
+    if not _LOADER:
+        _LOADER.append(botocore.loaders.create_loader())
+    core = botocore.session.get_session()
+    core.register_component("data_loader", _LOADER[0])
+    return boto3.session.Session(botocore_session=core, region_name="us-east-1")
+
+
 @pytest.fixture
 def session_factory(hooks: Hooks) -> Callable[[], Any]:
-    import boto3
-
     def make() -> Any:
-        session = boto3.session.Session(region_name="us-east-1")
+        session = new_session()
         session.events.register_first("provide-client-params", hooks.record)
         session.events.register("before-call", hooks.dispatch)
         return session
@@ -291,9 +306,7 @@ class Raw:
     """Plain moto clients for setup and inspection (not the adapter's; not recorded)."""
 
     def __init__(self) -> None:
-        import boto3
-
-        self._session = boto3.session.Session(region_name="us-east-1")
+        self._session = new_session()
 
     def client(self, service: str, region: str = "us-east-1") -> Any:
         return self._session.client(service, region_name=region)

@@ -30,9 +30,10 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from torch.nn import functional as F
+from torch.nn import functional
 
 from orchestrator.training import ResumableRun, state_digest
+from orchestrator.training.progress import report_progress
 
 # Read in this order; missing ones (other Python builds) are skipped.
 CORPUS_FILES = ("textwrap.py", "string/__init__.py", "string.py", "bisect.py", "colorsys.py",
@@ -184,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         for step in range(start, args.steps):
             x, y, data_state = batches.next(data_state)
             logits = model(x)
-            loss = F.cross_entropy(logits.view(-1, VOCAB), y.view(-1))
+            loss = functional.cross_entropy(logits.view(-1, VOCAB), y.view(-1))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -192,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
             scheduler.step()
             loss_value = loss.item()
             if (step + 1) % args.log_every == 0 or step + 1 == args.steps:
+                report_progress(step + 1, args.steps)
                 print(f"step {step + 1}/{args.steps} loss {loss_value:.4f} "
                       f"lr {scheduler.get_last_lr()[0]:.2e}", flush=True)
             run.step_done(step, data_state)

@@ -101,6 +101,56 @@ def _parser() -> argparse.ArgumentParser:
 
     pol = sub.add_parser("policies", help="list the policies")
     pol.set_defaults(handler=_policies)
+
+    jobs = sub.add_parser("jobs", help="submit and inspect live jobs")
+    jsub = jobs.add_subparsers(title="job commands")
+    js = jsub.add_parser("submit", help="submit the jobs of a jobs file")
+    js.add_argument("file", type=Path)
+    js.set_defaults(handler=_jobs_submit)
+    jl = jsub.add_parser("list", help="every job, where it runs, progress, spend")
+    jl.add_argument("--json", action="store_true")
+    jl.set_defaults(handler=_status)
+    jw = jsub.add_parser("show", help="one job and its events")
+    jw.add_argument("job")
+    jw.add_argument("--json", action="store_true")
+    jw.set_defaults(handler=_jobs_show)
+
+    st = sub.add_parser("status", help="the fleet: job, where, market, progress, USD, kgCO2")
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(handler=_status)
+
+    ev = sub.add_parser("events", help="a job's event history")
+    ev.add_argument("job")
+    ev.add_argument("--json", action="store_true")
+    ev.set_defaults(handler=_events)
+
+    mg = sub.add_parser("migrate", help="move a job to another region, through the same machine")
+    mg.add_argument("job")
+    mg.add_argument("--to", required=True, metavar="REGION")
+    mg.add_argument("--market", choices=["spot", "on_demand"], default=None)
+    mg.add_argument("--dry-run", action="store_true")
+    mg.add_argument("--force", action="store_true",
+                    help="move even if it misses the deadline or breaks the budget")
+    mg.add_argument("--json", action="store_true")
+    mg.set_defaults(handler=_migrate)
+
+    pr = sub.add_parser("preempt", help="preempt a local job's instance (as a spot reclaim)")
+    pr.add_argument("job")
+    pr.set_defaults(handler=_preempt)
+
+    ct = sub.add_parser("controller", help="run the live controller")
+    csub = ct.add_subparsers(title="controller commands")
+    cr = csub.add_parser("run", help="tick until stopped (or --once / --until-done)")
+    cr.add_argument("--once", action="store_true")
+    cr.add_argument("--until-done", action="store_true")
+    cr.add_argument("--interval", type=float, default=None, metavar="S",
+                    help="scenario seconds between ticks")
+    cr.set_defaults(handler=_controller_run)
+
+    dm = sub.add_parser("demo", help="the live demo: local jobs moved by the policy, then a replay")
+    dm.add_argument("--home", type=Path, default=Path("out/demo"))
+    dm.add_argument("--steps", type=int, default=240, help="training steps per job")
+    dm.set_defaults(handler=_demo)
     return p
 
 
@@ -190,6 +240,108 @@ def _manifest_start(manifest: Any) -> datetime | None:
     if not start:
         return None
     return datetime.fromisoformat(str(start))
+
+
+def _print_rows(rows: list[dict[str, Any]], as_json: bool, title: str) -> None:
+    if as_json:
+        print(json.dumps(rows, indent=2, default=str))
+        return
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for key in rows[0] if rows else ["(none)"]:
+        table.add_column(key)
+    for row in rows:
+        table.add_row(*[f"{v:.3f}" if isinstance(v, float) else str(v) for v in row.values()])
+    out = Console()
+    if not out.is_terminal:
+        out = Console(width=160)
+    out.print(table)
+
+
+def _jobs_submit(args: argparse.Namespace) -> int:
+    from orchestrator.live.commands import submit
+
+    ids = submit(args.file)
+    print(f"submitted {len(ids)} job(s): {', '.join(ids)}")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from orchestrator.live.commands import jobs_table
+    from orchestrator.live.world import local_world
+
+    _print_rows(jobs_table(local_world().open_store()), args.json, "Fleet")
+    return 0
+
+
+def _jobs_show(args: argparse.Namespace) -> int:
+    from orchestrator.live.commands import events_table, jobs_table
+    from orchestrator.live.world import local_world
+
+    store = local_world().open_store()
+    rows = [r for r in jobs_table(store) if r["job"] == args.job]
+    if not rows:
+        raise InputError("", "JOB", "a submitted job", got=repr(args.job),
+                         fix="see `heliotrope jobs list`")
+    if args.json:
+        print(json.dumps({**rows[0], "events": events_table(store, args.job)}, indent=2))
+        return 0
+    _print_rows(rows, False, f"Job {args.job}")
+    _print_rows(events_table(store, args.job), False, "Events")
+    return 0
+
+
+def _events(args: argparse.Namespace) -> int:
+    from orchestrator.live.commands import events_table
+    from orchestrator.live.world import local_world
+
+    store = local_world().open_store()
+    if args.job not in {r.id for r in store.load()[0].jobs}:
+        raise InputError("", "JOB", "a submitted job", got=repr(args.job),
+                         fix="see `heliotrope jobs list`")
+    _print_rows(events_table(store, args.job), args.json, f"Events of {args.job}")
+    return 0
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    from orchestrator.live.commands import migrate
+
+    plan = migrate(args.job, args.to, market=args.market, dry_run=args.dry_run,
+                   force=args.force)
+    if args.json:
+        print(json.dumps(plan, indent=2))
+    else:
+        verb = "started" if plan["started"] else "would move"
+        print(f"{verb} {plan['job']} -> {plan['to']}: {plan['hours_to_finish']} h to finish, "
+              f"{plan['usd_to_finish']} USD, egress {plan['egress_usd']} USD"
+              + (f"; forced past: {'; '.join(plan['refused'])}" if plan["refused"] else ""))
+    return 0
+
+
+def _preempt(args: argparse.Namespace) -> int:
+    from orchestrator.live.commands import preempt
+
+    print(f"preempted {args.job} (instance {preempt(args.job)})")
+    return 0
+
+
+def _controller_run(args: argparse.Namespace) -> int:
+    from orchestrator.live.commands import run
+
+    def show(live: Any, events: list[Any]) -> None:
+        for e in events:
+            print(f"{live.clock.now():%Y-%m-%d %H:%M} {e.job_id:20s} {e.kind.value:10s} "
+                  f"{e.offer_id} {e.detail}", flush=True)
+
+    run(once=args.once, interval_s=args.interval, until_done=args.until_done, on_tick=show)
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from orchestrator.live.demo import run_demo
+
+    return run_demo(args.home, steps=args.steps)
 
 
 def _traces_import(args: argparse.Namespace) -> int:

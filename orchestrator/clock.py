@@ -56,3 +56,26 @@ def utc(value: datetime) -> datetime:
     if value.tzinfo is None:
         return value.replace(tzinfo=UTC)
     return value.astimezone(UTC)
+
+
+class ScaledClock:
+    """Scenario time running `speed` times faster than `base`, from `origin` on.
+
+    A demo replays a day of prices and carbon in minutes: the controller reads this clock,
+    the instances it starts are real processes on wall time.
+    """
+
+    def __init__(self, base: Clock, origin: datetime, speed: float,
+                 real_origin: datetime | None = None) -> None:
+        if speed <= 0:
+            raise ValueError("speed must be positive")
+        self._base = base
+        self._real0 = utc(real_origin) if real_origin is not None else base.now()
+        self._origin = utc(origin)
+        self.speed = speed
+
+    def now(self) -> datetime:
+        return self._origin + (self._base.now() - self._real0) * self.speed
+
+    def sleep(self, seconds: float) -> None:
+        self._base.sleep(seconds / self.speed)

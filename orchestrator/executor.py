@@ -79,7 +79,7 @@ def execute(
                 cluster=cluster,
                 startup_s=startup_s,
                 count=int(snapshot.fit.instances[action.job, action.offer]),
-                entrypoint=tuple(entrypoint),
+                entrypoint=tuple(job.command or entrypoint),
                 env=env,
             ),
             request_id=action.request_id,

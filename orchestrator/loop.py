@@ -159,6 +159,13 @@ class Controller:
             self.sink.record(events)
         return events
 
+    def restore(self, fleet: FleetState, instance_of: Sequence[InstanceId | None],
+                last_s: float | None) -> None:
+        """Continue from stored state (a live controller after a restart or a reload)."""
+        self.fleet = fleet
+        self.instance_of = list(instance_of)
+        self._last_s = last_s
+
     def finish(self, end: datetime) -> list[Event]:
         """Accrue up to `end` without deciding anything (the end of a replay window)."""
         end_s = utc(end).timestamp()
@@ -283,6 +290,10 @@ class Controller:
             settings=self.options.settings,
             history=SignalHistory(g, k),
         )
+
+    def apply(self, event: Event) -> Event:
+        """Apply an event produced outside the tick (a live migration's launch or stop)."""
+        return self._apply(event)
 
     def _apply(self, event: Event) -> Event:
         j = self._index[event.job_id]

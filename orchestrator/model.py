@@ -278,6 +278,7 @@ class EventKind(StrEnum):
     PREEMPTED = "preempted"
     FINISHED = "finished"
     REJECTED = "rejected"  # an intent the planner refused, or a launch the provider refused
+    MIGRATION = "migration"  # a live migration changed phase (detail: from -> to)
 
 
 @dataclass(frozen=True, slots=True)

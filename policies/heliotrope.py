@@ -17,8 +17,9 @@ per hour of going (or staying) there for the expected stay S:
 - V_j, the value of a unit of progress, is deadline pressure as a shadow price: it moves
   from the cheapest spot cost per unit of progress (plenty of slack: only a bargain is worth
   running) to the cheapest on-demand cost (no slack: any progress is worth its on-demand
-  price), as ``V = c_low + (c_od - c_low) * f ** pressure_exponent`` with ``f`` the share of
-  the remaining time the job must run on the fastest on-demand offer.
+  price), as ``V = c_low + (c_od - c_low) * max(f ** pressure_exponent, value_floor)`` with
+  ``f`` the share of the remaining time the job must run on the fastest on-demand offer. The
+  floor makes the cheapest spot worth its cold start even with all the slack in the world.
 
 A running job moves only when the best option beats staying by `hysteresis` (relative).
 Safety net (as Can't Be Late): when the slack ``time left - startup - work / r_fast`` is
@@ -63,6 +64,7 @@ class Heliotrope:
 
     name = "heliotrope"
     pressure_exponent: float = 2.0
+    value_floor: float = 0.03
     safety_margin_ticks: float = 2.0
     hysteresis: float = 0.05
     lifetime_lookback_h: float = 168.0
@@ -154,7 +156,8 @@ class Heliotrope:
             need_h = np.where(r_fast > 0, remaining / r_fast, np.inf)
             f = np.clip(need_h / np.maximum(time_left - d_fast, 1e-9), 0.0, 1.0)
         with np.errstate(invalid="ignore"):
-            value = c_low + (c_od - c_low) * f**self.pressure_exponent
+            value = c_low + (c_od - c_low) * np.maximum(f**self.pressure_exponent,
+                                                        self.value_floor)
         value = np.where(np.isfinite(value), value, 0.0)
 
         with np.errstate(invalid="ignore"):

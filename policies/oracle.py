@@ -27,19 +27,24 @@ The model (`plan_job`), which is the loop's own accounting (`orchestrator.accoun
   it cannot be met, the job finishes as soon as possible: on the offer that, launched now
   and kept, finishes first among those usable until then (cheapest among equals).
 
-Solution method: backward induction over (tick, progress level, placement) with placement
-"holding offer o and running" or "holding nothing, checkpoint in region L (or no checkpoint
-yet)", vectorized with numpy over the progress axis. A launch is one macro step: it holds the
-offer through its cold start (ceil of the cold start in ticks) and lands RUNNING with the
-progress of the partial tick, so an instance is never given up during its cold start. (That
-buys nothing real; but the loop counts the checkpoint as moved at launch, so a launch given
-up early would "move" it, transfer time included, for a tick's price: an artifact of the
-accounting the oracle does not exploit.) Progress is a grid of
-``u`` GPU-hours: the largest unit of which every increment (a full tick, and the partial tick
-after each cold start, per offer) is a whole multiple, so the DP is exact; only when that
-needs more than `max_progress_levels` levels are increments rounded down (conservative:
-the plan still finishes; its cost is then within a fraction of a tick of the optimum). Only
-progress levels reachable by then and from which the deadline can still be met are stored.
+Solution method: backward induction over (tick, progress level, placement), placement being
+"holding offer o, running" or "holding nothing, checkpoint in region L (or none yet)",
+vectorized with numpy over the progress axis. A launch is one macro step: it holds the offer
+through its cold start (its length rounded up to ticks) and lands RUNNING with the progress of
+the partial tick, so an instance is never given up during its cold start. (That buys nothing
+real; but the loop counts the checkpoint as moved at launch, so a launch given up early would
+"move" it, transfer time included, for a tick's price: an artifact of the accounting that the
+oracle does not exploit.) Progress lives on a grid of ``u`` GPU-hours, the largest unit of
+which every increment (a full tick, and the partial tick after each startup, per offer) is a
+whole multiple, so the DP is exact; only when that needs more than `max_progress_levels`
+levels are increments rounded down (conservative: the plan still finishes; its cost is then
+within a fraction of a tick of the optimum). Only levels reachable by then and from which the
+deadline can still be met are computed; the decisions (one byte per location and level, one
+bit per offer and level, per tick) are kept to walk the optimal path forward. Ties go to
+launching earlier and to keeping an instance.
+
+Use: ``Oracle(hindsight=Hindsight.of(grid))``; `orchestrator.replay.runner.run_policy` binds
+the replay's grid to an oracle that has none (``make_policy("oracle")``).
 
 Limits, stated: exact when the job checkpoints continuously (``checkpoint_interval_h = 0``)
 or its plan never rides a spot offer into a capacity drop; with periodic checkpoints a
@@ -562,23 +567,25 @@ def _location_groups(egress: FloatArray, cls: IntArray) -> list[tuple[list[int],
 @dataclass(slots=True)
 class _Band:
     """Values of one tick on its band of progress levels ``[lo, lo + width)``, stored with
-    `pad` inf columns on the left and one on the right, so that any gather index can be
-    clipped into the array (out of band = inf: unreachable or too late to finish)."""
+    `pad` inf columns on both sides: every level a transition can reach from the band of an
+    earlier tick falls inside the array (out of band = inf: unreachable, or too late to
+    finish). An empty band (width 0) is all inf."""
 
     lo: int
     width: int
-    values: FloatArray  # [rows, pad + width + 1]
+    values: FloatArray  # [rows, pad + width + pad]
 
 
-def _band_take(band: _Band, levels: IntArray, pad: int) -> FloatArray:
-    """``band`` at `levels` ([rows, n] or [n] for every row), inf where out of band."""
-    idx = np.clip(levels + (pad - band.lo), 0, pad + band.width)
-    if idx.ndim == 1:
-        out: FloatArray = band.values[:, idx]
+def _band_take(band: _Band, levels: IntArray, step: IntArray | None, pad: int) -> FloatArray:
+    """Row r of `band` at ``levels + step[r]`` (every row at `levels` when `step` is None)."""
+    rows, stride = band.values.shape
+    if band.width == 0:
+        return np.full((rows, len(levels)), np.inf)
+    if step is None:
+        out: FloatArray = band.values[:, levels + (pad - band.lo)]
         return out
-    rows = band.values.shape[0]
-    flat = idx + (np.arange(rows, dtype=np.int64) * band.values.shape[1])[:, None]
-    taken: FloatArray = np.take(band.values, flat)
+    base = np.arange(rows, dtype=np.int64) * stride + (pad - band.lo) + step
+    taken: FloatArray = np.take(band.values, base[:, None] + levels[None, :])
     return taken
 
 
@@ -592,6 +599,7 @@ def _backward_forward(pb: JobProblem, act: IntArray, max_levels: int
     tick_s = pb.tick_s
     tick_h = tick_s / 3600.0
     work = pb.work_gpu_h
+    act = act[np.argsort(pb.location[act], kind="stable")]  # offers of a location together
     n_act = len(act)
     rate = pb.rate[act]
     loc = pb.location[act]
@@ -634,19 +642,21 @@ def _backward_forward(pb: JobProblem, act: IntArray, max_levels: int
     egress = pb.egress_usd
     rows_l = np.arange(n_loc + 1)[:, None]
     has = np.array([m.size > 0 for m in members])
-    # Offers per location as a table (missing entries repeat the first: harmless in a min).
+    # Offers per location as a table (missing entries repeat the first: harmless in a min);
+    # when every location has as many, `act` order makes the table a reshape of the rows.
     width_m = max(1, *(m.size for m in members))
     mem_tab = np.zeros((n_loc, width_m), dtype=np.int64)
     for ell, m in enumerate(members):
         if m.size:
             mem_tab[ell] = np.concatenate([m, np.full(width_m - m.size, m[0])])
+    regular = all(m.size == width_m for m in members)
     groups = _location_groups(egress, cls)
     ell_all = np.arange(n_loc)
 
     max_hold = max(lc.ticks for lc in launches)
     pad = (max_hold + 1) * gmax + 8
-    empty_r = _Band(0, 0, np.full((n_act, pad + 1), np.inf))
-    empty_n = _Band(0, 0, np.full((n_loc + 1, pad + 1), np.inf))
+    empty_r = _Band(0, 0, np.full((n_act, 2 * pad), np.inf))
+    empty_n = _Band(0, 0, np.full((n_loc + 1, 2 * pad), np.inf))
     r_band: dict[int, _Band] = {}
     n_band: dict[int, _Band] = {}
     dec_lo = np.zeros(n_ticks, dtype=np.int64)
@@ -678,7 +688,7 @@ def _backward_forward(pb: JobProblem, act: IntArray, max_levels: int
         pv = levels[lo:hi]
 
         # Keep the instance one more tick.
-        stay = _band_take(r_band.get(k + 1, empty_r), pv[None, :] + step_full[:, None], pad)
+        stay = _band_take(r_band.get(k + 1, empty_r), pv, step_full, pad)
         stay += (jrate[k] * tick_h)[:, None]
         finish_suffix(stay, fin_stay, lo, hi, np.zeros(n_act), jrate[k], 0.0, k)
         stay[~usable[k]] = np.inf
@@ -693,8 +703,7 @@ def _backward_forward(pb: JobProblem, act: IntArray, max_levels: int
             ok = cum_bad[end] - cum_bad[k] == 0
             if not ok.any():
                 continue
-            val = _band_take(r_band.get(end, empty_r), pv[None, :] + step_launch[c][:, None],
-                             pad)
+            val = _band_take(r_band.get(end, empty_r), pv, step_launch[c], pad)
             val += (cum_j[end] - cum_j[k])[:, None]
             if lc.frac > 0:
                 last = end - 1
@@ -702,10 +711,11 @@ def _backward_forward(pb: JobProblem, act: IntArray, max_levels: int
                               (1.0 - lc.frac) * tick_s, last)
             val[~ok] = np.inf
             cur, arg = best_loc[c], arg_loc[c]
-            cur[:] = val[mem_tab[:, 0]]
+            table = val.reshape(n_loc, width_m, width) if regular else None
+            cur[:] = table[:, 0] if table is not None else val[mem_tab[:, 0]]
             arg[:] = mem_tab[:, :1]
             for col in range(1, width_m):
-                other = val[mem_tab[:, col]]
+                other = table[:, col] if table is not None else val[mem_tab[:, col]]
                 better = other < cur
                 np.copyto(cur, other, where=better)
                 np.copyto(arg, mem_tab[:, col:col + 1], where=better)
@@ -738,16 +748,21 @@ def _backward_forward(pb: JobProblem, act: IntArray, max_levels: int
                     better = mine <= z_row
                     np.copyto(z_row, mine, where=better)
                     np.copyto(a_row, row, where=better)
-        wait = _band_take(n_band.get(k + 1, empty_n), pv, pad)
+        wait = _band_take(n_band.get(k + 1, empty_n), pv, None, pad)
         # Ties (to rounding): launch now rather than later, keep rather than move.
         go = np.isfinite(z_min) & (z_min <= wait + _TIE * np.abs(wait))
         n_now = np.where(go, z_min, wait)
         chosen = arg_loc[cls[rows_l, z_arg], z_arg, np.arange(width)[None, :]]
         leave = n_now[loc]
         keep = ~(leave < stay - np.where(np.isfinite(stay), _TIE * np.abs(stay), 0.0))
-        r_vals = np.full((n_act, pad + width + 1), np.inf)
-        r_vals[:, pad:pad + width] = np.where(keep, stay, leave)
-        n_vals = np.full((n_loc + 1, pad + width + 1), np.inf)
+        r_vals = np.empty((n_act, 2 * pad + width))
+        r_vals[:, :pad] = np.inf
+        r_vals[:, pad + width:] = np.inf
+        np.copyto(r_vals[:, pad:pad + width], leave)
+        np.copyto(r_vals[:, pad:pad + width], stay, where=keep)
+        n_vals = np.empty((n_loc + 1, 2 * pad + width))
+        n_vals[:, :pad] = np.inf
+        n_vals[:, pad + width:] = np.inf
         n_vals[:, pad:pad + width] = n_now
         r_band[k], n_band[k] = _Band(lo, width, r_vals), _Band(lo, width, n_vals)
         dec_launch[k] = np.where(go, act[chosen], NO_OFFER).astype(dtype)
@@ -762,12 +777,12 @@ def _backward_forward(pb: JobProblem, act: IntArray, max_levels: int
     zero = np.zeros(1, dtype=np.int64)
     if pb.start_offer >= 0 and pb.start_offer in pos:
         state_offer = pos[pb.start_offer]
-        value = float(_band_take(r_band[0], zero, pad)[state_offer, 0])
+        value = float(_band_take(r_band[0], zero, None, pad)[state_offer, 0])
         state_loc = int(loc[state_offer])
     else:
         state_offer = -1
         state_loc = pb.start_location if pb.start_location >= 0 else n_loc
-        value = float(_band_take(n_band[0], zero, pad)[state_loc, 0])
+        value = float(_band_take(n_band[0], zero, None, pad)[state_loc, 0])
     if not math.isfinite(value):
         return None
     targets: list[int] = []

@@ -9,6 +9,7 @@ returns, the caller may reuse its buffer.
 from __future__ import annotations
 
 import hashlib
+import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import IO, Final, TypeAlias
 
@@ -20,6 +21,40 @@ CHUNK_BYTES: Final = 8 << 20
 """Granularity of pipelined hashing and of streamed copies."""
 _INLINE_BYTES: Final = 1 << 20
 """Below this, hash on the caller's thread: a hand-off costs more than it saves."""
+FLUSH_EVERY_BYTES: Final = 64 << 20
+"""Write-behind granularity of durable local writes."""
+
+
+class Flusher:
+    """Makes a local file durable without a long stall at the end: every
+    FLUSH_EVERY_BYTES it starts an `fdatasync` on a helper thread (skipped while one is
+    still running), so the disk writes while the caller goes on; `close` does the final
+    `fsync`. Without it, all the disk time would come after all the hashing."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self._raw = raw
+        self._fd = raw.fileno()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fdatasync")
+        self._running: Future[None] | None = None
+        self._since = 0
+
+    def wrote(self, n: int) -> None:
+        self._since += n
+        if self._since >= FLUSH_EVERY_BYTES and (self._running is None or self._running.done()):
+            if self._running is not None:
+                self._running.result()
+            self._raw.flush()
+            self._running = self._pool.submit(os.fdatasync, self._fd)
+            self._since = 0
+
+    def close(self) -> None:
+        try:
+            if self._running is not None:
+                self._running.result()
+            self._raw.flush()
+            os.fsync(self._fd)
+        finally:
+            self._pool.shutdown(wait=True)
 
 
 class _Hasher:
@@ -64,11 +99,12 @@ class FileWriter:
     `write` accepts any buffer (bytes, bytearray, memoryview of tensor memory); large
     buffers are written in chunks while the previous chunk is hashed."""
 
-    def __init__(self, raw: IO[bytes], name: str) -> None:
+    def __init__(self, raw: IO[bytes], name: str, *, durable: bool = False) -> None:
         self._raw = raw
         self.name = name
         self.size_bytes = 0
         self._hasher = _Hasher()
+        self._flusher = Flusher(raw) if durable else None
         self.closed = False
 
     def write(self, data: BytesLike) -> int:
@@ -78,6 +114,8 @@ class FileWriter:
             chunk = view[start : start + CHUNK_BYTES]
             self._hasher.update(chunk)  # hashes while the chunk is written below
             _write_all(self._raw, chunk)
+            if self._flusher is not None:
+                self._flusher.wrote(len(chunk))
         self._hasher.wait()  # the caller may reuse `data` once we return
         self.size_bytes += n
         return n
@@ -92,9 +130,14 @@ class FileWriter:
         return self._hasher.hexdigest()
 
     def close(self) -> None:
+        """Finish hashing and, when durable, fsync (the file itself is the caller's)."""
         if not self.closed:
             self.closed = True
-            self._hasher.close()
+            try:
+                self._hasher.close()
+            finally:
+                if self._flusher is not None:
+                    self._flusher.close()
 
 
 def _write_all(raw: IO[bytes], chunk: memoryview) -> None:

@@ -21,9 +21,13 @@ Invariants:
   the same `manifest_sha256`; it verifies the destination before returning and is
   idempotent by request id.
 
-The store does not fsync: after a power loss a published checkpoint may fail to verify,
-and `latest` then falls back to the previous one. One writer per job at a time is the
-caller's job (the orchestrator runs one instance per job).
+Durability on local filesystems (`durable=True`, the default): every file is fsynced
+(with write-behind, see `hashio.Flusher`) before the manifest is published, and the
+manifest and its directory after, so a power loss cannot leave a published checkpoint
+whose bytes are not on disk. Object stores (s3, gs) make a PUT durable by themselves.
+Whatever happens, `verify` re-reads every byte and `latest` falls back past a corrupt
+checkpoint. One writer per job at a time is the caller's job (the orchestrator runs one
+instance per job).
 
 Backends other than file:// and memory:// (s3fs, gcsfs, ...) are imported by fsspec only
 when a store with that protocol is created.
@@ -35,6 +39,7 @@ import builtins
 import hashlib
 import json
 import logging
+import math
 import os
 import queue
 import threading
@@ -45,10 +50,11 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
 
 import fsspec
+from fsspec.implementations.local import LocalFileSystem
 
 from orchestrator.checkpoints import manifest as mf
 from orchestrator.checkpoints.errors import CheckpointExists, CorruptCheckpoint
-from orchestrator.checkpoints.hashio import CHUNK_BYTES, CheckpointReader, FileWriter
+from orchestrator.checkpoints.hashio import CHUNK_BYTES, CheckpointReader, FileWriter, Flusher
 from orchestrator.errors import InputError, PermanentError
 
 logger = logging.getLogger(__name__)
@@ -91,9 +97,12 @@ def _normalize_root(root_uri: str) -> str:
 
 
 class CheckpointStore:
-    """Checkpoints of many jobs under one root URI. Thread-safe for distinct jobs."""
+    """Checkpoints of many jobs under one root URI. Thread-safe for distinct jobs.
 
-    def __init__(self, root_uri: str, **storage_options: Any) -> None:
+    `storage_options` go to fsspec (credentials, endpoint_url, ...). `durable=False` skips
+    the fsyncs on local filesystems (scratch stores, tests)."""
+
+    def __init__(self, root_uri: str, *, durable: bool = True, **storage_options: Any) -> None:
         self.root_uri = _normalize_root(root_uri)
         protocol = self.root_uri.split("://", 1)[0]
         try:
@@ -108,6 +117,7 @@ class CheckpointStore:
                              got=f"{root_uri!r} ({exc})") from exc
         self._fs: fsspec.AbstractFileSystem = fs
         self._root: str = str(path).rstrip("/") or str(path)
+        self._fsync = durable and isinstance(fs, LocalFileSystem)
 
     def __repr__(self) -> str:
         return f"CheckpointStore({self.root_uri!r})"
@@ -153,6 +163,9 @@ class CheckpointStore:
         and nothing becomes visible."""
         mf.check_job_id(job_id)
         mf.check_step(step)
+        if not isinstance(now_s, int | float) or not math.isfinite(now_s):
+            raise InputError("checkpoint store", "now_s", "a finite time in seconds",
+                             got=repr(now_s))
         meta = mf.as_str_dict(metadata)
         directory = self._dir_path(job_id, step)
         manifest_path = f"{directory}/{mf.MANIFEST_NAME}"
@@ -174,7 +187,7 @@ class CheckpointStore:
             if "/" in name:
                 self._fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
             with self._fs.open(path, "wb") as raw:
-                writer = FileWriter(raw, name)
+                writer = FileWriter(raw, name, durable=self._fsync)
                 try:
                     yield writer
                 finally:
@@ -207,7 +220,20 @@ class CheckpointStore:
     def _publish(self, directory: str, blob: bytes) -> None:
         tmp = f"{directory}/.{mf.MANIFEST_NAME}.{uuid.uuid4().hex}.tmp"
         self._fs.pipe_file(tmp, blob)
+        self._sync_path(tmp)
         self._fs.mv(tmp, f"{directory}/{mf.MANIFEST_NAME}")
+        self._sync_path(directory)  # the rename
+        self._sync_path(directory.rsplit("/", 1)[0])  # the step directory's entry
+
+    def _sync_path(self, path: str) -> None:
+        """fsync a local file or directory (no-op unless durable and local)."""
+        if not self._fsync:
+            return
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def _discard_unpublished(self, directory: str) -> None:
         try:
@@ -439,7 +465,7 @@ class CheckpointStore:
         progress: Progress | None,
     ) -> int:
         """Stream one file; a helper thread reads and hashes the next chunk while this
-        thread writes the current one."""
+        thread writes the current one. Returns the bytes copied so far in all."""
         if "/" in name:
             dest._fs.makedirs(f"{dest_dir}/{name}".rsplit("/", 1)[0], exist_ok=True)
         chunks: queue.Queue[bytes | BaseException] = queue.Queue(maxsize=2)
@@ -464,24 +490,32 @@ class CheckpointStore:
         size = 0
         try:
             with dest._fs.open(f"{dest_dir}/{name}", "wb") as out:
-                while True:
-                    item = chunks.get()
-                    if isinstance(item, FileNotFoundError):
-                        raise CorruptCheckpoint(ref.uri, name, "missing") from item
-                    if isinstance(item, BaseException):
-                        raise item
-                    if not item:
-                        break
-                    size += len(item)
-                    if size > entry.size_bytes:
-                        raise CorruptCheckpoint(
-                            ref.uri, name,
-                            f"size differs (manifest {entry.size_bytes} bytes, file is longer)",
-                        )
-                    out.write(item)
-                    copied += len(item)
-                    if progress is not None:
-                        progress(copied, total)
+                flusher = Flusher(out) if dest._fsync else None
+                try:
+                    while True:
+                        item = chunks.get()
+                        if isinstance(item, FileNotFoundError):
+                            raise CorruptCheckpoint(ref.uri, name, "missing") from item
+                        if isinstance(item, BaseException):
+                            raise item
+                        if not item:
+                            break
+                        size += len(item)
+                        if size > entry.size_bytes:
+                            raise CorruptCheckpoint(
+                                ref.uri, name,
+                                f"size differs (manifest {entry.size_bytes} bytes, "
+                                "file is longer)",
+                            )
+                        out.write(item)
+                        if flusher is not None:
+                            flusher.wrote(len(item))
+                        copied += len(item)
+                        if progress is not None:
+                            progress(copied, total)
+                finally:
+                    if flusher is not None:
+                        flusher.close()
         finally:
             stop.set()
             with suppress(queue.Empty):

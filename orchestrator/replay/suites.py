@@ -191,7 +191,8 @@ class SuiteResult:
         }
 
     def format_table(self) -> str:
-        """Plain-text tables: per setting and policy, then per window."""
+        """Plain-text tables: per setting and policy, then per window. A regret marked `*`
+        belongs to a policy that missed deadlines the oracle met: not comparable."""
         lines = [f"suite {self.suite}: {self.description}"]
         head = (f"{'setting':28s} {'policy':22s} {'USD/job':>10s} {'kgCO2/job':>10s} "
                 f"{'met':>7s} {'regret':>8s}")
@@ -199,7 +200,7 @@ class SuiteResult:
         for r in self.by_setting:
             lines.append(f"{r.setting:28s} {r.policy:22s} {r.mean_usd_per_job:10.2f} "
                          f"{r.mean_kg_co2_per_job:10.2f} {f'{r.deadlines_met}/{r.jobs}':>7s} "
-                         f"{_pct(r.regret):>8s}")
+                         f"{_pct(r.regret, r.deadlines_met < r.jobs):>8s}")
             for label, value in self.anchors.get(r.setting, {}).items():
                 if r.policy == ORACLE and label.startswith("SkyNomad Optimal"):
                     lines.append(f"{'':28s} {'  anchor: ' + label:22s} {value:10.2f}")
@@ -208,14 +209,17 @@ class SuiteResult:
             for r in self.summary:
                 lines.append(f"{'all':28s} {r.policy:22s} {r.mean_usd_per_job:10.2f} "
                              f"{r.mean_kg_co2_per_job:10.2f} "
-                             f"{f'{r.deadlines_met}/{r.jobs}':>7s} {_pct(r.regret):>8s}")
+                             f"{f'{r.deadlines_met}/{r.jobs}':>7s} "
+                             f"{_pct(r.regret, r.deadlines_met < r.jobs):>8s}")
         head = (f"{'setting':28s} {'window':10s} {'policy':22s} {'USD':>10s} {'kgCO2':>9s} "
                 f"{'met':>5s} {'regret':>8s}")
         lines += ["", head, "-" * len(head)]
         for w in self.windows:
             lines.append(f"{w.setting:28s} {w.window:10s} {w.policy:22s} {w.usd:10.2f} "
                          f"{w.kg_co2:9.2f} {f'{w.deadlines_met}/{w.jobs}':>5s} "
-                         f"{_pct(w.regret):>8s}")
+                         f"{_pct(w.regret, w.deadlines_met < w.jobs):>8s}")
+        if any(w.deadlines_met < w.jobs for w in self.windows):
+            lines += ["", "* missed deadlines (the oracle met them): regret not comparable"]
         extra = [(s, label, v) for s, a in self.anchors.items() for label, v in a.items()]
         if extra:
             lines += ["", "published numbers (USD per job):"]
@@ -229,8 +233,10 @@ def _r(value: float | None, digits: int) -> float | None:
     return round(value, digits)
 
 
-def _pct(value: float | None) -> str:
-    return "-" if value is None or not math.isfinite(value) else f"{100 * value:+.2f}%"
+def _pct(value: float | None, missed: bool = False) -> str:
+    if value is None or not math.isfinite(value):
+        return "-"
+    return f"{100 * value:+.2f}%" + ("*" if missed else "")
 
 
 def _jsonable(value: Any) -> Any:

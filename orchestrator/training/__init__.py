@@ -17,7 +17,13 @@ from orchestrator.training.notices import (
 )
 from orchestrator.training.rng import capture_rng, restore_rng
 from orchestrator.training.run import STATE_FILE, ResumableRun
-from orchestrator.training.state_io import load_state, save_state, state_digest
+from orchestrator.training.state_io import (
+    load_state,
+    load_state_files,
+    save_state,
+    save_state_files,
+    state_digest,
+)
 
 __all__ = [
     "STATE_FILE",
@@ -30,8 +36,10 @@ __all__ = [
     "ResumableRun",
     "capture_rng",
     "load_state",
+    "load_state_files",
     "notice_source_from_env",
     "restore_rng",
     "save_state",
+    "save_state_files",
     "state_digest",
 ]

@@ -24,6 +24,9 @@ background thread serializes and writes it. The next checkpoint waits for the pr
 write. A write that fails with an I/O or transient error is logged and retried at the next
 due step (up to 3 in a row); a failure of the preemption or final checkpoint raises.
 
+One process checkpoints a job (in a multi-process job, only the process that owns the
+whole state, e.g. rank 0 of data-parallel training, should use a ResumableRun).
+
 Environment (each overridden by the matching argument):
 HELIOTROPE_JOB_ID, HELIOTROPE_CHECKPOINT_URI, HELIOTROPE_CHECKPOINT_STORAGE_OPTIONS (JSON
 object for fsspec), HELIOTROPE_CHECKPOINT_EVERY_STEPS, HELIOTROPE_CHECKPOINT_EVERY_MINUTES
@@ -64,7 +67,7 @@ from orchestrator.training.notices import (
     poll_interval_from_env,
 )
 from orchestrator.training.rng import capture_rng, restore_rng
-from orchestrator.training.state_io import FORMAT, load_state, map_tensors, save_state
+from orchestrator.training.state_io import FORMAT, load_state_files, map_tensors, save_state_files
 
 logger = logging.getLogger(__name__)
 
@@ -149,6 +152,7 @@ class ResumableRun:
         self._failures = 0
         self._corrupt: dict[int, CheckpointRef] = {}
         self._buffers: list[torch.Tensor] = []
+        self._buffers_ready: Future[list[torch.Tensor]] | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._pending: Future[CheckpointRef | None] | None = None
 
@@ -217,8 +221,8 @@ class ResumableRun:
 
     def _load(self, ref: CheckpointRef) -> Any:
         try:
-            with self.store.open_file(ref, STATE_FILE) as reader:
-                tree = load_state(reader)
+            tree = load_state_files(lambda name: self.store.open_file(ref, name),
+                                    name=STATE_FILE)
         except CorruptCheckpoint:
             raise
         except Exception as exc:  # a damaged header can fail anywhere in unpickling
@@ -233,9 +237,13 @@ class ResumableRun:
     def step_done(self, step: int, data_state: Mapping[str, Any] | None = None) -> None:
         """Call after optimizer step number `step` (0-based) with where the data is.
         Checkpoints when due, or at once (then exits 0) when a preemption notice is pending."""
+        if self.preempted is not None:
+            return  # exit_on_preemption=False: the loop should stop; nothing more is saved
         if not self._restored:
             raise PermanentError("ResumableRun.step_done() before restore(): call restore() "
                                  "first, so checkpoints continue the stored ones")
+        if self._closed:
+            raise PermanentError("ResumableRun.step_done() after close() or finish()")
         self._collect_pending(block=False)
         completed = step + 1
         self._last_step, self._last_data_state = completed, data_state
@@ -245,6 +253,8 @@ class ResumableRun:
         if self._notice_event.is_set():
             self._preempt(completed, data_state)
             return
+        if self.async_checkpoint and self._buffers_ready is None:
+            self._prepare_buffers(completed, data_state)
         if self._due(completed):
             self._checkpoint(completed, data_state, reason="periodic",
                              sync=not self.async_checkpoint)
@@ -263,14 +273,18 @@ class ResumableRun:
     def finish(self) -> CheckpointRef | None:
         """Checkpoint the last completed step (unless already done), wait for every write,
         and close. Returns the last checkpoint."""
-        if self._last_step is not None and self._last_step != self._ckpt_step:
-            self._checkpoint(self._last_step, self._last_data_state, reason="final", sync=True)
+        if not self._closed:
+            self._collect_pending(block=True)  # a failed background write is redone here
+            if self._last_step is not None and not self._saved(self._last_step):
+                self._checkpoint(self._last_step, self._last_data_state, reason="final",
+                                 sync=True)
         self.close()
         return self.last_checkpoint
 
     def _preempt(self, completed: int, data_state: Mapping[str, Any] | None) -> None:
         notice = self._notice or PreemptionNotice("unknown")
-        if self._ckpt_step != completed:
+        self._collect_pending(block=True)  # a failed background write is redone here
+        if not self._saved(completed):
             self._checkpoint(completed, data_state, reason="preemption", sync=True)
         self.close()
         self.preempted = notice
@@ -285,6 +299,10 @@ class ResumableRun:
             raise SystemExit(0)
 
     # -- checkpointing ------------------------------------------------------------------
+
+    def _saved(self, completed: int) -> bool:
+        """Whether a checkpoint of this step was written (or restored) successfully."""
+        return self.last_checkpoint is not None and self.last_checkpoint.step == completed
 
     def _state_tree(self, completed: int, data_state: Mapping[str, Any] | None) -> dict[str, Any]:
         return {
@@ -314,14 +332,37 @@ class ResumableRun:
                 self.stall_s.append(time.perf_counter() - started)
             return
         snapshot, events = self._snapshot(tree)
+        self._pending = self._writer().submit(
+            self._write_async, completed, snapshot, events, reason)
+        self.stall_s.append(time.perf_counter() - started)
+
+    def _prepare_buffers(self, completed: int, data_state: Mapping[str, Any] | None) -> None:
+        """Allocate and touch the host buffers on the writer thread, once the state has its
+        final shapes (after the first optimizer step), so that the first snapshot does not
+        pay for page faults on fresh memory."""
+        specs: list[tuple[torch.Size, torch.dtype, bool]] = []
+
+        def spec(t: torch.Tensor) -> torch.Tensor:
+            specs.append((t.shape, t.dtype, t.is_cuda and torch.cuda.is_available()))
+            return t
+
+        map_tensors(self._state_tree(completed, data_state), spec)
+
+        def allocate() -> list[torch.Tensor]:
+            return [torch.empty(shape, dtype=dtype, pin_memory=pin).zero_()
+                    for shape, dtype, pin in specs]
+
+        self._buffers_ready = self._writer().submit(allocate)
+
+    def _writer(self) -> ThreadPoolExecutor:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-writer")
-        self._pending = self._pool.submit(self._write_async, completed, snapshot, events,
-                                          reason)
-        self.stall_s.append(time.perf_counter() - started)
+        return self._pool
 
     def _snapshot(self, tree: dict[str, Any]) -> tuple[Any, list[Any]]:
         """Copy every tensor into this run's reusable host buffers (the loop's only stall)."""
+        if self._buffers_ready is not None and not self._buffers:
+            self._buffers = self._buffers_ready.result()
         index = 0
         devices: set[torch.device] = set()
 
@@ -362,8 +403,7 @@ class ResumableRun:
 
     def _write(self, completed: int, tree: Any, reason: str) -> CheckpointRef:
         def files(open_file: WriteFn) -> None:
-            with open_file(STATE_FILE) as out:
-                save_state(tree, out)
+            save_state_files(tree, open_file, name=STATE_FILE)
 
         metadata = {"format": FORMAT, "reason": reason, "torch": torch.__version__}
         now_s = self._wall_clock()

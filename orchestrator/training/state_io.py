@@ -1,15 +1,21 @@
-"""Stream a tree of torch state (state dicts, RNG states, plain values) to a file and back.
+"""Write a tree of torch state (state dicts, RNG states, plain values) to files and back.
 
-Format "heliotrope-state/1"::
+Format "heliotrope-state/1". The header file (or the start of a single stream)::
 
-    b"HTSTATE1" | u64 little-endian header length | header | tensor bytes, in tree order
+    b"HTSTATE1" | u64 little-endian header length | header
 
-The header is `torch.save` of the tree with every tensor replaced by a meta tensor of the
-same dtype and shape (so it is small, and is read back with `weights_only=True`: no
-arbitrary pickle from storage). The tensor bytes follow, raw and contiguous. Writing hands
-tensor memory straight to the sink (no serialization copy); reading allocates each tensor
-once and fills it with `readinto`. Both stream, so a checkpoint is never held twice in
-memory, and the sink/source can hash on the fly (see `orchestrator.checkpoints.hashio`).
+The header is `torch.save` of {"skeleton": the tree with every tensor replaced by a meta
+tensor of the same dtype and shape, "shards": names of the data files, "shard_bytes",
+"total_bytes"}: small, and read back with `weights_only=True` (no arbitrary pickle from
+storage). The tensor bytes, raw and contiguous in tree order, form one virtual stream of
+`total_bytes`: either inline after the header (`save_state`, one stream, no shards) or cut
+into shard files of `shard_bytes` each (`save_state_files`), written and read by several
+threads at once, so hashing and I/O use more than one core and object stores get parallel
+streams.
+
+Writing hands tensor memory straight to the file (no serialization copy); reading
+allocates each tensor once and fills it with `readinto`. Nothing is held twice in memory,
+and the files can hash on the fly (see `orchestrator.checkpoints.hashio`).
 
 Supported leaves: dense tensors of any dtype on any device (saved from CPU memory, loaded
 on CPU), and what `torch.load(weights_only=True)` accepts: None, bool, int, float, str,
@@ -22,9 +28,12 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import io
+import os
 import struct
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from typing import Any, Final, Protocol
 
 import torch
@@ -33,6 +42,9 @@ from orchestrator.errors import InputError, PermanentError
 
 MAGIC: Final = b"HTSTATE1"
 FORMAT: Final = "heliotrope-state/1"
+SHARD_BYTES: Final = 256 << 20
+THREADS: Final = max(2, min(8, os.cpu_count() or 1))
+_MAX_HEADER_BYTES: Final = 1 << 30
 _CHUNK: Final = 32 << 20
 
 
@@ -82,55 +94,185 @@ def _check_dense(t: torch.Tensor) -> None:
                          got=f"{t.layout} quantized={t.is_quantized}")
 
 
-def save_state(tree: Any, sink: Sink) -> int:
-    """Write `tree` to `sink`; returns the bytes written."""
+OpenSink = Callable[[str], AbstractContextManager[Sink]]
+OpenSource = Callable[[str], AbstractContextManager[Source]]
+
+
+def _flatten(tree: Any) -> tuple[Any, list[torch.Tensor]]:
+    """The skeleton (tensors -> meta tensors) and the tensors as contiguous CPU tensors."""
     tensors: list[torch.Tensor] = []
 
     def to_meta(t: torch.Tensor) -> torch.Tensor:
         _check_dense(t)
-        tensors.append(t)
-        return torch.empty(t.shape, dtype=t.dtype, device="meta")
-
-    skeleton = map_tensors(tree, to_meta)
-    header = io.BytesIO()
-    torch.save(skeleton, header)
-    head = header.getvalue()
-    sink.write(MAGIC + struct.pack("<Q", len(head)) + head)
-    written = len(MAGIC) + 8 + len(head)
-    for t in tensors:
         data = t.detach()
         if data.device.type != "cpu":
             data = data.cpu()
-        data = data.contiguous()
-        view = byte_view(data)
-        for start in range(0, len(view), _CHUNK):
-            sink.write(view[start : start + _CHUNK])
-        written += len(view)
-    return written
+        tensors.append(data.contiguous())
+        return torch.empty(t.shape, dtype=t.dtype, device="meta")
+
+    return map_tensors(tree, to_meta), tensors
 
 
-def load_state(source: Source) -> Any:
-    """Read a tree written by `save_state`; tensors come back contiguous, on CPU."""
+def _header(skeleton: Any, shards: list[str], shard_bytes: int, total: int) -> bytes:
+    buf = io.BytesIO()
+    torch.save({"skeleton": skeleton, "shards": shards, "shard_bytes": shard_bytes,
+                "total_bytes": total}, buf)
+    head = buf.getvalue()
+    return MAGIC + struct.pack("<Q", len(head)) + head
+
+
+def _read_header(source: Source) -> dict[str, Any]:
     lead = _read_exact(source, len(MAGIC) + 8)
     if lead[: len(MAGIC)] != MAGIC:
         raise PermanentError(f"not a {FORMAT} stream (starts with {lead[:8]!r})")
     (head_len,) = struct.unpack("<Q", lead[len(MAGIC) :])
-    skeleton = torch.load(io.BytesIO(_read_exact(source, head_len)), weights_only=True)
+    if head_len > _MAX_HEADER_BYTES:
+        raise PermanentError(f"{FORMAT} header of {head_len} bytes: damaged")
+    header = torch.load(io.BytesIO(_read_exact(source, head_len)), weights_only=True)
+    if not isinstance(header, dict) or not {"skeleton", "shards", "shard_bytes",
+                                            "total_bytes"} <= header.keys():
+        raise PermanentError(f"{FORMAT} header is not readable")
+    return header
 
-    def fill(meta: torch.Tensor) -> torch.Tensor:
+
+def _views(tensors: list[torch.Tensor]) -> list[memoryview]:
+    return [byte_view(t) for t in tensors]
+
+
+def _slices(views: list[memoryview], start: int, end: int) -> Iterator[memoryview]:
+    """The pieces of the virtual stream [start, end) of the concatenated `views`."""
+    offset = 0
+    for view in views:
+        lo, hi = max(start, offset), min(end, offset + len(view))
+        if lo < hi:
+            yield view[lo - offset : hi - offset]
+        offset += len(view)
+        if offset >= end:
+            return
+
+
+def _fill(source: Source, target: memoryview) -> None:
+    got = 0
+    while got < len(target):
+        n = source.readinto(target[got:])
+        if not n:
+            raise PermanentError(f"{FORMAT} data ends early")
+        got += n
+
+
+def _allocate(skeleton: Any) -> tuple[Any, list[torch.Tensor]]:
+    tensors: list[torch.Tensor] = []
+
+    def alloc(meta: torch.Tensor) -> torch.Tensor:
         t = torch.empty(meta.shape, dtype=meta.dtype)
-        view = byte_view(t)
-        got = 0
-        while got < len(view):
-            n = source.readinto(view[got:])
-            if not n:
-                raise PermanentError(f"{FORMAT} stream ends inside a tensor")
-            got += n
+        tensors.append(t)
         return t
 
-    tree = map_tensors(skeleton, fill)
+    return map_tensors(skeleton, alloc), tensors
+
+
+def _parallel(jobs: list[Callable[[], None]], threads: int) -> None:
+    if len(jobs) <= 1 or threads <= 1:
+        for job in jobs:
+            job()
+        return
+    with ThreadPoolExecutor(max_workers=min(threads, len(jobs)),
+                            thread_name_prefix="state-io") as pool:
+        futures = [pool.submit(job) for job in jobs]
+        for future in futures:
+            future.result()
+
+
+def save_state(tree: Any, sink: Sink) -> int:
+    """Write `tree` to one stream (header, then the tensor bytes); returns bytes written."""
+    skeleton, tensors = _flatten(tree)
+    views = _views(tensors)
+    total = sum(len(v) for v in views)
+    head = _header(skeleton, [], 0, total)
+    sink.write(head)
+    for view in views:
+        for start in range(0, len(view), _CHUNK):
+            sink.write(view[start : start + _CHUNK])
+    return len(head) + total
+
+
+def load_state(source: Source) -> Any:
+    """Read a tree written by `save_state`; tensors come back contiguous, on CPU."""
+    header = _read_header(source)
+    if header["shards"]:
+        raise PermanentError(f"{FORMAT}: sharded state; read it with load_state_files")
+    tree, tensors = _allocate(header["skeleton"])
+    for view in _views(tensors):
+        _fill(source, view)
     if source.read(1):
         raise PermanentError(f"{FORMAT} stream has bytes after its last tensor")
+    return tree
+
+
+def save_state_files(
+    tree: Any,
+    open_file: OpenSink,
+    *,
+    name: str = "state",
+    shard_bytes: int = SHARD_BYTES,
+    threads: int = THREADS,
+) -> int:
+    """Write `tree` as the header file `name` plus shard files `name.0000`, ... of
+    `shard_bytes` each, `threads` at a time. Returns the bytes written."""
+    if shard_bytes <= 0:
+        raise InputError("save_state_files", "shard_bytes", "> 0", got=shard_bytes)
+    skeleton, tensors = _flatten(tree)
+    views = _views(tensors)
+    total = sum(len(v) for v in views)
+    count = -(-total // shard_bytes)
+    shards = [f"{name}.{k:04d}" for k in range(count)]
+    head = _header(skeleton, shards, shard_bytes, total)
+    with open_file(name) as out:
+        out.write(head)
+
+    def write_shard(k: int) -> Callable[[], None]:
+        def job() -> None:
+            with open_file(shards[k]) as out:
+                for piece in _slices(views, k * shard_bytes, min((k + 1) * shard_bytes, total)):
+                    out.write(piece)
+
+        return job
+
+    _parallel([write_shard(k) for k in range(count)], threads)
+    return len(head) + total
+
+
+def load_state_files(open_file: OpenSource, *, name: str = "state",
+                     threads: int = THREADS) -> Any:
+    """Read a tree written by `save_state_files` (or `save_state` into the file `name`)."""
+    with open_file(name) as src:
+        header = _read_header(src)
+        shards: list[str] = header["shards"]
+        tree, tensors = _allocate(header["skeleton"])
+        views = _views(tensors)
+        total = sum(len(v) for v in views)
+        if total != header["total_bytes"]:
+            raise PermanentError(f"{FORMAT} header disagrees with itself about its size")
+        if not shards:  # a single stream
+            for view in views:
+                _fill(src, view)
+        if src.read(1):
+            raise PermanentError(f"{FORMAT} file {name} has bytes after its end")
+    shard_bytes = int(header["shard_bytes"])
+    if shards and (shard_bytes <= 0 or len(shards) != -(-total // shard_bytes)):
+        raise PermanentError(f"{FORMAT} header lists {len(shards)} shards for {total} bytes")
+
+    def read_shard(k: int) -> Callable[[], None]:
+        def job() -> None:
+            with open_file(shards[k]) as src:
+                for piece in _slices(views, k * shard_bytes, min((k + 1) * shard_bytes, total)):
+                    _fill(src, piece)
+                if src.read(1):
+                    raise PermanentError(f"{FORMAT} shard {shards[k]} is longer than listed")
+
+        return job
+
+    _parallel([read_shard(k) for k in range(len(shards))], threads)
     return tree
 
 

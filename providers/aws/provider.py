@@ -285,20 +285,21 @@ class AwsProvider:
         region = region_of_zone(CLOUD, zone)
         action = f"ec2:RunInstances {zone} {instance_type} {market.value}"
         try:
+            user_data = render(entrypoint=spec.entrypoint, env=spec.env, job_id=spec.job_id,
+                               cluster=self._cluster, request_id=request_id,
+                               gang_size=spec.count)
             existing = self._find_request(region, request_id)
             if existing is not None:
                 logger.info("launch %s: already launched as %s (%s)", request_id, existing.id,
                             existing.state)
                 return self._outcome(existing, spec)
             image_id = self._ami(region)
-            user_data = render(entrypoint=spec.entrypoint, env=spec.env, job_id=spec.job_id,
-                               cluster=self._cluster, request_id=request_id,
-                               gang_size=spec.count)
             params = self._run_params(spec, request_id, zone, instance_type, market, image_id,
                                       user_data)
             ec2 = self._clients.ec2(region)
             response = self._retry(lambda: ec2.run_instances(**params), action)
         except UserDataError as exc:
+            logger.warning("launch %s refused: %s", request_id, exc)
             return LaunchOutcome(None, error=ProviderFailure(FailureKind.INVALID, str(exc)))
         except AwsPermanentError as exc:
             return LaunchOutcome(None, error=exc.failure)
@@ -355,13 +356,16 @@ class AwsProvider:
         """Preemption notices, preemptions and capacity losses since the last poll, each
         reported once, by gang leader."""
         now_s = self._clock.now().timestamp()
-        events: list[ProviderEvent] = []
-        seen: set[str] = set()
+        observed = []  # read every region first: a failed read reports (and forgets) nothing
         for region in self._regions:
             with _mapped(f"ec2:DescribeInstances {region}"):
                 members = self._describe(region, cluster=self._cluster)
             with _mapped(f"ec2:DescribeSpotInstanceRequests {region}"):
                 requests = self._spot_requests(region)
+            observed.append((members, requests))
+        events: list[ProviderEvent] = []
+        seen: set[str] = set()
+        for members, requests in observed:
             groups = gangs(members)
             leader_of: dict[str, AwsInstance] = {}
             for gang in groups.values():

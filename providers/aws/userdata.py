@@ -1,7 +1,7 @@
 """The user-data script that starts a job on a fresh instance.
 
 cloud-init runs it once, as root, at first boot. It exports the job's environment
-(`LaunchSpec.env`, minus anything that looks like a credential), asks the instance
+(`LaunchSpec.env`; a name that looks like a credential makes the launch INVALID), asks the instance
 metadata service (IMDSv2: a session token first) for the instance id and the gang rank
 (`ami-launch-index`), and starts `LaunchSpec.entrypoint` with its output in
 `/var/log/heliotrope/job.log`. Credentials never travel in user data: anyone who can
@@ -11,13 +11,10 @@ describe the instance can read it. The job gets AWS access from the instance pro
 from __future__ import annotations
 
 import itertools
-import logging
 import re
 import shlex
 from collections.abc import Mapping, Sequence
 from typing import Final
-
-logger = logging.getLogger(__name__)
 
 USER_DATA_LIMIT_BYTES: Final = 16 * 1024  # EC2: user data is limited to 16 KB (raw)
 LOG_DIR: Final = "/var/log/heliotrope"
@@ -52,17 +49,19 @@ def looks_secret(name: str) -> bool:
 
 
 def job_environment(env: Mapping[str, str]) -> dict[str, str]:
-    """`env` without credential-like names (logged by name, never by value)."""
-    kept: dict[str, str] = {}
-    for name, value in env.items():
+    """`env`, checked: shell variable names only, and no credential-like name (user data is
+    readable by anyone who may describe the instance). Errors name the variable, never its
+    value."""
+    secret = sorted(name for name in env if looks_secret(name))
+    if secret:
+        raise UserDataError(
+            f"the job environment has credential-like names ({', '.join(secret)}): user "
+            "data is readable by anyone who may describe the instance; give the job an "
+            "instance profile or read the secret from a secret store")
+    for name in env:
         if not _NAME.fullmatch(name):
             raise UserDataError(f"environment name {name!r} is not a shell variable name")
-        if looks_secret(name):
-            logger.warning("not passing %s to the instance: it looks like a credential; "
-                           "give the job an instance profile instead", name)
-            continue
-        kept[name] = value
-    return kept
+    return dict(env)
 
 
 def render(

@@ -48,7 +48,8 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Names that look like credentials: never written into instance metadata, which anyone with
 # compute.instances.get can read.
 SECRET_NAME: Final = re.compile(
-    r"SECRET|TOKEN|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|PRIVATE|API_?KEY|ACCESS_?KEY|AUTH",
+    r"(?:^|_)(?:SECRETS?|TOKENS?|PASSWORDS?|PASSWD|PASSPHRASE|CREDENTIALS?|PRIVATE_?KEY|"
+    r"API_?KEYS?|ACCESS_?KEYS?|AUTH|COOKIES?)(?:_|$)",
     re.IGNORECASE,
 )
 _CLOUD_CREDENTIAL_PREFIXES: Final = ("AWS_", "GOOGLE_", "GCP_", "GCLOUD_", "CLOUDSDK_", "AZURE_")

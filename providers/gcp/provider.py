@@ -70,6 +70,7 @@ from providers.gcp.naming import Gang
 
 if TYPE_CHECKING:
     import requests
+    from google.api_core.client_options import ClientOptions
     from google.auth.credentials import Credentials
     from google.cloud import compute_v1
     from tenacity import RetryCallState
@@ -149,7 +150,7 @@ class GcpProvider:
         project: str,
         zones: Sequence[str],
         credentials: Credentials | None = None,
-        client_options: Mapping[str, Any] | None = None,
+        client_options: ClientOptions | Mapping[str, Any] | None = None,
         transport: str = "rest",
         clock: Clock | None = None,
         billing_api_key: str | None = None,
@@ -169,7 +170,7 @@ class GcpProvider:
         self.project = project
         self.zones = tuple(dict.fromkeys(zones))
         self._credentials = credentials
-        self._client_options = dict(client_options) if client_options is not None else None
+        self._client_options = client_options
         self._transport = transport
         self._clock: Clock = clock or SystemClock()
         self._sleep = sleep or self._clock.sleep
@@ -212,7 +213,10 @@ class GcpProvider:
             request = compute_v1.ListMachineTypesRequest(
                 project=self.project, zone=zone, filter=MACHINE_TYPE_FILTER
             )
-            machine_types = self._api_list(partial(client.list, request=request, retry=None))
+            try:
+                machine_types = self._api_list(partial(client.list, request=request, retry=None))
+            except _call_errors() as exc:
+                raise _as_error(exc) from exc
             region = catalog.region_of_zone(CLOUD, zone)
             for mt in machine_types:
                 gpus = catalog.instance_gpus(CLOUD, mt.name)
@@ -404,7 +408,10 @@ class GcpProvider:
             request = compute_v1.ListZoneOperationsRequest(
                 project=self.project, zone=zone, filter=f'operationType = "{PREEMPTED_OPERATION}"'
             )
-            operations = self._api_list(partial(client.list, request=request, retry=None))
+            try:
+                operations = self._api_list(partial(client.list, request=request, retry=None))
+            except _call_errors() as exc:
+                raise _as_error(exc) from exc
             for op in operations:
                 key = str(op.id) if op.id else op.name
                 if key in self._seen_operations or op.operation_type != PREEMPTED_OPERATION:
@@ -544,7 +551,7 @@ class GcpProvider:
             naming.META_CLUSTER: self.cluster,
             naming.META_JOB: spec.job_id,
             naming.META_REQUEST: request_id,
-            naming.META_STARTUP_S: f"{spec.startup_s:g}",
+            naming.META_STARTUP_S: repr(float(spec.startup_s)),
         }
         interface = compute_v1.NetworkInterface(network=cfg.network)
         if cfg.subnetwork:

@@ -6,6 +6,7 @@ calls)."""
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -229,6 +230,12 @@ def test_bad_input_is_refused_and_nothing_is_written(
         assert store.list(JOB) == []
 
 
+@pytest.mark.parametrize("now_s", [float("nan"), float("inf"), "0"])
+def test_a_bad_time_is_refused(store: CheckpointStore, now_s: float) -> None:
+    with pytest.raises(InputError, match="now_s"):
+        store.write(JOB, 1, {"a": b""}, now_s=now_s)
+
+
 def test_a_ref_of_another_store_is_refused(store: CheckpointStore, other: CheckpointStore) -> None:
     (ref,) = write_n(store, 1)
     with pytest.raises(InputError, match=r"ref\.uri"):
@@ -243,13 +250,10 @@ def test_backends_are_imported_only_when_used() -> None:
 
 
 def test_a_missing_backend_says_what_to_install() -> None:
-    try:
-        import s3fs  # noqa: F401
-    except ImportError:
-        with pytest.raises(PermanentError, match="s3fs"):
-            CheckpointStore("s3://bucket/prefix")
-    else:
+    if importlib.util.find_spec("s3fs") is not None:
         pytest.skip("s3fs is installed")
+    with pytest.raises(PermanentError, match="s3fs"):
+        CheckpointStore("s3://bucket/prefix")
 
 
 # -- verification and fall back ---------------------------------------------------------

@@ -50,8 +50,8 @@ class _Handler(BaseHTTPRequestHandler):
             if self.headers.get("X-aws-ec2-metadata-token") != self.state.token:
                 self._send(401)
             elif self.path == "/latest/meta-data/spot/instance-action" and self.state.preempted:
-                body = json.dumps({"action": "terminate", "time": "2024-05-01T12:00:00Z"})
-                self._send(200, body.encode(), {"Content-Type": "text/plain"})
+                action = json.dumps({"action": "terminate", "time": "2024-05-01T12:00:00Z"})
+                self._send(200, action.encode(), {"Content-Type": "text/plain"})
             else:
                 self._send(404)
         elif self.path == "/computeMetadata/v1/instance/preempted":

@@ -23,7 +23,7 @@ import pytest
 
 from orchestrator.checkpoints import CheckpointRef, CheckpointStore
 from orchestrator.training import STATE_FILE, state_digest
-from orchestrator.training.state_io import load_state
+from orchestrator.training.state_io import load_state_files
 from tests.training.metadata_server import metadata_server
 
 REPO = Path(__file__).resolve().parents[2]
@@ -90,8 +90,7 @@ def final_digest(leg: Leg) -> str:
 
 
 def load(store: CheckpointStore, ref: CheckpointRef) -> Any:
-    with store.open_file(ref, STATE_FILE) as f:
-        return load_state(f)
+    return load_state_files(lambda name: store.open_file(ref, name), name=STATE_FILE)
 
 
 def move(src: CheckpointStore, dest: CheckpointStore, request_id: str) -> CheckpointRef:

@@ -15,15 +15,18 @@ import math
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from orchestrator import catalog
 from orchestrator.loop import LoopOptions
-from orchestrator.model import CostSettings, Decision, JobSpec, Phase
+from orchestrator.model import CostSettings, Decision, JobSpec, Phase, Snapshot
 from orchestrator.replay.runner import build_grid, run_policy
 from orchestrator.signals.grid import SignalGrid
+from policies.base import Policy
 from policies.baselines import CarbonGreedy, OnDemand, SpotFailover, UniformProgress
 from policies.oracle import NO_OFFER, Hindsight, JobProblem, Oracle, plan_job
 from policies.registry import make_policy
@@ -78,7 +81,7 @@ def simulate(pb: JobProblem, seq: tuple[int, ...]) -> float:
                 return math.inf
             if pb.finishing_tick_free:
                 tick_usd = tick_kg = 0.0
-            return usd + tick_usd + pb.carbon_usd_per_tonne * (kg + tick_kg) / 1000.0
+            return float(usd + tick_usd + pb.carbon_usd_per_tonne * (kg + tick_kg) / 1000.0)
         usd += tick_usd
         kg += tick_kg
         progress += pb.rate[held] * (t1 - run_from) / 3600.0
@@ -236,7 +239,7 @@ def test_replayed_cost_equals_dp_value(pattern: tuple[tuple[float, float], ...],
 
 def test_never_worse_than_a_baseline_on_random_instances() -> None:
     rng = np.random.default_rng(11)
-    baselines = [OnDemand(), SpotFailover(), UniformProgress(), CarbonGreedy()]
+    baselines: list[Policy] = [OnDemand(), SpotFailover(), UniformProgress(), CarbonGreedy()]
     for _ in range(8):
         changes = np.cumsum(rng.uniform(0.3, 3.0, 8))
         pattern = ((0.0, float(rng.integers(0, 2))),
@@ -295,12 +298,15 @@ def _extended(grid: SignalGrid, hours: int) -> SignalGrid:
     n = int(hours * 3600 / grid.tick_s)
     extra = n - grid.n_ticks
 
-    def grow(a: np.ndarray) -> np.ndarray:
+    def grow(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
         return np.concatenate([a, np.repeat(a[-1:], extra, axis=0)]) if extra > 0 else a
 
-    return replace(grid, **{f: grow(getattr(grid, f)) for f in (
-        "usd_per_hour", "spot_capacity", "carbon_g_per_kwh", "carbon_marginal_g_per_kwh",
-        "carbon_hourly_known", "curtailing")})
+    return replace(grid, usd_per_hour=grow(grid.usd_per_hour),
+                   spot_capacity=grow(grid.spot_capacity),
+                   carbon_g_per_kwh=grow(grid.carbon_g_per_kwh),
+                   carbon_marginal_g_per_kwh=grow(grid.carbon_marginal_g_per_kwh),
+                   carbon_hourly_known=grow(grid.carbon_hourly_known),
+                   curtailing=grow(grid.curtailing))
 
 
 def test_registry_oracle_is_bound_by_the_replay_and_works_unbound() -> None:
@@ -318,7 +324,7 @@ def test_registry_oracle_is_bound_by_the_replay_and_works_unbound() -> None:
     class Spy:
         name = "spy"
 
-        def __call__(self, snapshot):  # type: ignore[no-untyped-def]
+        def __call__(self, snapshot: Snapshot) -> Decision:
             captured.append(unbound(snapshot))
             return captured[-1]
 
@@ -371,3 +377,43 @@ def test_skynomad_h100_window_shape_and_oracle(shared_data: Path) -> None:
     assert float(run.fleet.usd[0]) == pytest.approx(plan.dp_objective_usd, rel=1e-9)
     # Window t0: 34.556 h of spot at the cheapest zone plus cold starts and moves.
     assert 560.0 < float(run.fleet.usd[0]) < 600.0
+
+
+@pytest.mark.traces
+def test_suite_api_one_window(shared_data: Path) -> None:
+    import json
+
+    from orchestrator.errors import InputError, UnknownNameError
+    from orchestrator.replay.suites import SUITES, case_grid, cbl_v100, run_suite
+
+    assert set(SUITES) == {"skynomad-h100", "cbl-v100"}
+    seen: list[tuple[str, int, int]] = []
+    result = run_suite("skynomad-h100", shared_data, ["on-demand"], {"start_ticks": "0"},
+                       progress=lambda what, done, total: seen.append((what, done, total)))
+    assert result.policies == ("oracle", "on-demand")
+    assert seen[-1] == ("done", 2, 2)
+    oracle, on_demand = result.policy("oracle"), result.policy("on-demand")
+    assert oracle.deadlines_met == oracle.jobs == 1 and oracle.regret == 0.0
+    assert on_demand.regret is not None and on_demand.regret > 1.0  # 82.5 vs ~16.4 USD/h
+    doc = json.loads(json.dumps(result.to_json()))
+    assert doc["suite"] == "skynomad-h100" and len(doc["windows"]) == 2
+    assert doc["summary"][0]["deadlines_total"] == 1
+    assert "oracle" in result.format_table()
+    with pytest.raises(InputError, match="deadline_ratio"):
+        run_suite("skynomad-h100", shared_data, [], {"deadline_ratios": 1.2})
+    with pytest.raises(UnknownNameError):
+        run_suite("no-such-suite", shared_data, [])
+    with pytest.raises(UnknownNameError):
+        run_suite("skynomad-h100", shared_data, ["no-such-policy"])
+
+    cbl = cbl_v100(shared_data, {"start_ticks": [0]})
+    assert [c.setting for c in cbl.cases] == ["slack 4 h, cold 0.05 h", "slack 4 h, cold 0.2 h",
+                                             "slack 22 h, cold 0.05 h", "slack 22 h, cold 0.2 h"]
+    case = cbl.cases[-1]
+    (spec,) = case.jobs
+    assert case.tick_s == 195 and spec.work_gpu_hours == 48.0
+    assert (spec.deadline - spec.start) == timedelta(hours=70)
+    grid = case_grid(case)
+    assert len(grid.offers) == 18  # 9 zones x (spot, on-demand)
+    on_demand_cols = [k for k, o in enumerate(grid.offers) if o.market.value == "on_demand"]
+    assert np.allclose(grid.usd_per_hour[:, on_demand_cols], 3.06)

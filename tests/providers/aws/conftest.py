@@ -29,7 +29,7 @@ HERE = Path(__file__).resolve().parent
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 CLUSTER = "test"
 REGIONS = ("us-east-1", "us-west-2")
-DLAMI_ID = "ami-12c6146b"  # an image moto knows, standing in for the Deep Learning AMI
+DLAMI_ID = "ami-0d1a2b3c4d5e6f701"  # stands in for the Deep Learning AMI
 
 # (IAM service prefix, operation, parameter names) of every call the adapter made.
 RECORDED: set[tuple[str, str, frozenset[str]]] = set()
@@ -80,8 +80,9 @@ Handler = Callable[[dict[str, Any]], Answer]
 
 @dataclass
 class Hooks:
-    """Handlers by "service:Operation" (IAM prefix), called with the API parameters; None
-    lets the call through to moto. `calls` logs every call of the current test."""
+    """Handlers by "service:Operation" (IAM prefix), called with the API parameters (and
+    the client's region as "_region"); an answer of None lets the call through to moto.
+    `calls` logs every call of the current test."""
 
     handlers: dict[str, Handler] = field(default_factory=dict)
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
@@ -117,7 +118,8 @@ class Hooks:
         from botocore.awsrequest import AWSResponse
 
         operation = f"{model.service_model.signing_name}:{model.name}"
-        params = context.get("heliotrope_test_params", {})
+        params = {**context.get("heliotrope_test_params", {}),
+                  "_region": context.get("client_region")}
         self.calls.append((operation, params))
         handler = self.handlers.get(operation)
         answer = handler(params) if handler is not None else None
@@ -133,16 +135,19 @@ class Hooks:
 
 # -- recorded-shape answers -----------------------------------------------------------------
 
+# Instance types moto describes (with GpuInfo and zone offerings): g5.xlarge (A10G),
+# p4d.24xlarge (8 x A100-40GB), g6.2xlarge (L4). us-east-1e sells no g5.xlarge in moto: a
+# spot price there must not make an offer.
 SPOT_USD: dict[tuple[str, str], float] = {
-    ("us-east-1a", "p3.2xlarge"): 0.918,
-    ("us-east-1b", "p3.2xlarge"): 1.02,
-    ("us-east-1a", "g5.xlarge"): 0.4,
-    ("us-west-2a", "p3.2xlarge"): 0.95,
+    ("us-east-1a", "g5.xlarge"): 0.4528,
+    ("us-east-1b", "g5.xlarge"): 0.5012,
+    ("us-east-1e", "g5.xlarge"): 0.3999,
+    ("us-east-1a", "p4d.24xlarge"): 8.6,
+    ("us-west-2a", "p4d.24xlarge"): 9.1,
 }
 ON_DEMAND_USD: dict[tuple[str, str], float] = {
-    ("us-east-1", "p3.2xlarge"): 3.06,
-    ("us-west-2", "p3.2xlarge"): 3.06,
     ("us-east-1", "g5.xlarge"): 1.006,
+    ("us-east-1", "p4d.24xlarge"): 21.96,
 }
 
 
@@ -232,6 +237,9 @@ def aws_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "aws-config"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "aws-credentials"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    # moto: no catalogue of public AMIs (building it costs ~0.5 s per region and test);
+    # RunInstances takes any image id unless MOTO_ENABLE_AMI_VALIDATION is set.
+    monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
 
 
 @pytest.fixture

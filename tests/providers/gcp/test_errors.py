@@ -16,17 +16,30 @@ CLASSIFY = [
     (["ZONE_RESOURCE_POOL_EXHAUSTED"], "", 503, FailureKind.CAPACITY),
     (["ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS"], "", 503, FailureKind.CAPACITY),
     (["REGION_RESOURCE_POOL_EXHAUSTED"], "", None, FailureKind.CAPACITY),
-    ([], "The zone 'projects/p/zones/z' does not have enough resources available to fulfill "
-     "the request.", None, FailureKind.CAPACITY),
+    (
+        [],
+        "The zone 'projects/p/zones/z' does not have enough resources available to fulfill "
+        "the request.",
+        None,
+        FailureKind.CAPACITY,
+    ),
     (["RESOURCE_EXHAUSTED"], "", None, FailureKind.CAPACITY),  # an operation's stockout
     (["RESOURCE_EXHAUSTED"], "", 429, FailureKind.TRANSIENT),  # HTTP 429: throttled
     (["QUOTA_EXCEEDED"], "Quota 'GPUS_ALL_REGIONS' exceeded.", 403, FailureKind.QUOTA),
     (["quotaExceeded"], "Quota 'NVIDIA_A100_GPUS' exceeded.", 403, FailureKind.QUOTA),
     ([], "Quota 'CPUS' exceeded.  Limit: 24.0 in region us-west1.", 403, FailureKind.QUOTA),
-    (["rateLimitExceeded"], "Quota exceeded for quota metric 'Queries'", 403,
-     FailureKind.TRANSIENT),
-    (["rateLimitExceeded", "RATE_LIMIT_EXCEEDED"], "Quota exceeded for quota metric", 429,
-     FailureKind.TRANSIENT),
+    (
+        ["rateLimitExceeded"],
+        "Quota exceeded for quota metric 'Queries'",
+        403,
+        FailureKind.TRANSIENT,
+    ),
+    (
+        ["rateLimitExceeded", "RATE_LIMIT_EXCEEDED"],
+        "Quota exceeded for quota metric",
+        429,
+        FailureKind.TRANSIENT,
+    ),
     ([], "", 429, FailureKind.TRANSIENT),
     (["backendError"], "", 503, FailureKind.TRANSIENT),
     ([], "", 500, FailureKind.TRANSIENT),
@@ -56,8 +69,11 @@ EXCEPTIONS = [
     (api.TooManyRequests("slow down"), FailureKind.TRANSIENT, True),
     (api.ServiceUnavailable("unavailable"), FailureKind.TRANSIENT, True),
     (api.InternalServerError("oops"), FailureKind.TRANSIENT, True),
-    (api.ServiceUnavailable("The zone 'z' does not have enough resources available"),
-     FailureKind.CAPACITY, False),
+    (
+        api.ServiceUnavailable("The zone 'z' does not have enough resources available"),
+        FailureKind.CAPACITY,
+        False,
+    ),
     (_forbidden("rateLimitExceeded"), FailureKind.TRANSIENT, True),
     (_forbidden("quotaExceeded"), FailureKind.QUOTA, False),
     (_forbidden("forbidden"), FailureKind.AUTH, False),
@@ -92,15 +108,22 @@ def test_operation_errors() -> None:
     assert errors.failure_from_operation([]) is None
     failure = errors.failure_from_operation(
         [("ZONE_RESOURCE_POOL_EXHAUSTED", "The zone 'z' does not have enough resources")],
-        http_status=503, operation="operation-1")
+        http_status=503,
+        operation="operation-1",
+    )
     assert failure is not None and failure.kind is FailureKind.CAPACITY
     assert "operation-1" in failure.message and "ZONE_RESOURCE_POOL_EXHAUSTED" in failure.message
 
 
-@pytest.mark.parametrize(("kind", "error_type"), [
-    (FailureKind.TRANSIENT, TransientError), (FailureKind.CAPACITY, TransientError),
-    (FailureKind.QUOTA, PermanentError), (FailureKind.AUTH, PermanentError),
-    (FailureKind.INVALID, PermanentError),
-])
+@pytest.mark.parametrize(
+    ("kind", "error_type"),
+    [
+        (FailureKind.TRANSIENT, TransientError),
+        (FailureKind.CAPACITY, TransientError),
+        (FailureKind.QUOTA, PermanentError),
+        (FailureKind.AUTH, PermanentError),
+        (FailureKind.INVALID, PermanentError),
+    ],
+)
 def test_as_error(kind: FailureKind, error_type: type[Exception]) -> None:
     assert isinstance(errors.as_error(ProviderFailure(kind, "x")), error_type)

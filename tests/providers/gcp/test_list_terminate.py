@@ -21,21 +21,24 @@ DELETE = "compute.instances.delete"
 
 def put_foreign_instances(compute: FakeCompute) -> dict[str, str]:
     """Instance ids (zone/name) of instances that are not ours."""
-    theirs = naming.gang_for(project=PROJECT, cluster="other-team", request_id="r-1", zone=ZONE,
-                             count=1)
+    theirs = naming.gang_for(
+        project=PROJECT, cluster="other-team", request_id="r-1", zone=ZONE, count=1
+    )
     compute.add_instance(ZONE, "instance_other_cluster.json", theirs.name)
     compute.add_instance(ZONE, "instance_unlabelled.json", "notebook-gpu-1")
-    compute.add_instance(EU_ZONE, "instance_hand_labelled.json", "shared-l4")
+    # named like ours too: only its missing Heliotrope metadata tells it apart
+    compute.add_instance(EU_ZONE, "instance_hand_labelled.json", "hel-0123456789abcdef0123")
     return {
         "other cluster": theirs.instance_id,
         "unlabelled": f"{ZONE}/notebook-gpu-1",
-        "hand labelled": f"{EU_ZONE}/shared-l4",
+        "hand labelled": f"{EU_ZONE}/hel-0123456789abcdef0123",
     }
 
 
 @pytest.mark.parametrize("honour_filters", [True, False])
-def test_only_our_instances_are_listed(make_provider: Factory, compute: FakeCompute,
-                                       honour_filters: bool) -> None:
+def test_only_our_instances_are_listed(
+    make_provider: Factory, compute: FakeCompute, honour_filters: bool
+) -> None:
     """Even if Compute Engine ignored the label filter, the adapter checks ownership."""
     compute.honour_filters = honour_filters
     put_foreign_instances(compute)
@@ -62,20 +65,21 @@ def test_another_cluster_is_invisible(make_provider: Factory, compute: FakeCompu
 
 
 @pytest.mark.parametrize("honour_filters", [True, False])
-def test_terminate_deletes_only_what_it_owns(make_provider: Factory, compute: FakeCompute,
-                                             honour_filters: bool) -> None:
+def test_terminate_deletes_only_what_it_owns(
+    make_provider: Factory, compute: FakeCompute, honour_filters: bool
+) -> None:
     compute.honour_filters = honour_filters
     foreign = put_foreign_instances(compute)
     provider = make_provider()
     ours = provider.launch(spec(), request_id="req-1").instance_id or ""
 
-    provider.terminate([*foreign.values(), ours, "garbage", "us-central1-a/"],
-                       request_id="stop-1")
+    provider.terminate([*foreign.values(), ours, "garbage", "us-central1-a/"], request_id="stop-1")
 
     deletes = compute.requests_for(DELETE)
     assert [c.path.rsplit("/", 1)[-1] for c in deletes] == [ours.split("/")[1]]
     assert deletes[0].query["requestId"][0] == naming.request_uuid(
-        "stop-1", ZONE, ours.split("/")[1], "delete")
+        "stop-1", ZONE, ours.split("/")[1], "delete"
+    )
     assert {f"{z}/{n}" for z, n in compute.instances} == set(foreign.values())
     # everything Heliotrope does afterwards still leaves them alone
     provider.list_instances(cluster=CLUSTER)
@@ -85,8 +89,9 @@ def test_terminate_deletes_only_what_it_owns(make_provider: Factory, compute: Fa
     assert {f"{z}/{n}" for z, n in compute.instances} == set(foreign.values())
 
 
-def test_terminate_is_idempotent_and_deletes_whole_gangs(make_provider: Factory,
-                                                         compute: FakeCompute) -> None:
+def test_terminate_is_idempotent_and_deletes_whole_gangs(
+    make_provider: Factory, compute: FakeCompute
+) -> None:
     provider = make_provider()
     gang = provider.launch(spec(count=3), request_id="req-1").instance_id or ""
     provider.terminate([gang], request_id="stop-1")
@@ -96,8 +101,9 @@ def test_terminate_is_idempotent_and_deletes_whole_gangs(make_provider: Factory,
     assert provider.list_instances(cluster=CLUSTER) == {}
 
 
-def test_states_follow_what_compute_engine_says(make_provider: Factory,
-                                               compute: FakeCompute) -> None:
+def test_states_follow_what_compute_engine_says(
+    make_provider: Factory, compute: FakeCompute
+) -> None:
     provider: GcpProvider = make_provider()
     booting = provider.launch(spec(job="boot"), request_id="req-boot").instance_id or ""
     broken = provider.launch(spec(job="gang", count=2), request_id="req-gang").instance_id or ""
@@ -108,5 +114,8 @@ def test_states_follow_what_compute_engine_says(make_provider: Factory,
 
     states = {k: v.state for k, v in provider.list_instances(cluster=CLUSTER).items()}
 
-    assert states == {booting: InstanceState.BOOTING, broken: InstanceState.PREEMPTED,
-                      stopping: InstanceState.TERMINATED}
+    assert states == {
+        booting: InstanceState.BOOTING,
+        broken: InstanceState.PREEMPTED,
+        stopping: InstanceState.TERMINATED,
+    }

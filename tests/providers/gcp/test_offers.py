@@ -9,6 +9,7 @@ import pytest
 
 from orchestrator import catalog
 from orchestrator.clock import FakeClock
+from orchestrator.errors import PermanentError
 from orchestrator.model import Market
 from providers.gcp import parse_skus
 from providers.gcp.billing import SOURCE_BILLING, SOURCE_LIST_PRICE
@@ -20,15 +21,19 @@ SKUS = "cloudbilling.services.skus.list"
 KEY = "test-billing-key"
 
 
-def test_offers_are_gpu_machine_types_on_both_markets(make_provider: Factory,
-                                                      compute: FakeCompute) -> None:
+def test_offers_are_gpu_machine_types_on_both_markets(
+    make_provider: Factory, compute: FakeCompute
+) -> None:
     offers = make_provider().offers()
     types = {(o.zone, o.instance_type) for o in offers}
     assert types == {
-        ("us-central1-a", "a2-highgpu-1g"), ("us-central1-a", "a2-ultragpu-8g"),
-        ("us-central1-a", "a3-highgpu-8g"), ("us-central1-a", "g2-standard-4"),
+        ("us-central1-a", "a2-highgpu-1g"),
+        ("us-central1-a", "a2-ultragpu-8g"),
+        ("us-central1-a", "a3-highgpu-8g"),
+        ("us-central1-a", "g2-standard-4"),
         ("us-central1-a", "g2-standard-48"),
-        ("europe-west4-a", "a2-highgpu-1g"), ("europe-west4-a", "g2-standard-4"),
+        ("europe-west4-a", "a2-highgpu-1g"),
+        ("europe-west4-a", "g2-standard-4"),
     }  # no CPU-only n1, no deprecated a2-highgpu-2g
     assert len(offers) == 2 * len(types)
     by_id = {o.id: o for o in offers}
@@ -38,7 +43,8 @@ def test_offers_are_gpu_machine_types_on_both_markets(make_provider: Factory,
     assert h100.power_kw == pytest.approx(catalog.instance_power_kw("H100", 8))
     assert h100.pue == catalog.pue("gcp")
     assert by_id["gcp:europe-west4-a:g2-standard-4:on_demand"].grid_zone == catalog.grid_zone(
-        "gcp", "europe-west4")
+        "gcp", "europe-west4"
+    )
     lists = compute.requests_for("compute.machineTypes.list")
     assert [c.path.split("/")[-2] for c in lists] == list(ZONES)
     assert all(c.query["filter"] == ['name eq "(a2|a3|g2)-.*"'] for c in lists)
@@ -55,8 +61,7 @@ def test_offers_are_cached(make_provider: Factory, compute: FakeCompute) -> None
     assert len(compute.requests_for("compute.machineTypes.list")) == 2 * len(ZONES)
 
 
-def test_offers_survive_filters_being_ignored(make_provider: Factory,
-                                              compute: FakeCompute) -> None:
+def test_offers_survive_filters_being_ignored(make_provider: Factory, compute: FakeCompute) -> None:
     compute.honour_filters = False  # the n1 and the deprecated a2 come back too
     types = {o.instance_type for o in make_provider().offers()}
     assert "n1-standard-8" not in types and "a2-highgpu-2g" not in types
@@ -101,15 +106,17 @@ def test_prices_come_from_the_billing_catalog_paginated(
     assert h100.usd_per_hour == pytest.approx(8 * 2.25 + 208 * 0.0125 + 1872 * 0.00125)
     # europe-west4 has no G2 RAM SKU in the pages: the list price stands in
     eu_l4 = quotes["gcp:europe-west4-a:g2-standard-4:on_demand"]
-    assert eu_l4 == type(eu_l4)(catalog.on_demand_usd_per_hour("gcp", "g2-standard-4") or 0.0,
-                                SOURCE_LIST_PRICE)
+    assert eu_l4 == type(eu_l4)(
+        catalog.on_demand_usd_per_hour("gcp", "g2-standard-4") or 0.0, SOURCE_LIST_PRICE
+    )
     assert KEY not in caplog.text
 
 
 def test_prices_are_cached_for_the_ttl(make_provider: Factory, compute: FakeCompute) -> None:
     clock = FakeClock(T0)
-    provider = make_provider(billing_api_key=KEY, clock=clock, billing_ttl_s=3600,
-                             offers_ttl_s=10 * 3600)
+    provider = make_provider(
+        billing_api_key=KEY, clock=clock, billing_ttl_s=3600, offers_ttl_s=10 * 3600
+    )
     provider.prices()
     provider.prices()
     assert len(compute.requests_for(SKUS)) == 2  # two pages, once
@@ -140,9 +147,19 @@ def test_a_refusing_billing_api_falls_back_to_list_prices(
     assert {q.source for q in provider.prices().values()} == {SOURCE_BILLING, SOURCE_LIST_PRICE}
 
 
-def test_without_a_key_the_billing_api_is_not_called(make_provider: Factory,
-                                                     compute: FakeCompute) -> None:
+def test_without_a_key_the_billing_api_is_not_called(
+    make_provider: Factory, compute: FakeCompute
+) -> None:
     quotes = make_provider(billing_api_key=None).prices()
     assert compute.requests_for(SKUS) == []
     assert quotes and {q.source for q in quotes.values()} == {SOURCE_LIST_PRICE}
     assert "gcp:us-central1-a:g2-standard-48:spot" in quotes  # spot: on-demand, an upper bound
+
+
+def test_a_failing_machine_type_listing_raises_a_heliotrope_error(
+    make_provider: Factory, compute: FakeCompute
+) -> None:
+    denied = recorded("error_403_permission_denied.json", project="p", zone="z", instance="x")
+    compute.script("compute.machineTypes.list", (403, denied))
+    with pytest.raises(PermanentError, match="auth"):
+        make_provider().offers()

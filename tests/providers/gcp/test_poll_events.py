@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import pytest
+
+from orchestrator.errors import PermanentError, TransientError
 from providers.base import EventType
 from providers.gcp import naming
 
 from .conftest import CLUSTER, PROJECT, ZONE, ZONES, Factory, spec
-from .fake_compute import FakeCompute
+from .fake_compute import FakeCompute, recorded
 
 PREEMPTED_AT = "2024-05-01T11:30:00.000-07:00"
 
@@ -21,22 +24,23 @@ def test_a_preemption_is_reported_once(make_provider: Factory, compute: FakeComp
     compute.preempt(ZONE, instance.split("/")[1], time=PREEMPTED_AT)
     [event] = provider.poll_events()
 
-    assert (event.type, event.instance_id, event.job_id) == (EventType.PREEMPTED, instance,
-                                                               "job-1")
+    assert (event.type, event.instance_id, event.job_id) == (EventType.PREEMPTED, instance, "job-1")
     assert event.time_s == datetime.fromisoformat(PREEMPTED_AT).timestamp()
     assert "Instance was preempted." in event.detail
     assert provider.poll_events() == []
     lists = compute.requests_for("compute.zoneOperations.list")
     assert {c.path.split("/")[-2] for c in lists} == set(ZONES)
-    assert all(c.query["filter"] == ['operationType = "compute.instances.preempted"']
-               for c in lists)
+    assert all(
+        c.query["filter"] == ['operationType = "compute.instances.preempted"'] for c in lists
+    )
 
 
 def test_preemptions_of_instances_that_are_not_ours_are_ignored(
     make_provider: Factory, compute: FakeCompute
 ) -> None:
-    theirs = naming.gang_for(project=PROJECT, cluster="other-team", request_id="r-1", zone=ZONE,
-                             count=1)
+    theirs = naming.gang_for(
+        project=PROJECT, cluster="other-team", request_id="r-1", zone=ZONE, count=1
+    )
     compute.add_instance(ZONE, "instance_other_cluster.json", theirs.name)
     compute.add_instance(ZONE, "instance_unlabelled.json", "notebook-gpu-1")
     provider = make_provider()
@@ -71,11 +75,44 @@ def test_a_restarted_controller_learns_its_instances_from_labels(
     assert restarted.poll_events() == []
 
 
-def test_what_we_terminate_is_not_a_preemption(make_provider: Factory,
-                                               compute: FakeCompute) -> None:
+def test_what_we_terminate_is_not_a_preemption(
+    make_provider: Factory, compute: FakeCompute
+) -> None:
     provider = make_provider()
     instance = provider.launch(spec(), request_id="req-1").instance_id or ""
     provider.terminate([instance], request_id="stop-1")
     compute.preempt(ZONE, instance.split("/")[1])  # a preemption racing our delete
     assert provider.poll_events() == []
     assert provider.list_instances(cluster=CLUSTER) == {}
+
+
+def test_compute_engine_failures_are_raised_as_heliotrope_errors(
+    make_provider: Factory, compute: FakeCompute, sleeps: list[float]
+) -> None:
+    denied = recorded("error_403_permission_denied.json", project=PROJECT, zone=ZONE, instance="x")
+    compute.script("compute.instances.aggregatedList", (403, denied))
+    with pytest.raises(PermanentError, match="auth"):
+        make_provider().poll_events()
+    assert sleeps == []
+    compute.script("compute.zoneOperations.list", (403, denied))
+    with pytest.raises(PermanentError, match="auth"):
+        make_provider().poll_events()
+    compute.script(
+        "compute.instances.aggregatedList", *[(503, recorded("error_503_backend.json"))] * 5
+    )
+    with pytest.raises(TransientError):
+        make_provider().list_instances(cluster=CLUSTER)
+    assert len(sleeps) == 4
+
+
+def test_a_failed_delete_is_raised_after_trying_the_rest(
+    make_provider: Factory, compute: FakeCompute
+) -> None:
+    provider = make_provider()
+    first = provider.launch(spec(), request_id="req-1").instance_id or ""
+    second = provider.launch(spec(), request_id="req-2").instance_id or ""
+    denied = recorded("error_403_permission_denied.json", project=PROJECT, zone=ZONE, instance="x")
+    compute.script("compute.instances.delete", (403, denied))
+    with pytest.raises(PermanentError):
+        provider.terminate([first, second], request_id="stop-1")
+    assert set(compute.instances) == {(ZONE, first.split("/")[1])}

@@ -1,0 +1,167 @@
+"""The live controller: `loop.Controller` over a state store, a provider and real time.
+
+Per tick:
+1. if another writer committed since our last commit, reload jobs, rows and open
+   migrations from the store (new submissions, a manual `heliotrope migrate`);
+2. advance open migrations (`MigrationDriver.step`);
+3. optionally reclaim spot instances the scenario says are gone (the local provider's
+   stand-in for a cloud's spot reclaim);
+4. `Controller.tick(now)`: accrue, observe, decide, plan, act;
+5. commit the tick's events, the changed per-job rows and migration records with the
+   version read in 1. A `VersionConflict` means another controller acted: nothing of ours
+   is written, and the next tick starts from the store again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+
+from orchestrator.clock import Clock
+from orchestrator.errors import TransientError
+from orchestrator.live.driver import LaunchEnvFn, MigrationDriver, StoreUri
+from orchestrator.loop import Controller, EventLog, LoopOptions
+from orchestrator.migration import Limits
+from orchestrator.model import Event, JobSpec, Market, Offer, Phase
+from orchestrator.signals.grid import SignalGrid
+from orchestrator.state import StateStore, fleet_from_rows, rows_from_fleet
+from policies.base import Policy
+from providers.base import ComputeProvider
+
+logger = logging.getLogger(__name__)
+
+
+class LiveController:
+    def __init__(
+        self,
+        *,
+        store: StateStore,
+        provider: ComputeProvider,
+        policy: Policy,
+        grid: SignalGrid,
+        clock: Clock,
+        store_uri: StoreUri,
+        options: LoopOptions,
+        reclaim_spot: bool = False,
+        limits: Limits | None = None,
+    ) -> None:
+        self.store = store
+        self.provider = provider
+        self.policy = policy
+        self.grid = grid
+        self.clock = clock
+        self.store_uri = store_uri
+        self.options = options
+        self.reclaim_spot = reclaim_spot
+        self.driver = MigrationDriver(provider=provider, store_uri=store_uri,
+                                      cluster=options.cluster, launch_env=self.launch_env,
+                                      limits=limits)
+        self.controller: Controller | None = None
+        self.version = -1
+        self._last_s: float | None = None
+        self.ticks = 0
+
+    def launch_env(self, job: JobSpec, offer: Offer) -> Mapping[str, str]:
+        return {"HELIOTROPE_CHECKPOINT_URI": self.store_uri(offer),
+                "HELIOTROPE_REGION": offer.region}
+
+    # -- the loop ---------------------------------------------------------------------------
+    def tick(self) -> list[Event]:
+        now = self.clock.now()
+        controller = self._sync()
+        events = self.driver.step(now.timestamp())
+        if self.reclaim_spot:
+            self._reclaim(now)
+        events += controller.tick(now)
+        self._last_s = now.timestamp()
+        self._commit(controller, events)
+        self.ticks += 1
+        return events
+
+    def run(
+        self,
+        *,
+        once: bool = False,
+        interval_s: float = 60.0,
+        until_done: bool = False,
+        max_ticks: int | None = None,
+        on_tick: Callable[[LiveController, list[Event]], None] | None = None,
+    ) -> None:
+        """Tick every `interval_s` (clock seconds). `until_done` stops when every job is
+        done; `once` after one tick."""
+        while True:
+            events = self.tick()
+            if on_tick is not None:
+                on_tick(self, events)
+            if once or (max_ticks is not None and self.ticks >= max_ticks):
+                return
+            if until_done and self.controller is not None and self.controller.all_done \
+                    and not self.driver.open:
+                return
+            self.clock.sleep(interval_s)
+
+    # -- state --------------------------------------------------------------------------------
+    def _sync(self) -> Controller:
+        version = self.store.version()
+        if self.controller is not None and version == self.version:
+            return self.controller
+        loaded, version = self.store.load()
+        fleet, instance_of = fleet_from_rows(loaded.jobs, loaded.rows, self.grid.offers)
+        controller = Controller(loaded.jobs, self.grid, self.provider, self.policy, EventLog(),
+                                self.options, mover=self.driver, launch_env=self.launch_env)
+        controller.restore(fleet, instance_of, self._last_s)
+        if self.controller is not None:  # keep what the old one learned this run
+            old = {job.id: j for j, job in enumerate(self.controller.jobs)}
+            for j, job in enumerate(loaded.jobs):
+                if job.id in old and old[job.id] in self.controller.progress_seen_s:
+                    controller.progress_seen_s[j] = self.controller.progress_seen_s[old[job.id]]
+        self.driver.attach(controller, loaded.migrations)
+        self.controller, self.version = controller, version
+        return controller
+
+    def _commit(self, controller: Controller, events: Sequence[Event]) -> None:
+        rows = rows_from_fleet(controller.jobs, controller.fleet, self.grid.offers,
+                               controller.instance_of)
+        try:
+            self.version = self.store.commit(events, rows, expected_version=self.version,
+                                             migrations=self.driver.drain_records())
+        except TransientError as exc:  # VersionConflict: another writer acted first
+            logger.warning("commit refused (%s); reloading from the store next tick", exc)
+            self.controller = None
+
+    def _reclaim(self, now: datetime) -> None:
+        """Stop spot instances whose offer has no capacity at this tick of the scenario."""
+        controller = self.controller
+        preempt = getattr(self.provider, "preempt", None)
+        if controller is None or preempt is None:
+            return
+        k = min(max(int((now.timestamp() - self.grid.start_s) // self.grid.tick_s), 0),
+                self.grid.n_ticks - 1)
+        for j, instance in enumerate(controller.instance_of):
+            o = int(controller.fleet.offer[j])
+            if instance is None or o < 0 or j in controller.busy:
+                continue
+            offer = self.grid.offers[o]
+            if offer.market is Market.SPOT and not self.grid.spot_capacity[k, o] > 0:
+                logger.info("spot capacity gone at %s: preempting %s", offer.id, instance)
+                preempt(instance, notice_s=1.0)
+
+    def fleet_table(self) -> list[dict[str, object]]:
+        c = self.controller
+        if c is None:
+            return []
+        rows = []
+        for j, job in enumerate(c.jobs):
+            o = int(c.fleet.offer[j])
+            rows.append({
+                "job": job.id,
+                "phase": Phase(int(c.fleet.phase[j])).name.lower(),
+                "where": self.grid.offers[o].id if o >= 0 else "",
+                "progress": float(c.fleet.progress_gpu_h[j] / job.work_gpu_hours),
+                "usd": float(c.fleet.usd[j]),
+                "kg_co2": float(c.fleet.kg_co2[j]),
+                "migrating": j in c.busy,
+            })
+        return rows
+

@@ -1,0 +1,264 @@
+"""Drive live migrations: the `Mover` the executor hands cross-region moves to.
+
+Each tick, for every open migration, the driver observes the world (the provider's live
+instances, the newest verified checkpoint in the source and destination stores, the job's
+reported progress), calls the pure `advance`, and performs the actions it returns:
+
+- `RequestCheckpoint` / `Terminate`: stop the instance through the provider (locally a
+  SIGTERM: the job checkpoints, then exits within the grace period);
+- `CopyCheckpoint`: stream the checkpoint into the destination region's store and verify it
+  (`CheckpointStore.copy`, idempotent by request id);
+- `Launch`: start the job at the target offer with its checkpoint location in the env.
+
+Every action is idempotent by its request id, and the record is committed with the tick's
+events. A controller killed between acting and committing redoes the step from the last
+committed record: `advance` returns the same actions with the same ids, which deduplicate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Callable, Mapping, Sequence
+
+from orchestrator.checkpoints import CheckpointStore
+from orchestrator.errors import HeliotropeError
+from orchestrator.loop import Controller
+from orchestrator.migration import (
+    CheckpointSeen,
+    CopyCheckpoint,
+    Launch,
+    Limits,
+    Migration,
+    MigrationPhase,
+    Observation,
+    RequestCheckpoint,
+    Terminate,
+    advance,
+)
+from orchestrator.model import Event, EventKind, InstanceId, JobSpec, Offer, Snapshot
+from orchestrator.state import MigrationRecord
+from policies.costs import move_cost
+from providers.base import ComputeProvider, InstanceState, LaunchOutcome, LaunchSpec
+
+logger = logging.getLogger(__name__)
+
+StoreUri = Callable[[Offer], str]
+LaunchEnvFn = Callable[[JobSpec, Offer], Mapping[str, str]]
+
+
+class MigrationDriver:
+    """Open migrations of one controller, advanced one step per tick."""
+
+    def __init__(
+        self,
+        *,
+        provider: ComputeProvider,
+        store_uri: StoreUri,
+        cluster: str,
+        launch_env: LaunchEnvFn,
+        limits: Limits | None = None,
+    ) -> None:
+        self.provider = provider
+        self.store_uri = store_uri
+        self.cluster = cluster
+        self.launch_env = launch_env
+        self.limits = limits or Limits()
+        self.controller: Controller | None = None
+        self.open: dict[str, Migration] = {}
+        self.changed: dict[str, Migration] = {}  # to commit with this tick
+        self._launches: dict[str, tuple[str, LaunchOutcome, float]] = {}  # mig id/offer -> ...
+        self._copy_errors: dict[str, str] = {}
+        self._alive: Mapping[InstanceId, object] = {}
+
+    def attach(self, controller: Controller, records: Sequence[MigrationRecord]) -> None:
+        """Bind to a (re)built controller and resume the open migrations from the store."""
+        self.controller = controller
+        self.open = {}
+        for record in records:
+            m = from_record(record)
+            self.open[m.job_id] = m
+        index = {job.id: j for j, job in enumerate(controller.jobs)}
+        controller.busy = {index[j] for j in self.open if j in index}
+
+    # -- Mover -----------------------------------------------------------------------------
+    def needs_move(self, snapshot: Snapshot, job: int, dst: int) -> bool:
+        f = snapshot.fleet
+        src = int(f.offer[job]) if f.offer[job] >= 0 else int(f.checkpoint_offer[job])
+        if src < 0 or src == dst:
+            return False
+        a, b = snapshot.offers[src], snapshot.offers[dst]
+        return (a.cloud, a.region) != (b.cloud, b.region)
+
+    def begin(self, snapshot: Snapshot, job: int, dst: int, reason: str) -> list[Event]:
+        assert self.controller is not None
+        f = snapshot.fleet
+        spec = snapshot.jobs[job]
+        src = int(f.offer[job]) if f.offer[job] >= 0 else int(f.checkpoint_offer[job])
+        m = Migration.planned(
+            id=f"{spec.id}@{int(snapshot.now_s)}",
+            job_id=spec.id,
+            src_offer_id=snapshot.offers[src].id,
+            dst_offer_id=snapshot.offers[dst].id,
+            src_instance_id=self.controller.instance_of[job] or "",
+            now_s=snapshot.now_s,
+        )
+        self.open[spec.id] = m
+        self.changed[m.id] = m
+        self.controller.busy.add(job)
+        logger.info("migration %s planned: %s -> %s (%s)", m.id, m.src_offer_id,
+                    m.dst_offer_id, reason)
+        return [Event(snapshot.now_s, spec.id, EventKind.MIGRATION, m.dst_offer_id,
+                      f"planned: {reason}")]
+
+    # -- per tick ---------------------------------------------------------------------------
+    def step(self, now_s: float) -> list[Event]:
+        """Advance every open migration once; returns the events applied to the fleet."""
+        assert self.controller is not None
+        if not self.open:
+            return []
+        self._alive = self.provider.list_instances(cluster=self.cluster)
+        events: list[Event] = []
+        for job_id, m in list(self.open.items()):
+            nxt, actions = advance(m, self._observe(m), now_s, self.limits)
+            if nxt.phase is not m.phase:
+                why = f": {nxt.error}" if nxt.error and nxt.error != m.error else ""
+                events.append(Event(now_s, job_id, EventKind.MIGRATION, nxt.dst_offer_id,
+                                    f"{m.phase.value} -> {nxt.phase.value}{why}"))
+            self.open[job_id] = nxt
+            if nxt != m:
+                self.changed[nxt.id] = nxt
+            for action in actions:
+                events += self._perform(nxt, action, now_s)
+            if nxt.terminal:
+                del self.open[job_id]
+                self.controller.busy.discard(self._job_index(job_id))
+        return events
+
+    def drain_records(self) -> list[MigrationRecord]:
+        records = [to_record(m) for m in self.changed.values()]
+        self.changed = {}
+        return records
+
+    # -- observe ----------------------------------------------------------------------------
+    def _observe(self, m: Migration) -> Observation:
+        assert self.controller is not None
+        offers = {o.id: o for o in self.controller.grid.offers}
+        dst = self._launches.get(f"{m.id}/{m.dst_offer_id}")
+        back = self._launches.get(f"{m.id}/{m.src_offer_id}")
+        j = self._job_index(m.job_id)
+        seen = self.controller.progress_seen_s.get(j, float("-inf"))
+        return Observation(
+            src_instance_alive=bool(m.src_instance_id) and m.src_instance_id in self._alive,
+            src_checkpoint=self._latest(offers[m.src_offer_id], m.job_id),
+            dst_checkpoint=self._latest(offers[m.dst_offer_id], m.job_id),
+            dst_instance_id=dst[1].instance_id or "" if dst else "",
+            dst_state=self._state(dst[1]) if dst else None,
+            dst_progress_after_restore=dst is not None and seen > dst[2],
+            launch_error=dst[1].error.kind if dst and dst[1].error else None,
+            copy_error=self._copy_errors.get(m.request_id("copy")),
+            rollback_instance_id=back[1].instance_id or "" if back else "",
+            rollback_state=self._state(back[1]) if back else None,
+        )
+
+    def _state(self, outcome: LaunchOutcome) -> InstanceState | None:
+        if outcome.instance_id is None:
+            return None
+        info = self._alive.get(outcome.instance_id)
+        return getattr(info, "state", None) or InstanceState.TERMINATED
+
+    def _latest(self, offer: Offer, job_id: str) -> CheckpointSeen | None:
+        try:
+            ref = CheckpointStore(self.store_uri(offer)).latest(job_id)
+        except HeliotropeError as exc:
+            logger.warning("checkpoint store for %s unreadable: %s", offer.region, exc)
+            return None
+        if ref is None:
+            return None
+        return CheckpointSeen(uri=ref.uri, step=ref.step, created_at_s=ref.created_at_s,
+                              verified=True)
+
+    # -- act --------------------------------------------------------------------------------
+    def _perform(self, m: Migration, action: object, now_s: float) -> list[Event]:
+        assert self.controller is not None
+        c = self.controller
+        j = self._job_index(m.job_id)
+        offers = {o.id: o for o in c.grid.offers}
+        if isinstance(action, RequestCheckpoint | Terminate):
+            self.provider.terminate([action.instance_id], request_id=action.request_id)
+            if c.instance_of[j] == action.instance_id:
+                offer = c.grid.offers[int(c.fleet.offer[j])].id
+                return [c.apply(Event(now_s, m.job_id, EventKind.TERMINATED, offer,
+                                      "move: checkpoint and stop",
+                                      instance_id=action.instance_id))]
+            return []
+        if isinstance(action, CopyCheckpoint):
+            self._copy(m, action, offers)
+            return []
+        if isinstance(action, Launch):
+            return self._launch(m, action, offers[action.offer_id], now_s)
+        raise TypeError(f"unknown migration action {action!r}")
+
+    def _copy(self, m: Migration, action: CopyCheckpoint, offers: Mapping[str, Offer]) -> None:
+        src = CheckpointStore(self.store_uri(offers[m.src_offer_id]))
+        dst = CheckpointStore(self.store_uri(offers[action.dst_offer_id]))
+        try:
+            ref = next((r for r in src.list(m.job_id) if r.uri == action.src_uri), None)
+            if ref is None:
+                raise HeliotropeError(f"checkpoint {action.src_uri} is not in its store")
+            src.copy(ref, dst, request_id=action.request_id)
+        except HeliotropeError as exc:
+            self._copy_errors[action.request_id] = str(exc)
+            logger.warning("copy for %s failed: %s", m.id, exc)
+
+    def _launch(self, m: Migration, action: Launch, offer: Offer, now_s: float) -> list[Event]:
+        assert self.controller is not None
+        c = self.controller
+        j = self._job_index(m.job_id)
+        job = c.jobs[j]
+        key = f"{m.id}/{offer.id}"
+        outcome = self.provider.launch(
+            LaunchSpec(job_id=job.id, offer_id=offer.id, cluster=self.cluster,
+                       startup_s=job.cold_start_h * 3600.0,
+                       count=int(c.fit.instances[j, c.grid.offers.index(offer)]),
+                       entrypoint=job.command or c.options.entrypoint,
+                       env={"HELIOTROPE_JOB_ID": job.id, **self.launch_env(job, offer)}),
+            request_id=action.request_id,
+        )
+        if key not in self._launches or self._launches[key][1] != outcome:
+            self._launches[key] = (action.request_id, outcome, now_s)
+        if outcome.instance_id is None or c.instance_of[j] == outcome.instance_id:
+            return []  # refused (observed next tick), or the same instance again
+        src = {o.id: o for o in c.grid.offers}[m.src_offer_id]
+        cost = move_cost(job, src.location, offer.location, c.options.settings)
+        egress = cost.egress_usd if offer.id == m.dst_offer_id else 0.0
+        return [c.apply(Event(now_s, job.id, EventKind.LAUNCHED, offer.id,
+                              f"migration {m.id}: {m.phase.value}",
+                              {"ready_at_s": outcome.ready_at_s, "egress_usd": egress,
+                               "transfer_h": 0.0},
+                              instance_id=outcome.instance_id))]
+
+    def _job_index(self, job_id: str) -> int:
+        assert self.controller is not None
+        return next(j for j, job in enumerate(self.controller.jobs) if job.id == job_id)
+
+
+def to_record(m: Migration) -> MigrationRecord:
+    detail = {k: (v.value if isinstance(v, MigrationPhase) else v)
+              for k, v in dataclasses.asdict(m).items()}
+    return MigrationRecord(
+        id=m.id, job_id=m.job_id, phase=m.phase.value, src_offer_id=m.src_offer_id,
+        dst_offer_id=m.dst_offer_id, request_id=m.request_id("record"),
+        checkpoint_uri=m.dst_checkpoint_uri or m.src_checkpoint_uri or None,
+        error=m.error or None, started_s=m.started_s, updated_s=m.updated_s,
+        detail=json.dumps(detail, sort_keys=True),
+    )
+
+
+def from_record(record: MigrationRecord) -> Migration:
+    if not record.detail:
+        raise HeliotropeError(f"migration {record.id} has no machine record to resume from")
+    data = json.loads(record.detail)
+    data["phase"] = MigrationPhase(data["phase"])
+    return Migration(**data)

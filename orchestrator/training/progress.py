@@ -1,0 +1,22 @@
+"""Tell the controller how far the job is: `HELIOTROPE_PROGRESS_FILE` gets
+``{"fraction": step / total, "step": step}``, written atomically (temp file + rename).
+
+The local provider turns changes of this file into PROGRESS events; cloud adapters may ship
+it through their own channel. Without the variable, reporting does nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+
+def report_progress(step: int, total: int, path: str | None = None) -> None:
+    target = path or os.environ.get("HELIOTROPE_PROGRESS_FILE")
+    if not target or total <= 0:
+        return
+    file = Path(target)
+    tmp = file.with_name(file.name + ".tmp")
+    tmp.write_text(json.dumps({"fraction": min(1.0, step / total), "step": step}))
+    os.replace(tmp, file)

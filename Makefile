@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	@rm -f $(VENV)/.installed-* && touch $@
 
 demo: setup
-	$(BIN)/heliotrope replay --jobs docs/examples/demo-jobs.yaml --days 14 --out out/demo
+	$(BIN)/heliotrope demo --home out/demo
 
 test: setup
 	$(BIN)/pytest $(PYTEST_ARGS)

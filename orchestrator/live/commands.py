@@ -19,6 +19,7 @@ from orchestrator.jobs import load_jobs
 from orchestrator.live.controller import LiveController
 from orchestrator.live.world import LocalWorld, local_world
 from orchestrator.loop import LoopOptions
+from orchestrator.migration import Limits
 from orchestrator.model import Decision, Intent, Market, Phase, Snapshot
 from orchestrator.state import StateStore
 from policies.base import Policy
@@ -34,6 +35,24 @@ def live_controller(world: LocalWorld, store: StateStore, policy: Policy | None 
         store_uri=world.store_uri,
         options=LoopOptions(cluster=settings.cluster, progress_from_provider=True),
         reclaim_spot=True,
+        limits=scaled_limits(settings.speed),
+    )
+
+
+def scaled_limits(speed: float) -> Limits:
+    """Migration timeouts in scenario seconds. Real processes take real seconds to start,
+    checkpoint and restore, so at a speed-up the timeouts stretch to keep a minute or so
+    of wall time for each step."""
+    base = Limits()
+    scale = max(1.0, speed / 60.0)
+    return Limits(
+        checkpoint_timeout_s=base.checkpoint_timeout_s * scale,
+        stop_grace_s=base.stop_grace_s * scale,
+        copy_timeout_s=base.copy_timeout_s * scale,
+        provision_timeout_s=base.provision_timeout_s * scale,
+        restore_timeout_s=base.restore_timeout_s * scale,
+        rollback_timeout_s=base.rollback_timeout_s * scale,
+        max_attempts=base.max_attempts,
     )
 
 

@@ -14,7 +14,7 @@ Settings come from `$HELIOTROPE_HOME/config.yaml` when it exists (every field op
     speed: 600
     policy: heliotrope
     interval_s: 600          # scenario seconds between ticks
-    capacity: 2              # instances per local region
+    capacity: 4              # instances per local region
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class LiveSettings(BaseModel):
     speed: float = Field(default=600.0, gt=0)
     policy: str = "heliotrope"
     interval_s: float = Field(default=600.0, gt=0)
-    capacity: int = Field(default=2, ge=1)
+    capacity: int = Field(default=4, ge=1)
     cluster: str = "heliotrope-local"
 
 

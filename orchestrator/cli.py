@@ -129,8 +129,11 @@ def _parser() -> argparse.ArgumentParser:
     mg.add_argument("--to", required=True, metavar="REGION")
     mg.add_argument("--market", choices=["spot", "on_demand"], default=None)
     mg.add_argument("--dry-run", action="store_true")
-    mg.add_argument("--force", action="store_true",
-                    help="move even if it misses the deadline or breaks the budget")
+    mg.add_argument(
+        "--force",
+        action="store_true",
+        help="move even if it misses the deadline or breaks the budget",
+    )
     mg.add_argument("--json", action="store_true")
     mg.set_defaults(handler=_migrate)
 
@@ -143,8 +146,9 @@ def _parser() -> argparse.ArgumentParser:
     cr = csub.add_parser("run", help="tick until stopped (or --once / --until-done)")
     cr.add_argument("--once", action="store_true")
     cr.add_argument("--until-done", action="store_true")
-    cr.add_argument("--interval", type=float, default=None, metavar="S",
-                    help="scenario seconds between ticks")
+    cr.add_argument(
+        "--interval", type=float, default=None, metavar="S", help="scenario seconds between ticks"
+    )
     cr.set_defaults(handler=_controller_run)
 
     dm = sub.add_parser("demo", help="the live demo: local jobs moved by the policy, then a replay")
@@ -282,8 +286,9 @@ def _jobs_show(args: argparse.Namespace) -> int:
     store = local_world().open_store()
     rows = [r for r in jobs_table(store) if r["job"] == args.job]
     if not rows:
-        raise InputError("", "JOB", "a submitted job", got=repr(args.job),
-                         fix="see `heliotrope jobs list`")
+        raise InputError(
+            "", "JOB", "a submitted job", got=repr(args.job), fix="see `heliotrope jobs list`"
+        )
     if args.json:
         print(json.dumps({**rows[0], "events": events_table(store, args.job)}, indent=2))
         return 0
@@ -298,8 +303,9 @@ def _events(args: argparse.Namespace) -> int:
 
     store = local_world().open_store()
     if args.job not in {r.id for r in store.load()[0].jobs}:
-        raise InputError("", "JOB", "a submitted job", got=repr(args.job),
-                         fix="see `heliotrope jobs list`")
+        raise InputError(
+            "", "JOB", "a submitted job", got=repr(args.job), fix="see `heliotrope jobs list`"
+        )
     _print_rows(events_table(store, args.job), args.json, f"Events of {args.job}")
     return 0
 
@@ -307,15 +313,16 @@ def _events(args: argparse.Namespace) -> int:
 def _migrate(args: argparse.Namespace) -> int:
     from orchestrator.live.commands import migrate
 
-    plan = migrate(args.job, args.to, market=args.market, dry_run=args.dry_run,
-                   force=args.force)
+    plan = migrate(args.job, args.to, market=args.market, dry_run=args.dry_run, force=args.force)
     if args.json:
         print(json.dumps(plan, indent=2))
     else:
         verb = "started" if plan["started"] else "would move"
-        print(f"{verb} {plan['job']} -> {plan['to']}: {plan['hours_to_finish']} h to finish, "
-              f"{plan['usd_to_finish']} USD, egress {plan['egress_usd']} USD"
-              + (f"; forced past: {'; '.join(plan['refused'])}" if plan["refused"] else ""))
+        print(
+            f"{verb} {plan['job']} -> {plan['to']}: {plan['hours_to_finish']} h to finish, "
+            f"{plan['usd_to_finish']} USD, egress {plan['egress_usd']} USD"
+            + (f"; forced past: {'; '.join(plan['refused'])}" if plan["refused"] else "")
+        )
     return 0
 
 
@@ -331,8 +338,11 @@ def _controller_run(args: argparse.Namespace) -> int:
 
     def show(live: Any, events: list[Any]) -> None:
         for e in events:
-            print(f"{live.clock.now():%Y-%m-%d %H:%M} {e.job_id:20s} {e.kind.value:10s} "
-                  f"{e.offer_id} {e.detail}", flush=True)
+            print(
+                f"{live.clock.now():%Y-%m-%d %H:%M} {e.job_id:20s} {e.kind.value:10s} "
+                f"{e.offer_id} {e.detail}",
+                flush=True,
+            )
 
     run(once=args.once, interval_s=args.interval, until_done=args.until_done, on_tick=show)
     return 0

@@ -65,8 +65,9 @@ class ScaledClock:
     the instances it starts are real processes on wall time.
     """
 
-    def __init__(self, base: Clock, origin: datetime, speed: float,
-                 real_origin: datetime | None = None) -> None:
+    def __init__(
+        self, base: Clock, origin: datetime, speed: float, real_origin: datetime | None = None
+    ) -> None:
         if speed <= 0:
             raise ValueError("speed must be positive")
         self._base = base

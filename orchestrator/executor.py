@@ -17,7 +17,16 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
-from orchestrator.model import Action, ActionKind, Event, EventKind, InstanceId, JobSpec, Offer, Snapshot
+from orchestrator.model import (
+    Action,
+    ActionKind,
+    Event,
+    EventKind,
+    InstanceId,
+    JobSpec,
+    Offer,
+    Snapshot,
+)
 from policies.costs import move_cost
 from providers.base import ComputeProvider, LaunchSpec
 
@@ -49,8 +58,10 @@ def execute(
     now_s = snapshot.now_s
     fleet = snapshot.fleet
     moved = {
-        a.job for a in actions
-        if mover is not None and a.kind is ActionKind.LAUNCH
+        a.job
+        for a in actions
+        if mover is not None
+        and a.kind is ActionKind.LAUNCH
         and mover.needs_move(snapshot, a.job, a.offer)
     }
     for action in actions:

@@ -159,8 +159,9 @@ class Controller:
             self.sink.record(events)
         return events
 
-    def restore(self, fleet: FleetState, instance_of: Sequence[InstanceId | None],
-                last_s: float | None) -> None:
+    def restore(
+        self, fleet: FleetState, instance_of: Sequence[InstanceId | None], last_s: float | None
+    ) -> None:
         """Continue from stored state (a live controller after a restart or a reload)."""
         self.fleet = fleet
         self.instance_of = list(instance_of)
@@ -235,8 +236,15 @@ class Controller:
         f.preemptions[j] += 1
         f.preempted_offer[j] = offer
         self._release(j)
-        return Event(now_s, self.jobs[j].id, EventKind.PREEMPTED, self.grid.offers[offer].id,
-                     pe.detail, {"lost_gpu_h": float(lost)}, instance_id=pe.instance_id)
+        return Event(
+            now_s,
+            self.jobs[j].id,
+            EventKind.PREEMPTED,
+            self.grid.offers[offer].id,
+            pe.detail,
+            {"lost_gpu_h": float(lost)},
+            instance_id=pe.instance_id,
+        )
 
     def _on_progress(self, j: int, pe: ProviderEvent, now_s: float) -> None:
         f = self.fleet
@@ -245,7 +253,6 @@ class Controller:
         if f.phase[j] == Phase.STARTING:
             f.phase[j] = Phase.RUNNING
         self.progress_seen_s[j] = now_s
-        return None
 
     def _on_completed(self, j: int, pe: ProviderEvent, now_s: float) -> Event:
         f = self.fleet
@@ -255,14 +262,26 @@ class Controller:
         f.phase[j] = Phase.DONE
         self.instance_of[j] = None
         f.offer[j] = -1
-        return Event(now_s, self.jobs[j].id, EventKind.FINISHED, self.grid.offers[offer].id,
-                     "the job exited successfully", instance_id=pe.instance_id)
+        return Event(
+            now_s,
+            self.jobs[j].id,
+            EventKind.FINISHED,
+            self.grid.offers[offer].id,
+            "the job exited successfully",
+            instance_id=pe.instance_id,
+        )
 
     def _on_failed(self, j: int, pe: ProviderEvent, now_s: float) -> Event:
         offer = int(self.fleet.offer[j])
         self._release(j)
-        return Event(now_s, self.jobs[j].id, EventKind.TERMINATED, self.grid.offers[offer].id,
-                     f"failed: {pe.detail[-300:]}", instance_id=pe.instance_id)
+        return Event(
+            now_s,
+            self.jobs[j].id,
+            EventKind.TERMINATED,
+            self.grid.offers[offer].id,
+            f"failed: {pe.detail[-300:]}",
+            instance_id=pe.instance_id,
+        )
 
     def _snapshot(self, now: datetime, now_s: float, k: int) -> Snapshot:
         g = self.grid

@@ -156,8 +156,7 @@ class Heliotrope:
             need_h = np.where(r_fast > 0, remaining / r_fast, np.inf)
             f = np.clip(need_h / np.maximum(time_left - d_fast, 1e-9), 0.0, 1.0)
         with np.errstate(invalid="ignore"):
-            value = c_low + (c_od - c_low) * np.maximum(f**self.pressure_exponent,
-                                                        self.value_floor)
+            value = c_low + (c_od - c_low) * np.maximum(f**self.pressure_exponent, self.value_floor)
         value = np.where(np.isfinite(value), value, 0.0)
 
         with np.errstate(invalid="ignore"):

@@ -27,11 +27,16 @@ from policies.costs import move_cost
 from policies.registry import make_policy
 
 
-def live_controller(world: LocalWorld, store: StateStore, policy: Policy | None = None) -> LiveController:
+def live_controller(
+    world: LocalWorld, store: StateStore, policy: Policy | None = None
+) -> LiveController:
     settings = world.settings
     return LiveController(
-        store=store, provider=world.provider,
-        policy=policy or make_policy(settings.policy), grid=world.grid, clock=world.clock,
+        store=store,
+        provider=world.provider,
+        policy=policy or make_policy(settings.policy),
+        grid=world.grid,
+        clock=world.clock,
         store_uri=world.store_uri,
         options=LoopOptions(cluster=settings.cluster, progress_from_provider=True),
         reclaim_spot=True,
@@ -61,9 +66,12 @@ def submit(path: Path) -> list[str]:
     specs = load_jobs(path, trace_start=world.clock.now())
     with_command = [s for s in specs if not s.command]
     if with_command:
-        raise InputError(str(path), f"job {with_command[0].id!r} command",
-                         "the command a live job runs, e.g. [python, train.py]",
-                         fix="add `command:` to the entry (or to `defaults:`)")
+        raise InputError(
+            str(path),
+            f"job {with_command[0].id!r} command",
+            "the command a live job runs, e.g. [python, train.py]",
+            fix="add `command:` to the entry (or to `defaults:`)",
+        )
     store = world.open_store()
     store.submit(specs)
     return [s.id for s in specs]
@@ -75,24 +83,36 @@ def jobs_table(store: StateStore) -> list[dict[str, Any]]:
     for job in loaded.jobs:
         row = loaded.rows.get(job.id)
         phase = Phase(row.phase).name.lower() if row is not None else "pending"
-        out.append({
-            "job": job.id, "phase": phase, "where": (row.offer_id or "") if row else "",
-            "progress": round(row.progress_gpu_h / job.work_gpu_hours, 4) if row else 0.0,
-            "usd": round(row.usd, 4) if row else 0.0,
-            "kg_co2": round(row.kg_co2, 4) if row else 0.0,
-            "migrations": row.migrations if row else 0,
-            "preemptions": row.preemptions if row else 0,
-            "deadline": job.deadline.isoformat(),
-        })
+        out.append(
+            {
+                "job": job.id,
+                "phase": phase,
+                "where": (row.offer_id or "") if row else "",
+                "progress": round(row.progress_gpu_h / job.work_gpu_hours, 4) if row else 0.0,
+                "usd": round(row.usd, 4) if row else 0.0,
+                "kg_co2": round(row.kg_co2, 4) if row else 0.0,
+                "migrations": row.migrations if row else 0,
+                "preemptions": row.preemptions if row else 0,
+                "deadline": job.deadline.isoformat(),
+            }
+        )
     return out
 
 
 def events_table(store: StateStore, job_id: str) -> list[dict[str, Any]]:
-    return [{"time_s": e.time_s, "kind": e.kind.value, "offer": e.offer_id,
-             "instance": e.instance_id, "detail": e.detail} for e in store.history(job_id)]
+    return [
+        {
+            "time_s": e.time_s,
+            "kind": e.kind.value,
+            "offer": e.offer_id,
+            "instance": e.instance_id,
+            "detail": e.detail,
+        }
+        for e in store.history(job_id)
+    ]
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass
 class ManualMove:
     """A policy that asks for exactly one move: the CLI's request, through the same loop."""
 
@@ -105,8 +125,9 @@ class ManualMove:
         return Decision({self.job: Intent(self.offer, self.reason)})
 
 
-def migrate(job_id: str, region: str, *, market: str | None, dry_run: bool,
-            force: bool) -> dict[str, Any]:
+def migrate(
+    job_id: str, region: str, *, market: str | None, dry_run: bool, force: bool
+) -> dict[str, Any]:
     """Plan (and unless `dry_run`, start) a move of `job_id` to `region`. Refuses, naming
     why, a move that would miss the deadline or break the budget, unless `force`."""
     world = local_world()
@@ -115,31 +136,54 @@ def migrate(job_id: str, region: str, *, market: str | None, dry_run: bool,
     controller = live._sync()
     index = {job.id: j for j, job in enumerate(controller.jobs)}
     if job_id not in index:
-        raise InputError("", "JOB", "a submitted job: " + ", ".join(sorted(index)) or "(none)",
-                         got=repr(job_id), fix="see `heliotrope jobs list`")
+        raise InputError(
+            "",
+            "JOB",
+            "a submitted job: " + ", ".join(sorted(index)) or "(none)",
+            got=repr(job_id),
+            fix="see `heliotrope jobs list`",
+        )
     j = index[job_id]
     job = controller.jobs[j]
     fleet = controller.fleet
     if fleet.phase[j] == Phase.DONE:
         raise InputError("", "JOB", "a job that is not done", got=f"{job_id} is done")
     if j in controller.busy:
-        raise InputError("", "JOB", "a job with no migration in progress",
-                         got=f"{job_id} is being migrated", fix="wait for it to finish")
+        raise InputError(
+            "",
+            "JOB",
+            "a job with no migration in progress",
+            got=f"{job_id} is being migrated",
+            fix="wait for it to finish",
+        )
     now = world.clock.now()
-    k = min(max(int((now.timestamp() - world.grid.start_s) // world.grid.tick_s), 0),
-            world.grid.n_ticks - 1)
+    k = min(
+        max(int((now.timestamp() - world.grid.start_s) // world.grid.tick_s), 0),
+        world.grid.n_ticks - 1,
+    )
     current = int(fleet.offer[j])
-    want = Market(market) if market else (world.grid.offers[current].market if current >= 0
-                                          else Market.ON_DEMAND)
-    candidates = [o for o, offer in enumerate(world.grid.offers)
-                  if offer.region == region and offer.market is want
-                  and controller.fit.rate[j, o] > 0
-                  and not math.isnan(world.grid.usd_per_hour[k, o])]
+    want = (
+        Market(market)
+        if market
+        else (world.grid.offers[current].market if current >= 0 else Market.ON_DEMAND)
+    )
+    candidates = [
+        o
+        for o, offer in enumerate(world.grid.offers)
+        if offer.region == region
+        and offer.market is want
+        and controller.fit.rate[j, o] > 0
+        and not math.isnan(world.grid.usd_per_hour[k, o])
+    ]
     if not candidates:
         regions = sorted({o.region for o in world.grid.offers})
-        raise InputError("", "--to", "a region with an offer this job may use: "
-                         + ", ".join(regions), got=f"{region} ({want.value})",
-                         fix="pick another region or --market")
+        raise InputError(
+            "",
+            "--to",
+            "a region with an offer this job may use: " + ", ".join(regions),
+            got=f"{region} ({want.value})",
+            fix="pick another region or --market",
+        )
     dst = min(candidates, key=lambda o: world.grid.usd_per_hour[k, o])
     offer = world.grid.offers[dst]
     src_k = current if current >= 0 else int(fleet.checkpoint_offer[j])
@@ -149,21 +193,36 @@ def migrate(job_id: str, region: str, *, market: str | None, dry_run: bool,
     remaining = max(0.0, job.work_gpu_hours - float(fleet.progress_gpu_h[j]))
     hours = job.cold_start_h + move.transfer_h + remaining / rate
     finish = now.timestamp() + hours * 3600.0
-    usd_to_finish = hours * float(world.grid.usd_per_hour[k, dst]) * int(
-        controller.fit.instances[j, dst]) + move.egress_usd
+    usd_to_finish = (
+        hours * float(world.grid.usd_per_hour[k, dst]) * int(controller.fit.instances[j, dst])
+        + move.egress_usd
+    )
     refusals = []
     if finish > job.deadline.timestamp():
         late_h = (finish - job.deadline.timestamp()) / 3600.0
         refusals.append(f"would finish {late_h:.1f} h after the deadline")
     if job.budget_usd is not None and float(fleet.usd[j]) + usd_to_finish > job.budget_usd:
-        refusals.append(f"would spend {float(fleet.usd[j]) + usd_to_finish:.2f} USD of a "
-                        f"{job.budget_usd:.2f} USD budget")
-    plan = {"job": job_id, "to": offer.id, "egress_usd": round(move.egress_usd, 4),
-            "hours_to_finish": round(hours, 3), "usd_to_finish": round(usd_to_finish, 2),
-            "refused": refusals, "started": False}
+        refusals.append(
+            f"would spend {float(fleet.usd[j]) + usd_to_finish:.2f} USD of a "
+            f"{job.budget_usd:.2f} USD budget"
+        )
+    plan = {
+        "job": job_id,
+        "to": offer.id,
+        "egress_usd": round(move.egress_usd, 4),
+        "hours_to_finish": round(hours, 3),
+        "usd_to_finish": round(usd_to_finish, 2),
+        "refused": refusals,
+        "started": False,
+    }
     if refusals and not force:
-        raise InputError("", "migrate", "a move that keeps the deadline and the budget",
-                         got="; ".join(refusals), fix="pick another region, or --force")
+        raise InputError(
+            "",
+            "migrate",
+            "a move that keeps the deadline and the budget",
+            got="; ".join(refusals),
+            fix="pick another region, or --force",
+        )
     if dry_run:
         return plan
     live.policy = ManualMove(j, dst, f"manual: heliotrope migrate --to {region}")
@@ -179,23 +238,33 @@ def preempt(job_id: str) -> str:
     loaded, _ = store.load()
     row = loaded.rows.get(job_id)
     if job_id not in {j.id for j in loaded.jobs}:
-        raise InputError("", "JOB", "a submitted job", got=repr(job_id),
-                         fix="see `heliotrope jobs list`")
+        raise InputError(
+            "", "JOB", "a submitted job", got=repr(job_id), fix="see `heliotrope jobs list`"
+        )
     if row is None or not row.instance_id:
-        raise InputError("", "JOB", "a job that holds an instance",
-                         got=f"{job_id} holds none")
+        raise InputError("", "JOB", "a job that holds an instance", got=f"{job_id} holds none")
     if not world.provider.preempt(row.instance_id, notice_s=2.0):
-        raise InputError("", "JOB", "an instance this provider runs",
-                         got=row.instance_id)
+        raise InputError("", "JOB", "an instance this provider runs", got=row.instance_id)
     return row.instance_id
 
 
-def run(*, once: bool, interval_s: float | None, until_done: bool,
-        max_ticks: int | None = None, on_tick: Any = None) -> LiveController:
+def run(
+    *,
+    once: bool,
+    interval_s: float | None,
+    until_done: bool,
+    max_ticks: int | None = None,
+    on_tick: Any = None,
+) -> LiveController:
     world = local_world()
     live = live_controller(world, world.open_store())
-    live.run(once=once, interval_s=interval_s or world.settings.interval_s,
-             until_done=until_done, max_ticks=max_ticks, on_tick=on_tick)
+    live.run(
+        once=once,
+        interval_s=interval_s or world.settings.interval_s,
+        until_done=until_done,
+        max_ticks=max_ticks,
+        on_tick=on_tick,
+    )
     return live
 
 

@@ -20,7 +20,7 @@ from datetime import datetime
 
 from orchestrator.clock import Clock
 from orchestrator.errors import TransientError
-from orchestrator.live.driver import LaunchEnvFn, MigrationDriver, StoreUri
+from orchestrator.live.driver import MigrationDriver, StoreUri
 from orchestrator.loop import Controller, EventLog, LoopOptions
 from orchestrator.migration import Limits
 from orchestrator.model import Event, JobSpec, Market, Offer, Phase
@@ -54,17 +54,23 @@ class LiveController:
         self.store_uri = store_uri
         self.options = options
         self.reclaim_spot = reclaim_spot
-        self.driver = MigrationDriver(provider=provider, store_uri=store_uri,
-                                      cluster=options.cluster, launch_env=self.launch_env,
-                                      limits=limits)
+        self.driver = MigrationDriver(
+            provider=provider,
+            store_uri=store_uri,
+            cluster=options.cluster,
+            launch_env=self.launch_env,
+            limits=limits,
+        )
         self.controller: Controller | None = None
         self.version = -1
         self._last_s: float | None = None
         self.ticks = 0
 
     def launch_env(self, job: JobSpec, offer: Offer) -> Mapping[str, str]:
-        return {"HELIOTROPE_CHECKPOINT_URI": self.store_uri(offer),
-                "HELIOTROPE_REGION": offer.region}
+        return {
+            "HELIOTROPE_CHECKPOINT_URI": self.store_uri(offer),
+            "HELIOTROPE_REGION": offer.region,
+        }
 
     # -- the loop ---------------------------------------------------------------------------
     def tick(self) -> list[Event]:
@@ -96,8 +102,12 @@ class LiveController:
                 on_tick(self, events)
             if once or (max_ticks is not None and self.ticks >= max_ticks):
                 return
-            if until_done and self.controller is not None and self.controller.all_done \
-                    and not self.driver.open:
+            if (
+                until_done
+                and self.controller is not None
+                and self.controller.all_done
+                and not self.driver.open
+            ):
                 return
             self.clock.sleep(interval_s)
 
@@ -108,8 +118,16 @@ class LiveController:
             return self.controller
         loaded, version = self.store.load()
         fleet, instance_of = fleet_from_rows(loaded.jobs, loaded.rows, self.grid.offers)
-        controller = Controller(loaded.jobs, self.grid, self.provider, self.policy, EventLog(),
-                                self.options, mover=self.driver, launch_env=self.launch_env)
+        controller = Controller(
+            loaded.jobs,
+            self.grid,
+            self.provider,
+            self.policy,
+            EventLog(),
+            self.options,
+            mover=self.driver,
+            launch_env=self.launch_env,
+        )
         controller.restore(fleet, instance_of, self._last_s)
         if self.controller is not None:  # keep what the old one learned this run
             old = {job.id: j for j, job in enumerate(self.controller.jobs)}
@@ -121,11 +139,13 @@ class LiveController:
         return controller
 
     def _commit(self, controller: Controller, events: Sequence[Event]) -> None:
-        rows = rows_from_fleet(controller.jobs, controller.fleet, self.grid.offers,
-                               controller.instance_of)
+        rows = rows_from_fleet(
+            controller.jobs, controller.fleet, self.grid.offers, controller.instance_of
+        )
         try:
-            self.version = self.store.commit(events, rows, expected_version=self.version,
-                                             migrations=self.driver.drain_records())
+            self.version = self.store.commit(
+                events, rows, expected_version=self.version, migrations=self.driver.drain_records()
+            )
         except TransientError as exc:  # VersionConflict: another writer acted first
             logger.warning("commit refused (%s); reloading from the store next tick", exc)
             self.controller = None
@@ -136,8 +156,10 @@ class LiveController:
         preempt = getattr(self.provider, "preempt", None)
         if controller is None or preempt is None:
             return
-        k = min(max(int((now.timestamp() - self.grid.start_s) // self.grid.tick_s), 0),
-                self.grid.n_ticks - 1)
+        k = min(
+            max(int((now.timestamp() - self.grid.start_s) // self.grid.tick_s), 0),
+            self.grid.n_ticks - 1,
+        )
         for j, instance in enumerate(controller.instance_of):
             o = int(controller.fleet.offer[j])
             if instance is None or o < 0 or j in controller.busy:
@@ -154,14 +176,15 @@ class LiveController:
         rows = []
         for j, job in enumerate(c.jobs):
             o = int(c.fleet.offer[j])
-            rows.append({
-                "job": job.id,
-                "phase": Phase(int(c.fleet.phase[j])).name.lower(),
-                "where": self.grid.offers[o].id if o >= 0 else "",
-                "progress": float(c.fleet.progress_gpu_h[j] / job.work_gpu_hours),
-                "usd": float(c.fleet.usd[j]),
-                "kg_co2": float(c.fleet.kg_co2[j]),
-                "migrating": j in c.busy,
-            })
+            rows.append(
+                {
+                    "job": job.id,
+                    "phase": Phase(int(c.fleet.phase[j])).name.lower(),
+                    "where": self.grid.offers[o].id if o >= 0 else "",
+                    "progress": float(c.fleet.progress_gpu_h[j] / job.work_gpu_hours),
+                    "usd": float(c.fleet.usd[j]),
+                    "kg_co2": float(c.fleet.kg_co2[j]),
+                    "migrating": j in c.busy,
+                }
+            )
         return rows
-

@@ -27,9 +27,9 @@ from orchestrator.live.commands import jobs_table, live_controller
 from orchestrator.live.world import load_settings, local_world
 from orchestrator.loop import LoopOptions
 from orchestrator.model import Event, EventKind, JobSpec
-from orchestrator.replay.runner import Replay, feasible_jobs, run_policy
 from orchestrator.replay.metrics import write_outputs
 from orchestrator.replay.report import format_table
+from orchestrator.replay.runner import Replay, feasible_jobs, run_policy
 from policies.registry import make_policy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,20 +39,55 @@ RECLAIM_HOURS = 4.0  # how long the reclaimed spot zone stays without capacity
 
 def demo_jobs(steps: int) -> dict[str, Any]:
     train = str(REPO / "examples" / "train_lm.py")
-    command = [sys.executable, train, "--steps", str(steps), "--log-every", "10",
-               "--every-steps", "20", "--corpus-bytes", "60000"]
-    base = {"gpus": 1, "gpu_types": ["L4"], "throughput": {"L4": 1.0}, "cold_start_h": 0.2,
-            "checkpoint_size_gb": 0.01, "checkpoint_interval_h": 0.5, "command": command}
+    command = [
+        sys.executable,
+        train,
+        "--steps",
+        str(steps),
+        "--log-every",
+        "10",
+        "--every-steps",
+        "20",
+        "--corpus-bytes",
+        "60000",
+    ]
+    base = {
+        "gpus": 1,
+        "gpu_types": ["L4"],
+        "throughput": {"L4": 1.0},
+        "cold_start_h": 0.2,
+        "checkpoint_size_gb": 0.01,
+        "checkpoint_interval_h": 0.5,
+        "command": command,
+    }
     # About 0.15 s a step on this machine, 600x: `steps` steps are ~steps/40 scenario hours.
     work = round(steps / 40.0, 2)
-    return {"defaults": base, "jobs": [
-        {"name": "lm-east", "work_gpu_hours": work, "start_offset_h": 0, "deadline_h": 30,
-         "home_region": "us-east-1"},
-        {"name": "lm-eu", "work_gpu_hours": work, "start_offset_h": 0, "deadline_h": 30,
-         "home_region": "europe-west4"},
-        {"name": "lm-central", "work_gpu_hours": work, "start_offset_h": 1, "deadline_h": 24,
-         "home_region": "us-central1"},
-    ]}
+    return {
+        "defaults": base,
+        "jobs": [
+            {
+                "name": "lm-east",
+                "work_gpu_hours": work,
+                "start_offset_h": 0,
+                "deadline_h": 30,
+                "home_region": "us-east-1",
+            },
+            {
+                "name": "lm-eu",
+                "work_gpu_hours": work,
+                "start_offset_h": 0,
+                "deadline_h": 30,
+                "home_region": "europe-west4",
+            },
+            {
+                "name": "lm-central",
+                "work_gpu_hours": work,
+                "start_offset_h": 1,
+                "deadline_h": 24,
+                "home_region": "us-central1",
+            },
+        ],
+    }
 
 
 def run_demo(out: Path, *, steps: int = 240) -> int:
@@ -70,43 +105,59 @@ def run_demo(out: Path, *, steps: int = 240) -> int:
 
     world = local_world(load_settings())
     ids = submit(jobs_file)
-    console.print(f"[bold]Heliotrope live demo[/]: {len(ids)} jobs, 4 local regions, "
-                  f"scenario time x{world.settings.speed:g}, home {live_home}")
+    console.print(
+        f"[bold]Heliotrope live demo[/]: {len(ids)} jobs, 4 local regions, "
+        f"scenario time x{world.settings.speed:g}, home {live_home}"
+    )
     store = world.open_store()
     live = live_controller(world, store)
     reclaimed: list[str] = []
 
     def on_tick(controller: Any, events: list[Event]) -> None:
         for e in events:
-            if e.kind in (EventKind.LAUNCHED, EventKind.PREEMPTED, EventKind.FINISHED,
-                          EventKind.MIGRATION, EventKind.TERMINATED):
-                console.print(f"  {controller.clock.now():%a %H:%M}  {e.job_id:11s} "
-                              f"{e.kind.value:10s} {e.offer_id:36s} {e.detail[:60]}",
-                              highlight=False)
+            if e.kind in (
+                EventKind.LAUNCHED,
+                EventKind.PREEMPTED,
+                EventKind.FINISHED,
+                EventKind.MIGRATION,
+                EventKind.TERMINATED,
+            ):
+                console.print(
+                    f"  {controller.clock.now():%a %H:%M}  {e.job_id:11s} "
+                    f"{e.kind.value:10s} {e.offer_id:36s} {e.detail[:60]}",
+                    highlight=False,
+                )
         c = controller.controller
         if reclaimed or c is None:
             return
         for j, instance in enumerate(c.instance_of):
             o = int(c.fleet.offer[j])
-            if instance and o >= 0 and c.fleet.progress_gpu_h[j] > 0.25 * c.jobs[j].work_gpu_hours \
-                    and c.grid.offers[o].market.value == "spot":
+            if (
+                instance
+                and o >= 0
+                and c.fleet.progress_gpu_h[j] > 0.25 * c.jobs[j].work_gpu_hours
+                and c.grid.offers[o].market.value == "spot"
+            ):
                 offer = c.grid.offers[o]
-                console.print(f"  [yellow]reclaiming spot capacity of {offer.id} for "
-                              f"{RECLAIM_HOURS:g} h (on purpose)[/]")
+                console.print(
+                    f"  [yellow]reclaiming spot capacity of {offer.id} for "
+                    f"{RECLAIM_HOURS:g} h (on purpose)[/]"
+                )
                 _reclaim(c.grid, o, controller.clock.now().timestamp(), RECLAIM_HOURS)
                 reclaimed.append(c.jobs[j].id)
                 return
 
-    live.run(interval_s=world.settings.interval_s, until_done=True, max_ticks=2000,
-             on_tick=on_tick)
+    live.run(interval_s=world.settings.interval_s, until_done=True, max_ticks=2000, on_tick=on_tick)
     _print_fleet(console, jobs_table(store))
 
     loaded, _ = store.load()
-    console.print("\n[bold]The same period, replayed[/] (modelled progress, same prices "
-                  "and carbon):")
+    console.print(
+        "\n[bold]The same period, replayed[/] (modelled progress, same prices and carbon):"
+    )
     replay = _replay(loaded.jobs, world)
-    paths = write_outputs(replay, out / "replay", extra_config={"traces": "built-in scenario",
-                                                                 "jobs": "demo"})
+    paths = write_outputs(
+        replay, out / "replay", extra_config={"traces": "built-in scenario", "jobs": "demo"}
+    )
     import json
 
     console.print(format_table(json.loads(paths["results"].read_text())))
@@ -121,7 +172,7 @@ def _reclaim(grid: Any, offer: int, now_s: float, hours: float) -> None:
     k1 = min(grid.n_ticks, k0 + int(hours * 3600 / grid.tick_s) + 1)
     capacity = grid.spot_capacity
     capacity.flags.writeable = True
-    capacity[max(k0, 0):k1, offer] = 0.0
+    capacity[max(k0, 0) : k1, offer] = 0.0
     capacity.flags.writeable = False
 
 
@@ -129,9 +180,15 @@ def _replay(jobs: tuple[JobSpec, ...], world: Any) -> Replay:
     grid = world.grid
     options = LoopOptions(cluster="replay")
     runs = tuple(run_policy(make_policy(name), jobs, grid, options=options) for name in BASELINES)
-    return Replay(jobs=jobs, grid=grid, feasible=feasible_jobs(jobs, grid), runs=runs,
-                  carbon_usd_per_tonne=0.0, seed=world.settings.seed,
-                  config={"tick_s": grid.tick_s, "start": grid.start.isoformat()})
+    return Replay(
+        jobs=jobs,
+        grid=grid,
+        feasible=feasible_jobs(jobs, grid),
+        runs=runs,
+        carbon_usd_per_tonne=0.0,
+        seed=world.settings.seed,
+        config={"tick_s": grid.tick_s, "start": grid.start.isoformat()},
+    )
 
 
 def _print_fleet(console: Console, rows: list[dict[str, Any]]) -> None:
@@ -139,6 +196,13 @@ def _print_fleet(console: Console, rows: list[dict[str, Any]]) -> None:
     for key in ("job", "phase", "progress", "usd", "kg_co2", "migrations", "preemptions"):
         table.add_column(key)
     for r in rows:
-        table.add_row(r["job"], r["phase"], f"{r['progress']:.0%}", f"{r['usd']:.2f}",
-                      f"{r['kg_co2']:.3f}", str(r["migrations"]), str(r["preemptions"]))
+        table.add_row(
+            r["job"],
+            r["phase"],
+            f"{r['progress']:.0%}",
+            f"{r['usd']:.2f}",
+            f"{r['kg_co2']:.3f}",
+            str(r["migrations"]),
+            str(r["preemptions"]),
+        )
     console.print(table)

@@ -107,10 +107,14 @@ class MigrationDriver:
         self.open[spec.id] = m
         self.changed[m.id] = m
         self.controller.busy.add(job)
-        logger.info("migration %s planned: %s -> %s (%s)", m.id, m.src_offer_id,
-                    m.dst_offer_id, reason)
-        return [Event(snapshot.now_s, spec.id, EventKind.MIGRATION, m.dst_offer_id,
-                      f"planned: {reason}")]
+        logger.info(
+            "migration %s planned: %s -> %s (%s)", m.id, m.src_offer_id, m.dst_offer_id, reason
+        )
+        return [
+            Event(
+                snapshot.now_s, spec.id, EventKind.MIGRATION, m.dst_offer_id, f"planned: {reason}"
+            )
+        ]
 
     # -- per tick ---------------------------------------------------------------------------
     def step(self, now_s: float) -> list[Event]:
@@ -124,8 +128,15 @@ class MigrationDriver:
             nxt, actions = advance(m, self._observe(m), now_s, self.limits)
             if nxt.phase is not m.phase:
                 why = f": {nxt.error}" if nxt.error and nxt.error != m.error else ""
-                events.append(Event(now_s, job_id, EventKind.MIGRATION, nxt.dst_offer_id,
-                                    f"{m.phase.value} -> {nxt.phase.value}{why}"))
+                events.append(
+                    Event(
+                        now_s,
+                        job_id,
+                        EventKind.MIGRATION,
+                        nxt.dst_offer_id,
+                        f"{m.phase.value} -> {nxt.phase.value}{why}",
+                    )
+                )
             self.open[job_id] = nxt
             if nxt != m:
                 self.changed[nxt.id] = nxt
@@ -176,8 +187,9 @@ class MigrationDriver:
             return None
         if ref is None:
             return None
-        return CheckpointSeen(uri=ref.uri, step=ref.step, created_at_s=ref.created_at_s,
-                              verified=True)
+        return CheckpointSeen(
+            uri=ref.uri, step=ref.step, created_at_s=ref.created_at_s, verified=True
+        )
 
     # -- act --------------------------------------------------------------------------------
     def _perform(self, m: Migration, action: object, now_s: float) -> list[Event]:
@@ -189,9 +201,18 @@ class MigrationDriver:
             self.provider.terminate([action.instance_id], request_id=action.request_id)
             if c.instance_of[j] == action.instance_id:
                 offer = c.grid.offers[int(c.fleet.offer[j])].id
-                return [c.apply(Event(now_s, m.job_id, EventKind.TERMINATED, offer,
-                                      "move: checkpoint and stop",
-                                      instance_id=action.instance_id))]
+                return [
+                    c.apply(
+                        Event(
+                            now_s,
+                            m.job_id,
+                            EventKind.TERMINATED,
+                            offer,
+                            "move: checkpoint and stop",
+                            instance_id=action.instance_id,
+                        )
+                    )
+                ]
             return []
         if isinstance(action, CopyCheckpoint):
             self._copy(m, action, offers)
@@ -219,11 +240,15 @@ class MigrationDriver:
         job = c.jobs[j]
         key = f"{m.id}/{offer.id}"
         outcome = self.provider.launch(
-            LaunchSpec(job_id=job.id, offer_id=offer.id, cluster=self.cluster,
-                       startup_s=job.cold_start_h * 3600.0,
-                       count=int(c.fit.instances[j, c.grid.offers.index(offer)]),
-                       entrypoint=job.command or c.options.entrypoint,
-                       env={"HELIOTROPE_JOB_ID": job.id, **self.launch_env(job, offer)}),
+            LaunchSpec(
+                job_id=job.id,
+                offer_id=offer.id,
+                cluster=self.cluster,
+                startup_s=job.cold_start_h * 3600.0,
+                count=int(c.fit.instances[j, c.grid.offers.index(offer)]),
+                entrypoint=job.command or c.options.entrypoint,
+                env={"HELIOTROPE_JOB_ID": job.id, **self.launch_env(job, offer)},
+            ),
             request_id=action.request_id,
         )
         if key not in self._launches or self._launches[key][1] != outcome:
@@ -233,11 +258,19 @@ class MigrationDriver:
         src = {o.id: o for o in c.grid.offers}[m.src_offer_id]
         cost = move_cost(job, src.location, offer.location, c.options.settings)
         egress = cost.egress_usd if offer.id == m.dst_offer_id else 0.0
-        return [c.apply(Event(now_s, job.id, EventKind.LAUNCHED, offer.id,
-                              f"migration {m.id}: {m.phase.value}",
-                              {"ready_at_s": outcome.ready_at_s, "egress_usd": egress,
-                               "transfer_h": 0.0},
-                              instance_id=outcome.instance_id))]
+        return [
+            c.apply(
+                Event(
+                    now_s,
+                    job.id,
+                    EventKind.LAUNCHED,
+                    offer.id,
+                    f"migration {m.id}: {m.phase.value}",
+                    {"ready_at_s": outcome.ready_at_s, "egress_usd": egress, "transfer_h": 0.0},
+                    instance_id=outcome.instance_id,
+                )
+            )
+        ]
 
     def _job_index(self, job_id: str) -> int:
         assert self.controller is not None
@@ -245,13 +278,21 @@ class MigrationDriver:
 
 
 def to_record(m: Migration) -> MigrationRecord:
-    detail = {k: (v.value if isinstance(v, MigrationPhase) else v)
-              for k, v in dataclasses.asdict(m).items()}
+    detail = {
+        k: (v.value if isinstance(v, MigrationPhase) else v)
+        for k, v in dataclasses.asdict(m).items()
+    }
     return MigrationRecord(
-        id=m.id, job_id=m.job_id, phase=m.phase.value, src_offer_id=m.src_offer_id,
-        dst_offer_id=m.dst_offer_id, request_id=m.request_id("record"),
+        id=m.id,
+        job_id=m.job_id,
+        phase=m.phase.value,
+        src_offer_id=m.src_offer_id,
+        dst_offer_id=m.dst_offer_id,
+        request_id=m.request_id("record"),
         checkpoint_uri=m.dst_checkpoint_uri or m.src_checkpoint_uri or None,
-        error=m.error or None, started_s=m.started_s, updated_s=m.updated_s,
+        error=m.error or None,
+        started_s=m.started_s,
+        updated_s=m.updated_s,
         detail=json.dumps(detail, sort_keys=True),
     )
 

@@ -72,8 +72,12 @@ def load_settings(path: Path | None = None) -> LiveSettings:
         raw = yaml.safe_load(path.read_text()) or {}
         return LiveSettings.model_validate(raw)
     except (yaml.YAMLError, ValidationError) as exc:
-        raise InputError(str(path), "", "valid live settings (see orchestrator/live/world.py)",
-                         got=str(exc).splitlines()[0]) from exc
+        raise InputError(
+            str(path),
+            "",
+            "valid live settings (see orchestrator/live/world.py)",
+            got=str(exc).splitlines()[0],
+        ) from exc
 
 
 @dataclass(frozen=True)
@@ -87,8 +91,11 @@ class LocalWorld:
         return self.provider.checkpoint_uri(offer.region)
 
     def open_store(self) -> StateStore:
-        url = self.settings.db_url or os.environ.get("HELIOTROPE_DB_URL") or \
-            f"sqlite:///{home() / 'heliotrope.db'}"
+        url = (
+            self.settings.db_url
+            or os.environ.get("HELIOTROPE_DB_URL")
+            or f"sqlite:///{home() / 'heliotrope.db'}"
+        )
         return open_store(url)
 
 
@@ -97,15 +104,26 @@ def local_world(settings: LiveSettings | None = None, *, clock: Clock | None = N
     trace = generate(settings.seed, settings.days + 1.0, start=_day(settings.start))
     wanted = set(LOCAL_REGIONS)
     end = settings.start.timestamp() + settings.days * 86400.0
-    grid = SignalGrid.build(trace, settings.start, datetime.fromtimestamp(end, tz=UTC), 600,
-                            keep_offer=lambda o: (o.region, o.instance_type) in wanted)
+    grid = SignalGrid.build(
+        trace,
+        settings.start,
+        datetime.fromtimestamp(end, tz=UTC),
+        600,
+        keep_offer=lambda o: (o.region, o.instance_type) in wanted,
+    )
     grid = realize_spot(grid, settings.seed)
-    clock = clock or ScaledClock(SystemClock(), settings.start, settings.speed,
-                                 real_origin=_real_origin())
+    clock = clock or ScaledClock(
+        SystemClock(), settings.start, settings.speed, real_origin=_real_origin()
+    )
     regions = sorted({o.region for o in grid.offers})
-    provider = LocalProvider(home() / "local", cluster=settings.cluster, offers=grid.offers,
-                             capacity={r: settings.capacity for r in regions}, clock=clock,
-                             grace_s=15.0)
+    provider = LocalProvider(
+        home() / "local",
+        cluster=settings.cluster,
+        offers=grid.offers,
+        capacity={r: settings.capacity for r in regions},
+        clock=clock,
+        grace_s=15.0,
+    )
     return LocalWorld(settings, grid, provider, clock)
 
 

@@ -190,6 +190,7 @@ class Controller:
             g.carbon_marginal_g_per_kwh[k],
             g.curtailing[k],
         )
+        before = self.fleet.progress_gpu_h.copy() if self.mover is not None else None
         done = accrue(
             self.fleet,
             self.fit,
@@ -201,6 +202,9 @@ class Controller:
             bill_final_tick=self.options.settings.bill_final_tick,
             model_progress=not self.options.progress_from_provider,
         )
+        if before is not None:  # live with modelled progress: the mover watches for it
+            for j in np.flatnonzero(self.fleet.progress_gpu_h > before):
+                self.progress_seen_s[int(j)] = t1_s
         return [
             self._stamp(
                 Event(

@@ -1,0 +1,578 @@
+"""Curtailment, wholesale power prices and generation mix.
+
+- `Entsoe`: ENTSO-E Transparency Platform day-ahead prices (document A44), XML; prices in
+  EUR/MWh converted to USD at a fixed, documented rate; negative prices kept (a curtailment
+  proxy). Bidding zones are mapped to Electricity Maps zone ids by `ZONE_TO_EIC`.
+- `Eia930`: EIA-930 hourly net generation by fuel type (API v2, paginated) for US balancing
+  areas, turned into a production-based average intensity with `EMISSION_FACTORS`.
+- `CaisoCurtailment`: CAISO's daily wind and solar curtailment report (hour ending, Pacific
+  time) as CSV rows, summed per hour into ``curtailment_mw`` for US-CAL-CISO.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import math
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping
+from datetime import UTC, date, datetime, timedelta
+from typing import Any, ClassVar, Final
+
+import pandas as pd
+from pydantic import Field
+
+from orchestrator.errors import HeliotropeError
+from orchestrator.model import SignalKind
+from orchestrator.signals.importers.power import (
+    CAISO_ZONE,
+    EUR_TO_USD,
+    PACIFIC,
+    caiso_hour_start_utc,
+)
+from orchestrator.signals.sources.base import (
+    KeyedSource,
+    Obs,
+    SourceContext,
+    Strict,
+    decode_json,
+    validate,
+)
+from orchestrator.signals.sources.errors import MalformedResponse, RequestRejected, short
+
+logger = logging.getLogger(__name__)
+
+HOUR: Final = timedelta(hours=1)
+
+# -- ENTSO-E day-ahead prices -------------------------------------------------------------
+
+ENTSOE_DEFAULT_URL: Final = "https://web-api.tp.entsoe.eu/api"
+ENTSOE_TOKEN_ENV: Final = "ENTSOE_TOKEN"
+ENTSOE_CHUNK: Final = timedelta(days=31)
+# Electricity Maps zone id -> ENTSO-E bidding zone (EIC code), from the ENTSO-E area codes
+# (Transparency Platform "Areas" list, as entsoe-py's mappings carry them).
+ZONE_TO_EIC: Final[Mapping[str, str]] = {
+    "AT": "10YAT-APG------L",  # Austria
+    "BE": "10YBE----------2",  # Belgium
+    "CH": "10YCH-SWISSGRIDZ",  # Switzerland
+    "DE": "10Y1001A1001A82H",  # the DE-LU bidding zone (since 2018-10-01)
+    "DK-DK1": "10YDK-1--------W",  # Denmark West
+    "DK-DK2": "10YDK-2--------M",  # Denmark East
+    "ES": "10YES-REE------0",  # Spain
+    "FI": "10YFI-1--------U",  # Finland
+    "FR": "10YFR-RTE------C",  # France
+    "IE": "10Y1001A1001A59C",  # the SEM (Ireland and Northern Ireland)
+    "IT-NO": "10Y1001A1001A73I",  # Italy North
+    "NL": "10YNL----------L",  # Netherlands
+    "NO-NO1": "10YNO-1--------2",  # Norway NO1
+    "PL": "10YPL-AREA-----S",  # Poland
+    "PT": "10YPT-REN------W",  # Portugal
+    "SE-SE3": "10Y1001A1001A46L",  # Sweden SE3 (Stockholm)
+    "SE-SE4": "10Y1001A1001A47J",  # Sweden SE4
+}
+_RESOLUTION = re.compile(r"^PT(\d+)M$")
+_MAX_ENTSOE_POINTS: Final = 200_000
+
+
+def _local(tag: str) -> str:
+    return tag.rsplit("}", 1)[-1]
+
+
+def _child(elem: ET.Element, name: str) -> ET.Element | None:
+    for c in elem:
+        if _local(c.tag) == name:
+            return c
+    return None
+
+
+def _children(elem: ET.Element, name: str) -> list[ET.Element]:
+    return [c for c in elem if _local(c.tag) == name]
+
+
+def _text(elem: ET.Element, path: str, source: str, where: str) -> str:
+    node: ET.Element | None = elem
+    for part in path.split("/"):
+        node = _child(node, part) if node is not None else None
+    if node is None or node.text is None or not node.text.strip():
+        raise MalformedResponse(source, f"{where}.{path.replace('/', '.')}", "missing")
+    return node.text.strip()
+
+
+def _xml_root(body: bytes | str, source: str) -> ET.Element:
+    raw = body.encode() if isinstance(body, str) else body
+    head = raw[:4096].upper()
+    if b"<!DOCTYPE" in head or b"<!ENTITY" in raw.upper():
+        raise MalformedResponse(source, "body", "XML with a DTD or entities is refused")
+    try:
+        return ET.fromstring(raw)
+    except (ET.ParseError, ValueError, RecursionError) as exc:
+        raise MalformedResponse(source, "body", f"not XML ({type(exc).__name__})") from None
+
+
+def _eic_time(text: str, source: str, where: str) -> datetime:
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise MalformedResponse(source, where, f"expected a UTC time, got {short(text)}") from None
+    if when.tzinfo is None:
+        raise MalformedResponse(source, where, f"expected a UTC time, got {short(text)}")
+    return when.astimezone(UTC)
+
+
+def parse_entsoe_prices(
+    body: bytes | str, zone: str, *, eur_to_usd: float = EUR_TO_USD, source: str = "entsoe-prices"
+) -> list[Obs]:
+    """A Publication_MarketDocument of day-ahead prices -> USD/MWh per interval start.
+    An Acknowledgement_MarketDocument (ENTSO-E's "no matching data") is an empty list."""
+    root = _xml_root(body, source)
+    kind = _local(root.tag)
+    if kind == "Acknowledgement_MarketDocument":
+        reason = _child(root, "Reason")
+        code = _text(reason, "code", source, "Reason") if reason is not None else ""
+        if code == "999":  # "No matching data found"
+            return []
+        text = ""
+        if reason is not None and (t := _child(reason, "text")) is not None:
+            text = (t.text or "").strip()[:200]
+        raise MalformedResponse(source, "Reason", f"request refused: code {code} {text}".strip())
+    if kind != "Publication_MarketDocument":
+        raise MalformedResponse(
+            source, "root", f"expected Publication_MarketDocument, got {short(kind)}"
+        )
+    # time -> (resolution minutes, value): where two series overlap the finer one wins.
+    found: dict[datetime, tuple[int, float]] = {}
+    for s, series in enumerate(_children(root, "TimeSeries")):
+        where = f"TimeSeries[{s}]"
+        currency = _text(series, "currency_Unit.name", source, where)
+        unit = _text(series, "price_Measure_Unit.name", source, where)
+        if unit != "MWH":
+            raise MalformedResponse(source, f"{where}.price_Measure_Unit.name",
+                                    f"expected 'MWH', got {short(unit)}")
+        if currency == "EUR":
+            rate = eur_to_usd
+        elif currency == "USD":
+            rate = 1.0
+        else:
+            raise MalformedResponse(source, f"{where}.currency_Unit.name",
+                                    f"expected 'EUR', got {short(currency)}")
+        for p, period in enumerate(_children(series, "Period")):
+            pw = f"{where}.Period[{p}]"
+            start = _eic_time(_text(period, "timeInterval/start", source, pw), source,
+                              f"{pw}.timeInterval.start")
+            end = _eic_time(_text(period, "timeInterval/end", source, pw), source,
+                            f"{pw}.timeInterval.end")
+            res_text = _text(period, "resolution", source, pw)
+            m = _RESOLUTION.match(res_text)
+            if m is None or int(m.group(1)) <= 0:
+                raise MalformedResponse(source, f"{pw}.resolution",
+                                        f"expected PT<minutes>M, got {short(res_text)}")
+            minutes = int(m.group(1))
+            step = timedelta(minutes=minutes)
+            n = int((end - start) / step)
+            if end <= start or n > _MAX_ENTSOE_POINTS:
+                raise MalformedResponse(source, f"{pw}.timeInterval", "an empty or huge interval")
+            given: dict[int, float] = {}
+            for q, point in enumerate(_children(period, "Point")):
+                qw = f"{pw}.Point[{q}]"
+                try:
+                    position = int(_text(point, "position", source, qw))
+                    amount = float(_text(point, "price.amount", source, qw))
+                except ValueError:
+                    raise MalformedResponse(source, qw, "expected a position and a price number"
+                                            ) from None
+                if not 1 <= position <= n:
+                    raise MalformedResponse(source, f"{qw}.position",
+                                            f"expected 1..{n}, got {position}")
+                if not math.isfinite(amount):
+                    raise MalformedResponse(source, f"{qw}.price.amount",
+                                            f"expected a finite price, got {amount}")
+                given[position] = amount
+            if not given:
+                continue
+            # Curve A03: a position left out repeats the one before it.
+            last: float | None = None
+            for position in range(1, n + 1):
+                last = given.get(position, last)
+                if last is None:
+                    continue
+                when = start + (position - 1) * step
+                prev = found.get(when)
+                if prev is None or minutes < prev[0]:
+                    found[when] = (minutes, last * rate)
+    return [
+        Obs(when, zone, value, "usd_per_mwh", when + timedelta(minutes=minutes), source)
+        for when, (minutes, value) in sorted(found.items())
+    ]
+
+
+class Entsoe(KeyedSource):
+    """ENTSO-E day-ahead prices per bidding zone (token as ``securityToken``, which the API
+    wants in the query string: redacted from every log line and message)."""
+
+    name: ClassVar[str] = "entsoe-prices"
+    kind: ClassVar[SignalKind] = SignalKind.POWER_PRICE
+    history: ClassVar[bool] = True
+    back: ClassVar[timedelta] = timedelta(hours=24)
+    ahead: ClassVar[timedelta] = timedelta(hours=48)  # day-ahead: tomorrow is published
+
+    def __init__(self, ctx: SourceContext) -> None:
+        super().__init__(ctx)
+        self.url = ctx.base_url(self.name, ENTSOE_DEFAULT_URL)
+        self.eur_to_usd = float(ctx.options.get("eur_to_usd", EUR_TO_USD))
+
+    def covers(self, key: str) -> bool:
+        return key in ZONE_TO_EIC
+
+    def _read_key(self, key: str, start: datetime, end: datetime) -> list[Obs]:
+        eic = ZONE_TO_EIC.get(key)
+        if eic is None:
+            raise MalformedResponse(self.name, "key", f"no ENTSO-E bidding zone for {key!r}")
+        token = self.ctx.credential(self.name, ENTSOE_TOKEN_ENV)
+        out: list[Obs] = []
+        lo = start.replace(minute=0, second=0, microsecond=0)
+        while lo < end:
+            hi = min(lo + ENTSOE_CHUNK, end)
+            body = self.ctx.http.get(
+                self.name,
+                self.url,
+                params={
+                    "securityToken": token,
+                    "documentType": "A44",
+                    "in_Domain": eic,
+                    "out_Domain": eic,
+                    "periodStart": lo.strftime("%Y%m%d%H00"),
+                    "periodEnd": hi.strftime("%Y%m%d%H00"),
+                },
+                secrets=(token,),
+                what=f"day-ahead prices {key}",
+                auth_hint=f"check ${ENTSOE_TOKEN_ENV}",
+            ).body
+            out.extend(parse_entsoe_prices(body, key, eur_to_usd=self.eur_to_usd,
+                                           source=self.name))
+            lo = hi
+        return out
+
+
+# -- EIA-930 ------------------------------------------------------------------------------
+
+EIA_DEFAULT_URL: Final = "https://api.eia.gov/v2"
+EIA_KEY_ENV: Final = "EIA_API_KEY"
+EIA_PATH: Final = "/electricity/rto/fuel-type-data/data/"
+EIA_PAGE: Final = 5000
+EIA_MAX_PAGES: Final = 200
+EIA_LAG: Final = 3 * HOUR  # EIA-930 hours arrive one to a few hours late
+# Life-cycle emission factors, gCO2eq/kWh: IPCC AR5 WG3 Annex III, Table A.III.2 medians
+# (coal 820, gas combined cycle 490, biomass 230, geothermal 38, hydro 24, nuclear 12,
+# wind onshore 11, solar PV utility 48); oil 650 and unknown 700 are Electricity Maps'
+# defaults for those modes. Storage (BAT, PS) moves energy and is left out.
+EMISSION_FACTORS: Final[Mapping[str, float]] = {
+    "COL": 820.0,
+    "NG": 490.0,
+    "OIL": 650.0,
+    "NUC": 12.0,
+    "WAT": 24.0,
+    "SUN": 48.0,
+    "SNB": 48.0,  # solar with integrated battery
+    "WND": 11.0,
+    "GEO": 38.0,
+    "BIO": 230.0,
+    "OTH": 700.0,
+    "UNK": 700.0,
+}
+STORAGE_FUELS: Final = frozenset({"BAT", "PS", "OES"})
+_EIA_PERIOD = re.compile(r"^(\d{4}-\d{2}-\d{2})T(\d{2})(?:([+-])(\d{2})(?::?(\d{2}))?)?$")
+
+
+class EiaRow(Strict):
+    period: str
+    respondent: str
+    fueltype: str
+    value: float | None = None
+    value_units: str | None = Field(default=None, alias="value-units")
+
+
+class EiaBody(Strict):
+    total: int = Field(ge=0)
+    data: list[EiaRow]
+
+
+class EiaResponse(Strict):
+    response: EiaBody
+
+
+def eia_period_utc(text: str, source: str = "eia930", where: str = "period") -> datetime:
+    """``2024-03-10T08`` (frequency=hourly: UTC) or ``2024-03-10T01-08`` (local-hourly:
+    local hour and its UTC offset, so both 01:00 hours of a fall-back night differ)."""
+    m = _EIA_PERIOD.match(text.strip())
+    if m is None:
+        raise MalformedResponse(source, where, f"expected YYYY-MM-DDTHH, got {short(text)}")
+    day, hour, sign, oh, om = m.groups()
+    try:
+        base = datetime.fromisoformat(f"{day}T{hour}:00:00")
+    except ValueError:
+        raise MalformedResponse(source, where, f"not a valid hour: {short(text)}") from None
+    if sign is None:
+        return base.replace(tzinfo=UTC)
+    offset = timedelta(hours=int(oh), minutes=int(om or 0))
+    return (base - offset if sign == "+" else base + offset).replace(tzinfo=UTC)
+
+
+def eia_page(body: bytes | str, source: str = "eia930") -> tuple[list[EiaRow], int]:
+    resp = validate(EiaResponse, decode_json(body, source), source)
+    for i, row in enumerate(resp.response.data):
+        if row.value_units not in (None, "megawatthours"):
+            raise MalformedResponse(source, f"response.data[{i}].value-units",
+                                    f"expected 'megawatthours', got {short(row.value_units)}")
+    return resp.response.data, resp.response.total
+
+
+def eia_intensity(rows: list[EiaRow], zone: str, source: str = "eia930") -> list[Obs]:
+    """Per hour: sum(MWh x factor) / sum(MWh) over generating fuels (negative net generation
+    clipped to 0, storage and unknown codes left out); NaN where nothing generated."""
+    per_hour: dict[datetime, list[tuple[str, float]]] = {}
+    for i, row in enumerate(rows):
+        when = eia_period_utc(row.period, source, f"response.data[{i}].period")
+        per_hour.setdefault(when, [])
+        if row.value is None or row.fueltype in STORAGE_FUELS:
+            continue
+        if row.fueltype not in EMISSION_FACTORS:
+            logger.debug("%s: fuel type %r has no emission factor; left out", source,
+                         row.fueltype)
+            continue
+        per_hour[when].append((row.fueltype, max(0.0, row.value)))
+    out = []
+    for when in sorted(per_hour):
+        mix = per_hour[when]
+        total = sum(v for _, v in mix)
+        value = sum(v * EMISSION_FACTORS[f] for f, v in mix) / total if total > 0 else math.nan
+        out.append(Obs(when, zone, value, "g_co2_per_kwh", when + HOUR + EIA_LAG, source))
+    return out
+
+
+def balancing_area(zone: str) -> str | None:
+    """The EIA respondent code of an Electricity Maps US zone: its last part
+    (US-CAL-CISO -> CISO, US-MIDA-PJM -> PJM)."""
+    parts = zone.split("-")
+    return parts[-1] if len(parts) >= 3 and parts[0] == "US" else None
+
+
+class Eia930(KeyedSource):
+    """EIA-930 hourly generation by fuel type per US balancing area (API key as
+    ``api_key``, redacted), paginated by ``offset``/``length`` up to ``response.total``."""
+
+    name: ClassVar[str] = "eia930"
+    kind: ClassVar[SignalKind] = SignalKind.CARBON
+    history: ClassVar[bool] = True
+    back: ClassVar[timedelta] = timedelta(hours=24)
+
+    def __init__(self, ctx: SourceContext) -> None:
+        super().__init__(ctx)
+        self.url = ctx.base_url(self.name, EIA_DEFAULT_URL)
+        self.page_size = int(ctx.options.get("eia_page_size", EIA_PAGE))
+
+    def covers(self, key: str) -> bool:
+        return balancing_area(key) is not None
+
+    def _read_key(self, key: str, start: datetime, end: datetime) -> list[Obs]:
+        ba = balancing_area(key)
+        if ba is None:
+            raise MalformedResponse(self.name, "key", f"not a US balancing-area zone: {key!r}")
+        api_key = self.ctx.credential(self.name, EIA_KEY_ENV)
+        rows: list[EiaRow] = []
+        offset = 0
+        for _ in range(EIA_MAX_PAGES):
+            params: dict[str, Any] = {
+                "api_key": api_key,
+                "frequency": "hourly",
+                "data[0]": "value",
+                "facets[respondent][]": ba,
+                "start": start.strftime("%Y-%m-%dT%H"),
+                "end": end.strftime("%Y-%m-%dT%H"),
+                "sort[0][column]": "period",
+                "sort[0][direction]": "asc",
+                "offset": str(offset),
+                "length": str(self.page_size),
+            }
+            body = self.ctx.http.get(
+                self.name, f"{self.url}{EIA_PATH}", params=params, secrets=(api_key,),
+                what=f"fuel-type-data {ba}", auth_hint=f"check ${EIA_KEY_ENV}",
+            ).body
+            page, total = eia_page(body, self.name)
+            for i, row in enumerate(page):
+                if row.respondent != ba:
+                    raise MalformedResponse(self.name, f"response.data[{i}].respondent",
+                                            f"expected {ba!r}, got {short(row.respondent)}")
+            rows.extend(page)
+            offset += len(page)
+            if offset >= total:
+                break
+            if not page:
+                raise MalformedResponse(self.name, "response.data",
+                                        f"empty page at offset {offset} of {total}")
+        else:
+            raise MalformedResponse(self.name, "response.total",
+                                    f"more than {EIA_MAX_PAGES} pages")
+        return eia_intensity(rows, key, self.name)
+
+
+# -- CAISO curtailment --------------------------------------------------------------------
+
+CAISO_LAG: Final = HOUR
+# Column names of the report table (lower case, spaces as underscores) -> ours.
+_CAISO_COLUMNS: Final[Mapping[str, str]] = {
+    "report_date": "date",
+    "date": "date",
+    "hour_ending_pt": "he",
+    "hour_ending": "he",
+    "hour": "he",
+    "he": "he",
+    "curtailed_mwh": "mwh",
+    "curtailment_mwh": "mwh",
+    "curt_mwh": "mwh",
+    "mwh": "mwh",
+    "curtailed_mw": "mw",
+    "curtailment_mw": "mw",
+    "curt_mw": "mw",
+    "mw": "mw",
+    "fuel_type": "fuel",
+    "fuel": "fuel",
+}
+
+
+def _number(text: str, source: str, where: str) -> float | None:
+    text = text.strip().replace(",", "")
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise MalformedResponse(source, where, f"expected a number, got {short(text)}") from None
+    if not math.isfinite(value) or value < 0:
+        raise MalformedResponse(source, where, f"expected a curtailment >= 0, got {text}")
+    return value
+
+
+def parse_caiso_report(
+    body: bytes | str, day: date, source: str = "caiso-curtailment"
+) -> list[Obs]:
+    """One report day as CSV -> curtailed MWh per hour (= average MW), every hour of the
+    Pacific-time day (23, 24 or 25 of them), hours without a row 0. Hour ending h starts
+    h-1 elapsed hours after local midnight (so HE 2 of the spring-forward day is 09:00 UTC
+    and HE 25 exists only on the fall-back day)."""
+    text = body.decode("utf-8-sig", errors="replace") if isinstance(body, bytes) else body
+    reader = csv.reader(io.StringIO(text))
+    try:
+        header = next(reader)
+    except StopIteration:
+        raise MalformedResponse(source, "header", "an empty file") from None
+    except csv.Error as exc:
+        raise MalformedResponse(source, "header", f"not CSV ({exc})") from None
+    names = [_CAISO_COLUMNS.get(re.sub(r"[^a-z0-9]+", "_", h.strip().lower()).strip("_"), "")
+             for h in header]
+    for need in ("he", "mwh"):
+        if need not in names:
+            raise MalformedResponse(source, "header",
+                                    f"expected a column for {need!r}, got {short(header)}")
+    midnight = caiso_hour_start_utc(pd.Series([pd.Timestamp(day)]), pd.Series([1])).iloc[0]
+    next_mid = caiso_hour_start_utc(
+        pd.Series([pd.Timestamp(day + timedelta(days=1))]), pd.Series([1])
+    ).iloc[0]
+    n_hours = int((next_mid - midnight) / pd.Timedelta(hours=1))
+    energy = [0.0] * n_hours
+    try:
+        for line_no, row in enumerate(reader, start=2):
+            if not any(c.strip() for c in row):
+                continue
+            cells = dict(zip(names, row, strict=False))
+            if "date" in cells and cells["date"].strip():
+                try:
+                    row_day = date.fromisoformat(cells["date"].strip()[:10])
+                except ValueError:
+                    row_day = None
+                if row_day is None:
+                    try:
+                        row_day = datetime.strptime(cells["date"].strip(), "%m/%d/%Y").date()
+                    except ValueError:
+                        raise MalformedResponse(source, f"line {line_no}: date",
+                                                f"expected a date, got {short(cells['date'])}"
+                                                ) from None
+                if row_day != day:
+                    raise MalformedResponse(source, f"line {line_no}: date",
+                                            f"expected {day.isoformat()}, got {row_day}")
+            he_value = _number(cells.get("he", ""), source, f"line {line_no}: hour ending")
+            if he_value is None or he_value != int(he_value) or not 1 <= he_value <= n_hours:
+                raise MalformedResponse(source, f"line {line_no}: hour ending",
+                                        f"expected 1..{n_hours} on {day}, got "
+                                        f"{short(cells.get('he'))}")
+            mwh = _number(cells.get("mwh", ""), source, f"line {line_no}: curtailed MWh")
+            if mwh is None and "mw" in cells:
+                mwh = _number(cells["mw"], source, f"line {line_no}: curtailed MW")
+            energy[int(he_value) - 1] += mwh or 0.0
+    except csv.Error as exc:
+        raise MalformedResponse(source, "body", f"not CSV ({exc})") from None
+    start = midnight.to_pydatetime()
+    return [
+        Obs(start + h * HOUR, CAISO_ZONE, energy[h], "mw", start + (h + 1) * HOUR + CAISO_LAG,
+            source)
+        for h in range(n_hours)
+    ]
+
+
+class CaisoCurtailment(KeyedSource):
+    """CAISO wind and solar curtailment, one report per Pacific-time day, read as CSV from
+    ``{base}/{YYYYMMDD}.csv`` (the report table: date, hour ending, type, reason, fuel,
+    curtailed MWh, curtailed MW). A day without a report (404) is a gap, not an error."""
+
+    name: ClassVar[str] = "caiso-curtailment"
+    kind: ClassVar[SignalKind] = SignalKind.CURTAILMENT
+    history: ClassVar[bool] = True
+    back: ClassVar[timedelta] = timedelta(days=2)  # the report for a day comes the next day
+
+    def __init__(self, ctx: SourceContext) -> None:
+        super().__init__(ctx)
+        self.url = ctx.base_url(self.name, "")
+
+    def covers(self, key: str) -> bool:
+        return key == CAISO_ZONE
+
+    def _read_key(self, key: str, start: datetime, end: datetime) -> list[Obs]:
+        if key != CAISO_ZONE:
+            raise MalformedResponse(self.name, "key", f"only {CAISO_ZONE!r} is covered")
+        if not self.url:
+            raise RequestRejected(
+                self.name, "report location", 0,
+                "set HELIOTROPE_CAISO_CURTAILMENT_URL to where the daily report CSVs are "
+                "published (see docs/signals.md)",
+            )
+        day = start.astimezone(PACIFIC).date()
+        last = end.astimezone(PACIFIC).date()
+        out: list[Obs] = []
+        while day <= last:
+            try:
+                body = self.ctx.http.get(
+                    self.name, f"{self.url}/{day:%Y%m%d}.csv", what=f"report {day}"
+                ).body
+            except RequestRejected as exc:
+                if exc.status != 404:
+                    raise
+                logger.info("%s: no report for %s", self.name, day)
+            else:
+                out.extend(parse_caiso_report(body, day, self.name))
+            day += timedelta(days=1)
+        return out
+
+
+__all__ = [
+    "ZONE_TO_EIC",
+    "CaisoCurtailment",
+    "Eia930",
+    "Entsoe",
+    "HeliotropeError",
+    "balancing_area",
+    "eia_intensity",
+    "eia_page",
+    "parse_caiso_report",
+    "parse_entsoe_prices",
+]

@@ -1,0 +1,270 @@
+"""`MultiProvider`: several clouds behind one `ComputeProvider`.
+
+The controller talks to one provider; this one routes every call to the adapter that owns
+what the call is about, and never hands an adapter something another adapter reported:
+
+- offers are the union of the adapters' offers. An offer belongs to the adapter whose
+  `name` is the offer's `cloud` (`aws`, `gcp`, ...); an offer an adapter reports under
+  another cloud's name is left out (logged).
+- `launch` goes to the adapter of the offer's cloud (the offer as last listed, else the
+  `<cloud>:` prefix of its id). An offer of a cloud no adapter serves is refused as data
+  (`INVALID`), like any other bad launch.
+- Instance ids are remembered with the adapter that reported them: from its launches, its
+  `list_instances` and its `poll_events`. `terminate` hands each id to that adapter only.
+  An id nobody has reported yet (a controller restarted from its store) is first looked
+  for with `list_instances` of the cluster; an id still unclaimed, or claimed by two
+  adapters, is logged and skipped: no adapter is ever asked to end an instance it did not
+  report. (Each adapter checks ownership again by its own tags or labels.)
+- `list_instances` and `poll_events` are merged; events in time order.
+
+Failures: a failing adapter must not blind the controller to the others where that is
+safe. `offers` and `poll_events` skip an adapter that raises a `HeliotropeError` (logged;
+the adapters lose no event by a failed poll: they report it next time) and raise only when
+every adapter failed. `list_instances` raises on any failure: a partial list would make live
+instances look gone. `terminate` tries every adapter, then raises the first error.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple, Protocol, runtime_checkable
+
+from orchestrator.errors import HeliotropeError, InputError
+from orchestrator.model import InstanceId, Offer, OfferId
+from providers.base import (
+    Capability,
+    ComputeProvider,
+    FailureKind,
+    InstanceInfo,
+    LaunchOutcome,
+    LaunchSpec,
+    ProviderEvent,
+    ProviderFailure,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class Quote(NamedTuple):
+    """The hourly price of one offer (whole instance, USD) and where it came from."""
+
+    usd_per_hour: float
+    source: str
+
+
+@runtime_checkable
+class PricedProvider(Protocol):
+    """An adapter that also prices its offers (`AwsProvider`, `GcpProvider`): USD per hour,
+    as a number or as a quote with `usd_per_hour` and `source`."""
+
+    name: str
+
+    def prices(self) -> Mapping[OfferId, object]: ...
+
+
+def quotes_of(provider: object) -> dict[OfferId, Quote]:
+    """The prices an adapter knows, as `Quote`s (an adapter without `prices()` has none).
+
+    AWS says where each price came from in its offer book (`DescribeSpotPriceHistory`,
+    `pricing:GetProducts`, `catalog`); GCP in each quote (`billing-catalog`, `list-price`).
+    """
+    if isinstance(provider, MultiProvider):
+        return provider.quotes()
+    if not isinstance(provider, PricedProvider):
+        return {}
+    sources: Mapping[OfferId, str] = {}
+    book = getattr(provider, "offer_book", None)
+    if callable(book):
+        sources = getattr(book(), "price_source", {}) or {}
+    quotes: dict[OfferId, Quote] = {}
+    for offer_id, value in provider.prices().items():
+        if isinstance(value, int | float):
+            usd, source = float(value), sources.get(offer_id, provider.name)
+        else:
+            usd = float(getattr(value, "usd_per_hour", float("nan")))
+            source = str(getattr(value, "source", "") or provider.name)
+        if usd == usd:  # not NaN
+            quotes[offer_id] = Quote(usd, source)
+    return quotes
+
+
+def cloud_of_offer_id(offer_id: OfferId) -> str:
+    """The cloud an offer id names (`aws:us-east-1a:g6.xlarge:spot` -> `aws`)."""
+    return offer_id.split(":", 1)[0]
+
+
+class MultiProvider:
+    """One `ComputeProvider` over several adapters, one per cloud (see the module doc)."""
+
+    def __init__(self, providers: Sequence[ComputeProvider]) -> None:
+        if not providers:
+            raise InputError("providers", "", "at least one provider", got="none")
+        by_cloud: dict[str, ComputeProvider] = {}
+        for p in providers:
+            if p.name in by_cloud:
+                raise InputError(
+                    "providers", p.name, "one provider per cloud", got=f"two named {p.name!r}",
+                    fix="list each cloud once",
+                )
+            by_cloud[p.name] = p
+        self._by_cloud = by_cloud
+        self.name = "+".join(by_cloud)
+        self._lock = threading.RLock()
+        self._offer_cloud: dict[OfferId, str] = {}
+        self._owner: dict[InstanceId, str] = {}  # instance id -> cloud that reported it
+        self._ambiguous: set[InstanceId] = set()  # reported by two clouds: never touched
+        self._cluster: str | None = None
+
+    @property
+    def providers(self) -> Mapping[str, ComputeProvider]:
+        """The adapters, by cloud name."""
+        return dict(self._by_cloud)
+
+    def provider_for_offer(self, offer_id: OfferId) -> ComputeProvider | None:
+        with self._lock:
+            cloud = self._offer_cloud.get(offer_id) or cloud_of_offer_id(offer_id)
+        return self._by_cloud.get(cloud)
+
+    def owner_of(self, instance_id: InstanceId) -> str | None:
+        """The cloud whose adapter reported `instance_id` (None: unknown or ambiguous)."""
+        with self._lock:
+            if instance_id in self._ambiguous:
+                return None
+            return self._owner.get(instance_id)
+
+    # -- contract -------------------------------------------------------------------------
+    def capabilities(self) -> frozenset[Capability]:
+        """What at least one adapter can do (each offer is served by its own cloud's)."""
+        caps: frozenset[Capability] = frozenset()
+        for p in self._by_cloud.values():
+            caps |= p.capabilities()
+        return caps
+
+    def offers(self) -> Sequence[Offer]:
+        found: list[Offer] = []
+        seen: dict[OfferId, str] = {}
+        first_error: HeliotropeError | None = None
+        failed = 0
+        for cloud, p in self._by_cloud.items():
+            try:
+                offers = p.offers()
+            except HeliotropeError as exc:
+                logger.error("offers of %s unavailable: %s", cloud, exc)
+                first_error = first_error or exc
+                failed += 1
+                continue
+            for offer in offers:
+                if offer.cloud != cloud:
+                    logger.warning("provider %s reported offer %s of cloud %s; left out",
+                                   cloud, offer.id, offer.cloud)
+                    continue
+                if offer.id in seen:
+                    continue
+                seen[offer.id] = cloud
+                found.append(offer)
+        if failed == len(self._by_cloud) and first_error is not None:
+            raise first_error
+        with self._lock:
+            self._offer_cloud.update(seen)
+        return tuple(sorted(found, key=lambda o: o.id))
+
+    def quotes(self) -> dict[OfferId, Quote]:
+        """Prices of every adapter that prices its offers, with their sources."""
+        out: dict[OfferId, Quote] = {}
+        for cloud, p in self._by_cloud.items():
+            try:
+                quotes = quotes_of(p)
+            except HeliotropeError as exc:
+                logger.error("prices of %s unavailable: %s", cloud, exc)
+                continue
+            out.update({k: q for k, q in quotes.items() if cloud_of_offer_id(k) == cloud})
+        return out
+
+    def prices(self) -> dict[OfferId, float]:
+        """USD per hour (whole instance) of every offer with a known price."""
+        return {k: q.usd_per_hour for k, q in self.quotes().items()}
+
+    def list_instances(self, *, cluster: str) -> Mapping[InstanceId, InstanceInfo]:
+        merged: dict[InstanceId, InstanceInfo] = {}
+        with self._lock:
+            self._cluster = cluster
+        for cloud, p in self._by_cloud.items():
+            listed = p.list_instances(cluster=cluster)
+            self._claim(cloud, listed)
+            for instance_id, info in listed.items():
+                if self.owner_of(instance_id) == cloud:
+                    merged[instance_id] = info
+        return merged
+
+    def launch(self, spec: LaunchSpec, *, request_id: str) -> LaunchOutcome:
+        provider = self.provider_for_offer(spec.offer_id)
+        if provider is None:
+            why = (f"offer {spec.offer_id!r}: no provider for cloud "
+                   f"{cloud_of_offer_id(spec.offer_id)!r} (configured: "
+                   f"{', '.join(self._by_cloud)})")
+            logger.warning("launch %s refused: %s", request_id, why)
+            return LaunchOutcome(None, error=ProviderFailure(FailureKind.INVALID, why))
+        with self._lock:
+            self._cluster = spec.cluster
+        outcome = provider.launch(spec, request_id=request_id)
+        if outcome.instance_id is not None:
+            self._claim(provider.name, [outcome.instance_id])
+        return outcome
+
+    def terminate(self, ids: Sequence[InstanceId], *, request_id: str) -> None:
+        wanted = [i for i in dict.fromkeys(ids) if i]
+        unknown = [i for i in wanted if self.owner_of(i) is None and i not in self._ambiguous]
+        if unknown and self._cluster is not None:
+            self.list_instances(cluster=self._cluster)  # learn ids reported before a restart
+        by_cloud: dict[str, list[InstanceId]] = {}
+        for instance_id in wanted:
+            cloud = self.owner_of(instance_id)
+            if cloud is None:
+                logger.warning("terminate %s (request %s): no provider reported this instance%s; "
+                               "skipped", instance_id, request_id,
+                               " (two did)" if instance_id in self._ambiguous else "")
+                continue
+            by_cloud.setdefault(cloud, []).append(instance_id)
+        first_error: HeliotropeError | None = None
+        for cloud, chunk in by_cloud.items():
+            try:
+                self._by_cloud[cloud].terminate(chunk, request_id=request_id)
+            except HeliotropeError as exc:
+                logger.error("terminate on %s failed: %s", cloud, exc)
+                first_error = first_error or exc
+        if first_error is not None:
+            raise first_error
+
+    def poll_events(self) -> list[ProviderEvent]:
+        events: list[ProviderEvent] = []
+        first_error: HeliotropeError | None = None
+        failed = 0
+        for cloud, p in self._by_cloud.items():
+            try:
+                polled = p.poll_events()
+            except HeliotropeError as exc:
+                logger.error("events of %s unavailable this time: %s", cloud, exc)
+                first_error = first_error or exc
+                failed += 1
+                continue
+            self._claim(cloud, [e.instance_id for e in polled])
+            events.extend(e for e in polled if self.owner_of(e.instance_id) == cloud)
+        if failed == len(self._by_cloud) and first_error is not None:
+            raise first_error
+        events.sort(key=lambda e: e.time_s)  # stable: each adapter's order is kept
+        return events
+
+    # -- internals ------------------------------------------------------------------------
+    def _claim(self, cloud: str, ids: Iterable[InstanceId]) -> None:
+        with self._lock:
+            for instance_id in ids:
+                if not instance_id or instance_id in self._ambiguous:
+                    continue
+                owner = self._owner.setdefault(instance_id, cloud)
+                if owner != cloud:
+                    logger.error("instance id %s reported by both %s and %s; neither will be "
+                                 "asked to touch it", instance_id, owner, cloud)
+                    self._ambiguous.add(instance_id)
+                    del self._owner[instance_id]

@@ -1,0 +1,276 @@
+"""The task bodies in orchestrator/airflow_tasks.py, without Airflow: settings, credentials,
+migrate (the CLI's refusals, word for word), rebalance (a tick, or a skip with its reason)
+and replay (a report, a window)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from orchestrator import airflow_tasks as at
+from orchestrator.cli import main
+from orchestrator.errors import InputError
+from tests.dags.conftest import write_jobs
+
+
+def settings(home: Path, **extra: Any) -> at.TaskSettings:
+    return at.task_settings({"home": str(home), **extra})
+
+
+# -- settings ------------------------------------------------------------------------------
+
+
+def test_settings_from_the_environment_and_the_variable(home: Path, tmp_path: Path) -> None:
+    s = at.task_settings(None)
+    assert s.home == home and s.trace_dir == home / "signals"
+    assert s.regions == () and s.signal_max_age_s == 3600.0
+    s = at.task_settings(
+        json.dumps(
+            {
+                "home": str(tmp_path / "h"),
+                "regions": "us-east-1, europe-west4",
+                "signal_max_age_s": 600,
+            }
+        )
+    )
+    assert s.home == tmp_path / "h" and s.trace_dir == tmp_path / "h" / "signals"
+    assert s.regions == ("us-east-1", "europe-west4") and s.signal_max_age_s == 600.0
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ('{"hom": "/x"}', "hom"),
+        ("[1, 2]", "a JSON object"),
+        ("{not json", "a JSON object"),
+        ('{"signal_max_age_s": 0}', "signal_max_age_s"),
+        ('{"regions": [1]}', "regions"),
+    ],
+)
+def test_bad_settings_are_refused_naming_the_key(home: Path, value: str, words: str) -> None:
+    with pytest.raises(InputError, match=words):
+        at.task_settings(value)
+
+
+# -- credentials ---------------------------------------------------------------------------
+
+
+class FakeConnection:
+    def __init__(self, login: str = "", password: str = "", **extra: str) -> None:
+        self.login, self.password, self.extra_dejson = login, password, dict(extra)
+
+
+def test_credentials_come_from_the_four_connections_and_never_show() -> None:
+    conns = {
+        "aws_default": FakeConnection("AKIAEXAMPLE", "aws-secret-value", region_name="us-east-1"),
+        "electricitymaps_default": FakeConnection(password="em-token-value"),
+        "watttime_default": FakeConnection("wt-user", "wt-password-value"),
+    }
+    asked: list[str] = []
+
+    def get(conn_id: str) -> FakeConnection | None:
+        asked.append(conn_id)
+        return conns.get(conn_id)
+
+    creds = at.credentials_from(get)
+    assert sorted(asked) == sorted(at.CONNECTION_IDS.values())
+    assert creds["ELECTRICITYMAPS_TOKEN"] == "em-token-value"
+    assert creds["WATTTIME_USERNAME"] == "wt-user"
+    assert creds["WATTTIME_PASSWORD"] == "wt-password-value"
+    assert creds["AWS_ACCESS_KEY_ID"] == "AKIAEXAMPLE"
+    assert creds["AWS_SECRET_ACCESS_KEY"] == "aws-secret-value"
+    assert creds["AWS_DEFAULT_REGION"] == "us-east-1"
+    assert not any(k.startswith("GOOGLE") or k.startswith("GCP") for k in creds)  # no conn
+    shown = repr(creds) + str(creds) + f"{creds}"
+    for secret in ("em-token-value", "wt-password-value", "aws-secret-value", "AKIAEXAMPLE"):
+        assert secret not in shown
+    assert "ELECTRICITYMAPS_TOKEN" in shown
+
+
+# -- migrate -------------------------------------------------------------------------------
+
+
+def test_a_dry_run_plans_and_changes_nothing(submitted: str, home: Path) -> None:
+    plan = at.migrate(settings(home), job=submitted, region="europe-west4", dry_run=True)
+    assert plan["to"].startswith("gcp:europe-west4") and plan["started"] is False
+    assert plan["hours_to_finish"] == pytest.approx(0.1 + 4.0, abs=0.01)
+    from orchestrator.live.commands import events_table, jobs_table
+    from orchestrator.live.world import local_world
+
+    store = local_world().open_store()
+    assert events_table(store, submitted) == []
+    assert jobs_table(store)[0]["phase"] == "pending"
+
+
+def test_a_real_run_starts_the_move_through_the_controller(submitted: str, home: Path) -> None:
+    plan = at.migrate(settings(home), job=submitted, region="europe-west4", dry_run=False)
+    assert plan["started"] is True
+    (row,) = plan["fleet"]
+    assert row["where"].startswith("gcp:europe-west4") and row["phase"] == "starting"
+    # A second move, from where it now runs: a migration through the machine.
+    plan = at.migrate(settings(home), job=submitted, region="us-east-1", dry_run=False)
+    from orchestrator.live.world import local_world
+
+    (move,) = local_world().open_store().open_migrations(submitted)
+    assert move.src_offer_id.startswith("gcp:europe-west4")
+    assert move.dst_offer_id.startswith("aws:us-east-1")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "argv"),
+    [
+        ({"job": "nope", "region": "us-east-1"}, ["migrate", "nope", "--to", "us-east-1"]),
+        ({"job": "lm", "region": "mars-1"}, ["migrate", "lm", "--to", "mars-1"]),
+    ],
+)
+def test_refusals_are_the_clis_word_for_word(
+    submitted: str,
+    home: Path,
+    kwargs: dict[str, Any],
+    argv: list[str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(InputError) as refused:
+        at.migrate(settings(home), dry_run=True, **kwargs)
+    capsys.readouterr()
+    assert main([*argv, "--dry-run"]) == 2
+    assert str(refused.value) in " ".join(capsys.readouterr().err.split())
+
+
+def test_a_move_past_the_deadline_is_refused_unless_forced(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from orchestrator.live.commands import submit
+
+    submit(write_jobs(tmp_path / "jobs.yaml", work_gpu_hours=9.95, deadline_h=10))
+    with pytest.raises(InputError, match="after the deadline") as refused:
+        at.migrate(settings(home), job="lm", region="eu-north-1", dry_run=True)
+    assert "--force" in str(refused.value)
+    assert main(["migrate", "lm", "--to", "eu-north-1", "--dry-run"]) == 2
+    assert str(refused.value) in " ".join(capsys.readouterr().err.split())
+    plan = at.migrate(settings(home), job="lm", region="eu-north-1", dry_run=True, force=True)
+    assert plan["refused"] and "after the deadline" in plan["refused"][0]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"job": "", "region": "us-east-1"}, "job"),
+        ({"job": "lm", "region": " "}, "region"),
+        ({"job": "lm", "region": "us-east-1", "market": "reserved"}, "market"),
+    ],
+)
+def test_bad_params_are_refused(
+    submitted: str, home: Path, kwargs: dict[str, Any], words: str
+) -> None:
+    with pytest.raises(InputError, match=words):
+        at.migrate(settings(home), **kwargs)
+
+
+# -- rebalance -----------------------------------------------------------------------------
+
+
+def test_rebalance_is_one_controller_tick(submitted: str, home: Path) -> None:
+    out = at.rebalance(settings(home))
+    assert [r["job"] for r in out["fleet"]] == [submitted]
+    assert out["events"], "the first tick places (or pauses) the new job"
+    assert all(e["job"] == submitted for e in out["events"])
+
+
+def test_rebalance_skips_when_the_scenario_signals_have_ended(submitted: str, home: Path) -> None:
+    (home / "config.yaml").write_text(yaml.safe_dump({"days": 1}))
+    # Scenario time began an hour ago at 600x: 25 days in, past the 1-day signal grid.
+    origin = datetime.now(UTC) - timedelta(hours=1)
+    (home / "clock.json").write_text(json.dumps({"real_origin": origin.isoformat()}))
+    with pytest.raises(at.Skip, match="signals are stale") as skip:
+        at.rebalance(settings(home))
+    assert "config.yaml" in skip.value.reason
+
+
+# -- replay --------------------------------------------------------------------------------
+
+
+def replay_jobs(path: Path) -> Path:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "jobs": [
+                    {
+                        "name": "sweep",
+                        "count": 2,
+                        "work_gpu_hours": 3,
+                        "gpus": 1,
+                        "gpu_types": ["A100-80GB", "L4"],
+                        "start_offset_h": 2,
+                        "deadline_h": 30,
+                        "home_region": "us-central1",
+                    },
+                    {
+                        "name": "late",
+                        "work_gpu_hours": 2,
+                        "gpus": 1,
+                        "gpu_types": ["L4"],
+                        "start_offset_h": 40,
+                        "deadline_h": 6,
+                        "home_region": "us-central1",
+                    },
+                ]
+            }
+        )
+    )
+    return path
+
+
+def test_replay_writes_the_report_and_returns_its_path(
+    home: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="orchestrator.airflow_tasks")
+    out = at.replay(
+        settings(home),
+        jobs_file=str(replay_jobs(tmp_path / "jobs.yaml")),
+        run_id="manual__2024-04-01T00:00:00+00:00",
+        policies=["on-demand", "carbon-greedy"],
+        carbon_price=100.0,
+        window_start="2024-04-01T00:00:00Z",
+        window_days=1.5,
+    )
+    report = Path(out["report"])
+    assert report.is_file() and report.parent.parent == home / "replays"
+    assert f"replay report: {report}" in caplog.text
+    res = json.loads(Path(out["results"]).read_text())
+    assert res["config"]["jobs"] == 2, "the job starting after the window is left out"
+    assert set(out["policies"]) == {"on-demand", "carbon-greedy"}
+    assert out["policies"]["carbon-greedy"]["kg_co2"] < out["policies"]["on-demand"]["kg_co2"]
+    json.dumps(out)  # an XCom: plain JSON
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"policies": ["on-demand", "nope"]}, "nope"),
+        ({"policies": []}, "at least one policy"),
+        ({"carbon_price": -1.0}, "carbon_price"),
+        ({"window_start": "yesterday"}, "ISO 8601"),
+        ({"window_start": "2024-04-05T00:00:00Z", "window_days": 1}, "window"),
+        ({"tick_minutes": 0.001}, "tick_minutes"),
+    ],
+)
+def test_bad_replay_params_are_refused(
+    home: Path, tmp_path: Path, kwargs: dict[str, Any], words: str
+) -> None:
+    with pytest.raises(InputError, match=words):
+        at.replay(settings(home), jobs_file=str(replay_jobs(tmp_path / "j.yaml")), **kwargs)
+
+
+def test_constants_offered_in_the_forms_match_the_code() -> None:
+    from orchestrator.live.world import LOCAL_REGIONS
+    from policies.registry import POLICY_NAMES
+
+    assert tuple(r for r, _ in LOCAL_REGIONS) == at.LOCAL_REGION_NAMES
+    assert tuple(POLICY_NAMES) == at.REPLAY_POLICY_CHOICES
+    assert set(at.DEFAULT_REPLAY_POLICIES) <= set(POLICY_NAMES)

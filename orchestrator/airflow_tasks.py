@@ -32,7 +32,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, Protocol, TypeVar
 
-from orchestrator.errors import InputError
+from orchestrator.errors import InputError, TransientError
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +45,20 @@ CONNECTION_IDS: Final[Mapping[str, str]] = {
     "gcp": "google_cloud_default",
     "electricitymaps": "electricitymaps_default",
     "watttime": "watttime_default",
+    "entsoe": "entsoe_default",
+    "eia": "eia_default",
 }
+
+#: The signals DAG's task groups: one task per family, mapped over regions. Cloud families
+#: poll the regions of their cloud; grid families every region, by its grid zone. Together
+#: they are `orchestrator.signals.poll.SOURCE_NAMES` (a test keeps them in step).
+SIGNAL_FAMILIES: Final[Mapping[str, tuple[str, ...]]] = {
+    "aws": ("aws-spot-price", "aws-placement-score", "aws-spot-advisor", "aws-ondemand"),
+    "gcp": ("gcp-billing",),
+    "carbon": ("electricitymaps", "watttime", "uk-carbon"),
+    "power": ("caiso-curtailment", "entsoe-prices", "eia930"),
+}
+_FAMILY_CLOUD: Final[Mapping[str, str]] = {"aws": "aws", "gcp": "gcp"}
 
 #: The regions of the local world (orchestrator.live.world.LOCAL_REGIONS), offered as
 #: suggestions in the migrate form. A test keeps the two in step.
@@ -70,6 +83,11 @@ DEFAULT_REPLAY_POLICIES: Final = (
     "carbon-greedy",
     "curtailment-threshold",
 )
+
+
+class PollFailed(TransientError):
+    """A poll read nothing and at least one source failed for a reason other than a
+    missing credential (a timeout, a 5xx, a malformed answer): worth a retry."""
 
 
 class Skip(Exception):
@@ -226,11 +244,13 @@ def credentials_from(get: Callable[[str], ConnectionLike | None]) -> Credentials
     - ``aws_default``: login -> ``AWS_ACCESS_KEY_ID``, password -> ``AWS_SECRET_ACCESS_KEY``;
       extra ``region_name`` -> ``AWS_DEFAULT_REGION``, ``aws_session_token`` ->
       ``AWS_SESSION_TOKEN``.
-    - ``google_cloud_default``: password or extra ``api_key`` -> ``GCP_API_KEY`` (Cloud
-      Billing Catalog); extra ``key_path`` -> ``GOOGLE_APPLICATION_CREDENTIALS``, ``project``
-      -> ``GOOGLE_CLOUD_PROJECT``.
+      extra ``endpoint_url`` -> ``HELIOTROPE_AWS_ENDPOINT_URL``.
+    - ``google_cloud_default``: password or extra ``api_key`` -> ``GCP_BILLING_API_KEY``
+      (the Cloud Billing Catalog API key).
     - ``electricitymaps_default``: password (or extra ``token``) -> ``ELECTRICITYMAPS_TOKEN``.
     - ``watttime_default``: login -> ``WATTTIME_USERNAME``, password -> ``WATTTIME_PASSWORD``.
+    - ``entsoe_default`` / ``eia_default`` (optional): password -> ``ENTSOE_TOKEN`` /
+      ``EIA_API_KEY``.
     """
     out: dict[str, str] = {}
     for family, conn_id in CONNECTION_IDS.items():
@@ -244,16 +264,192 @@ def credentials_from(get: Callable[[str], ConnectionLike | None]) -> Credentials
             out["AWS_SECRET_ACCESS_KEY"] = password
             out["AWS_SESSION_TOKEN"] = extra.get("aws_session_token", "")
             out["AWS_DEFAULT_REGION"] = extra.get("region_name", "")
+            out["HELIOTROPE_AWS_ENDPOINT_URL"] = extra.get("endpoint_url", "")
         elif family == "gcp":
-            out["GCP_API_KEY"] = password or extra.get("api_key", "")
-            out["GOOGLE_APPLICATION_CREDENTIALS"] = extra.get("key_path", "")
-            out["GOOGLE_CLOUD_PROJECT"] = extra.get("project", "")
+            out["GCP_BILLING_API_KEY"] = password or extra.get("api_key", "")
         elif family == "electricitymaps":
             out["ELECTRICITYMAPS_TOKEN"] = password or extra.get("token", "")
         elif family == "watttime":
             out["WATTTIME_USERNAME"] = login
             out["WATTTIME_PASSWORD"] = password
+        elif family == "entsoe":
+            out["ENTSOE_TOKEN"] = password or extra.get("token", "")
+        elif family == "eia":
+            out["EIA_API_KEY"] = password or extra.get("api_key", "")
     return Credentials(out)
+
+
+# -- signals -------------------------------------------------------------------------------
+
+
+def signal_regions(settings: TaskSettings, family: str | None = None) -> list[str]:
+    """The regions to poll, as ``cloud:region``: the Variable's ``regions`` (``aws:us-east-1``
+    or a bare region name the catalog knows), else the live world's regions. For a cloud
+    `family` (aws, gcp) only that cloud's regions; grid families poll every region."""
+    from orchestrator import catalog
+
+    out: list[str] = []
+    for value in settings.regions or LOCAL_REGION_NAMES:
+        cloud, sep, region = value.partition(":")
+        if not sep:
+            cloud, region = "", value
+            clouds = [c for c in ("aws", "gcp") if region in catalog.regions(c)]
+            cloud = clouds[0] if clouds else ""
+        if cloud not in ("aws", "gcp") or region not in catalog.regions(cloud):
+            raise InputError(
+                f"Airflow Variable {VARIABLE!r}",
+                "regions",
+                "AWS or GCP regions of the catalog, e.g. aws:us-east-1 or europe-west4",
+                got=repr(value),
+            )
+        if f"{cloud}:{region}" not in out:
+            out.append(f"{cloud}:{region}")
+    if family is not None and family not in SIGNAL_FAMILIES:
+        raise InputError("", "family", "one of " + ", ".join(SIGNAL_FAMILIES), got=family)
+    want = _FAMILY_CLOUD.get(family or "")
+    return [r for r in out if want is None or r.startswith(want + ":")]
+
+
+def poll_signals(
+    settings: TaskSettings,
+    *,
+    family: str,
+    region: str,
+    credentials: Mapping[str, str] | None = None,
+    now: datetime | None = None,
+    base_urls: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Poll the sources of one family for one region (``cloud:region``) at `now` (default:
+    the wall clock): samples go to the state store and are appended to the trace dir (under
+    a file lock: mapped tasks run at once). Returns the poll's per-source table.
+
+    `Skip` when no source of the family covers the region, or every one lacks its
+    credential; `PollFailed` when nothing was read and some source failed otherwise."""
+    from orchestrator import catalog
+    from orchestrator.signals import poll
+    from orchestrator.signals.sources.base import SourceContext
+
+    if family not in SIGNAL_FAMILIES:
+        raise InputError("", "family", "one of " + ", ".join(SIGNAL_FAMILIES), got=family)
+    cloud, _, name = region.partition(":")
+    names = [n for n in SIGNAL_FAMILIES[family] if not settings.sources or n in settings.sources]
+    if family in _FAMILY_CLOUD:
+        if cloud != _FAMILY_CLOUD[family]:
+            raise Skip(f"{family} sources do not cover {region}")
+    else:
+        zone = catalog.grid_zone(cloud, name)
+        ctx = SourceContext(credentials=dict(credentials or {}))
+        names = [n for n in names if zone and _covers(poll.make_source(n, ctx), zone)]
+        if not names:
+            raise Skip(
+                f"no {family} source polled here covers {region} (grid zone {zone or 'unknown'})"
+            )
+    if not names:
+        raise Skip(f"the Variable's `sources` leave no {family} source to poll")
+    now = now or datetime.now(UTC)
+    creds = dict(credentials or {})
+    with heliotrope_home(settings):
+        store = _open_store()
+        try:
+            report = poll.poll(
+                names,
+                None,
+                now=now,
+                store=store,
+                regions=[(cloud, name)],
+                credentials=creds,
+                options=_aws_options(creds) if family == "aws" else None,
+                base_urls=base_urls,
+            )
+        finally:
+            store.close()
+    written = [r.name for r in report.results if r.rows]
+    if written:
+        with _locked(settings.trace_dir):
+            poll.record(settings.trace_dir, report.samples, now=now, sources=written)
+    table = report.table()
+    for row in table:
+        logger.info("%s %s: %s", region, row["source"], {k: v for k, v in row.items() if v})
+    if report.store_error:
+        raise PollFailed(f"state store: {report.store_error}")
+    if not written:
+        failed = [r for r in report.results if r.status == "failed"]
+        missing = [r for r in failed if any(": credential: " in e for e in r.errors)]
+        if failed and len(missing) == len(failed):
+            conns = ", ".join(sorted(CONNECTION_IDS.values()))
+            raise Skip(
+                f"no credentials for {', '.join(r.name for r in missing)}: add the Airflow "
+                f"Connection ({conns}) or the environment variable the error names"
+            )
+        if failed:
+            raise PollFailed(
+                f"{family} at {region}: nothing read; "
+                + "; ".join(f"{r.name}: {' '.join(r.errors)[:200]}" for r in failed)
+            )
+    return {
+        "family": family,
+        "region": region,
+        "rows": sum(r.rows for r in report.results),
+        "trace_dir": str(settings.trace_dir),
+        "sources": table,
+    }
+
+
+def _covers(source: Any, zone: str) -> bool:
+    covers = getattr(source, "covers", None)
+    return bool(covers(zone)) if covers is not None else True
+
+
+def _aws_options(creds: Mapping[str, str]) -> dict[str, Any] | None:
+    """boto3 clients built from the ``aws_default`` Connection's key pair, when it has one;
+    None leaves the AWS sources to boto3's own credential chain."""
+    if not (creds.get("AWS_ACCESS_KEY_ID") and creds.get("AWS_SECRET_ACCESS_KEY")):
+        return None
+    from providers.aws._session import Clients
+
+    def session() -> Any:
+        import boto3
+
+        return boto3.session.Session(
+            aws_access_key_id=creds["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=creds["AWS_SECRET_ACCESS_KEY"],
+            aws_session_token=creds.get("AWS_SESSION_TOKEN") or None,
+            region_name=creds.get("AWS_DEFAULT_REGION") or None,
+        )
+
+    endpoint = creds.get("HELIOTROPE_AWS_ENDPOINT_URL") or os.environ.get(
+        "HELIOTROPE_AWS_ENDPOINT_URL", ""
+    )
+    urls = {"ec2": endpoint, "pricing": endpoint} if endpoint else {}
+    return {"aws_clients": Clients(session, endpoint_urls=urls)}
+
+
+@contextlib.contextmanager
+def _locked(trace_dir: Path) -> Iterator[None]:
+    """An exclusive lock on the trace dir (a lock file beside it) while it is rewritten."""
+    import fcntl
+
+    trace_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(trace_dir.parent / f".{trace_dir.name}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _open_store() -> Any:
+    """The state store of ``$HELIOTROPE_HOME``, as `LocalWorld.open_store` opens it, without
+    building the world."""
+    from orchestrator.live.world import home, load_settings
+    from orchestrator.state import open_store
+
+    url = (
+        load_settings().db_url
+        or os.environ.get("HELIOTROPE_DB_URL")
+        or f"sqlite:///{home() / 'heliotrope.db'}"
+    )
+    return open_store(url)
 
 
 # -- rebalance -----------------------------------------------------------------------------
@@ -279,10 +475,14 @@ def rebalance(settings: TaskSettings, *, require_polled: bool = False) -> dict[s
                 f"UTC and its clock reads {now:%Y-%m-%d %H:%M} UTC; extend `days` in "
                 f"{settings.home / 'config.yaml'}"
             )
-        if require_polled or settings.trace_dir.exists():
-            stale = stale_signals(settings, now=datetime.now(UTC))
-            if stale:
-                raise Skip("signals are stale: " + "; ".join(stale))
+        regions = {f"{o.cloud}:{o.region}" for o in world.grid.offers}
+        stale = stale_signals(settings, regions=regions, require=require_polled)
+        if stale:
+            raise Skip(
+                "signals are stale: "
+                + "; ".join(stale[:10])
+                + (f" (+{len(stale) - 10} more)" if len(stale) > 10 else "")
+            )
         live = commands.live_controller(world, world.open_store())
         events = live.tick()
         return {
@@ -295,13 +495,35 @@ def rebalance(settings: TaskSettings, *, require_polled: bool = False) -> dict[s
         }
 
 
-def stale_signals(settings: TaskSettings, *, now: datetime) -> list[str]:
-    """Reasons, one per stale (source, region) series of the polled signals; empty when
-    every series is fresh. Reads the trace dir the signals DAG writes."""
+def stale_signals(
+    settings: TaskSettings,
+    *,
+    regions: set[str] | None = None,
+    require: bool = False,
+    now: datetime | None = None,
+) -> list[str]:
+    """Reasons, one per stale polled series (source, key) feeding one of `regions` (all
+    when None): past its ``valid_until``, or observed more than ``signal_max_age_s`` ago.
+    Empty when every series is fresh, or when nothing was ever polled (the live world's
+    scenario signals are in use) unless `require`."""
     from orchestrator.signals import poll
 
-    report = poll.freshness(settings.trace_dir, now=now, max_age_s=settings.signal_max_age_s)
-    return [str(r) for r in report]
+    now = now or datetime.now(UTC)
+    out = settings.trace_dir if (settings.trace_dir / poll.SAMPLES_FILE).is_file() else None
+    rows = poll.freshness(out, None, now=now)
+    if regions is not None:
+        rows = [r for r in rows if regions & set(r.region.split(", "))]
+    if not rows:
+        return [f"no polled signals in {settings.trace_dir}"] if require else []
+    reasons = []
+    for r in rows:
+        age_min = r.age_s / 60.0
+        if r.stale:
+            until = r.valid_until.isoformat() if r.valid_until else "no validity"
+            reasons.append(f"{r.source} {r.key} ({r.region}) valid until {until}")
+        elif r.age_s > settings.signal_max_age_s:
+            reasons.append(f"{r.source} {r.key} ({r.region}) last polled {age_min:.0f} min ago")
+    return reasons
 
 
 # -- migrate -------------------------------------------------------------------------------

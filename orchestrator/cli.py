@@ -98,6 +98,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     tg.add_argument("--out", type=Path, required=True)
     tg.set_defaults(handler=_traces_generate)
+    _add_signal_commands(sub, tsub)
 
     pol = sub.add_parser("policies", help="list the policies")
     pol.set_defaults(handler=_policies)
@@ -150,6 +151,26 @@ def _parser() -> argparse.ArgumentParser:
         "--interval", type=float, default=None, metavar="S", help="scenario seconds between ticks"
     )
     cr.set_defaults(handler=_controller_run)
+
+    pv = sub.add_parser("providers", help="cloud providers (clouds.yaml, docs/providers.md)")
+    pvsub = pv.add_subparsers(title="provider commands")
+    pc = pvsub.add_parser("check", help="credentials and permissions of each configured cloud")
+    pc.add_argument("--cloud", default=None, metavar="aws,gcp", help="only these clouds")
+    pc.add_argument("--config", type=Path, default=None,
+                    help="cloud settings (default: $HELIOTROPE_HOME/clouds.yaml)")
+    pc.add_argument("--json", action="store_true")
+    pc.set_defaults(handler=_providers_check)
+
+    of = sub.add_parser("offers", help="GPU offers across clouds, cheapest first, with carbon")
+    of.add_argument("--gpu", default=None, help="a GPU type, e.g. A100 (both sizes) or L4")
+    of.add_argument("--market", choices=["spot", "on_demand", "on-demand"], default=None)
+    of.add_argument("--cloud", default=None, metavar="aws,gcp", help="only these clouds")
+    of.add_argument("--traces", type=Path, default=None,
+                    help="trace directory with hourly grid carbon (default: the settings')")
+    of.add_argument("--config", type=Path, default=None,
+                    help="cloud settings (default: $HELIOTROPE_HOME/clouds.yaml)")
+    of.add_argument("--json", action="store_true")
+    of.set_defaults(handler=_offers)
 
     dm = sub.add_parser("demo", help="the live demo: local jobs moved by the policy, then a replay")
     dm.add_argument("--home", type=Path, default=Path("out/demo"))
@@ -348,6 +369,41 @@ def _controller_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _providers_check(args: argparse.Namespace) -> int:
+    from orchestrator.live.clouds import check_providers, load_cloud_settings, parse_clouds
+
+    settings = load_cloud_settings(args.config)
+    results = check_providers(settings, clouds=parse_clouds(args.cloud, settings))
+    _print_rows([r.row() for r in results], args.json, "Provider checks")
+    return 1 if any(r.result == "fail" for r in results) else 0
+
+
+def _offers(args: argparse.Namespace) -> int:
+    from orchestrator.live.clouds import (
+        load_cloud_settings,
+        offers_table,
+        parse_clouds,
+        parse_market,
+    )
+
+    settings = load_cloud_settings(args.config)
+    rows, unpriced = offers_table(
+        settings,
+        clouds=parse_clouds(args.cloud, settings),
+        gpu=args.gpu,
+        market=parse_market(args.market),
+        traces=args.traces,
+    )
+    if not args.json:
+        from orchestrator.live.clouds import compact_offer_rows
+
+        rows = compact_offer_rows(rows)
+    _print_rows(rows, args.json, "Offers, cheapest first (USD per GPU-hour)")
+    if unpriced:
+        err_console.print(f"{unpriced} matching offer(s) without a known price left out")
+    return 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     from orchestrator.live.demo import run_demo
 
@@ -382,6 +438,112 @@ def _traces_generate(args: argparse.Namespace) -> int:
     write_trace(trace, args.out)
     print(f"wrote {args.out}: {len(trace.offers)} offers, {args.days:g} days, seed {args.seed}")
     return 0
+
+
+# -- live signals (orchestrator.signals.poll, imported lazily) ------------------------------
+
+
+def _add_signal_commands(sub: Any, tsub: Any) -> None:
+    def common(q: argparse.ArgumentParser) -> None:
+        q.add_argument("--region", action="append", default=[], metavar="CLOUD:REGION",
+                       help="only these regions (repeatable; default every AWS and GCP region)")
+        q.add_argument("--db", default=None, metavar="URL",
+                       help="also append the samples to this state store")
+        q.add_argument("--json", action="store_true")
+
+    sg = sub.add_parser("signals", help="poll live prices, spot capacity, carbon, curtailment")
+    ssub = sg.add_subparsers(title="signal commands")
+    sp = ssub.add_parser("poll", help="read live sources now; append to a trace dir / store")
+    sp.add_argument("--source", action="append", default=[], metavar="S",
+                    help="a source name (repeatable; default all; see docs/signals.md)")
+    sp.add_argument("--out", type=Path, default=None, help="trace directory to append to")
+    sp.add_argument("--now", type=_utc_arg, default=None,
+                    help="poll as of this ISO time (default: the clock; for tests and replays)")
+    common(sp)
+    sp.set_defaults(handler=_signals_poll)
+    ss = ssub.add_parser("status", help="freshness of what was recorded, per source and region")
+    ss.add_argument("--out", type=Path, default=None, help="trace directory written by poll")
+    ss.add_argument("--db", default=None, metavar="URL", help="state store to read samples from")
+    ss.add_argument("--stale", action="store_true", help="show stale rows only")
+    ss.add_argument("--now", type=_utc_arg, default=None, help="judge freshness at this time")
+    ss.add_argument("--json", action="store_true")
+    ss.set_defaults(handler=_signals_status)
+
+    td = tsub.add_parser("download", help="backfill history of a live source into a trace")
+    td.add_argument("--source", required=True, metavar="S")
+    td.add_argument("--start", required=True, type=_utc_arg, help="ISO time (UTC if no offset)")
+    td.add_argument("--end", required=True, type=_utc_arg, help="ISO time (UTC if no offset)")
+    td.add_argument("--out", type=Path, required=True)
+    common(td)
+    td.set_defaults(handler=_traces_download)
+
+
+def _utc_arg(text: str) -> datetime:
+    from orchestrator.clock import utc
+
+    try:
+        return utc(datetime.fromisoformat(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO time: {text!r}") from None
+
+
+def _print_poll(report: Any, as_json: bool) -> int:
+    rows = report.table()
+    if as_json:
+        print(json.dumps({"now": report.now.isoformat(), "sources": rows,
+                          "store_error": report.store_error}, indent=2))
+    else:
+        _print_rows(rows, False, f"Signals at {report.now:%Y-%m-%d %H:%M} UTC")
+        if report.out is not None:
+            print(f"trace: {report.out}")
+        if report.store_error:
+            print(f"state store: {report.store_error}")
+    return 0 if report.ok else 1
+
+
+def _signals_poll(args: argparse.Namespace) -> int:
+    from orchestrator.clock import SystemClock
+    from orchestrator.signals.poll import parse_regions, poll
+
+    if args.out is None and args.db is None:
+        raise InputError("", "--out / --db", "a trace directory, a state store or both")
+    store = _open_signal_store(args.db)
+    report = poll(args.source, args.out, now=args.now or SystemClock().now(), store=store,
+                  regions=parse_regions(args.region) or None)
+    return _print_poll(report, args.json)
+
+
+def _signals_status(args: argparse.Namespace) -> int:
+    from orchestrator.clock import SystemClock
+    from orchestrator.signals.poll import freshness
+
+    if args.out is None and args.db is None:
+        raise InputError("", "--out / --db", "a trace directory written by `signals poll`, "
+                         "a state store, or both")
+    rows = [r.as_dict() for r in freshness(args.out, _open_signal_store(args.db),
+                                           now=args.now or SystemClock().now())]
+    if args.stale:
+        rows = [r for r in rows if r["stale"]]
+    _print_rows(rows, args.json, "Signal freshness")
+    return 0
+
+
+def _traces_download(args: argparse.Namespace) -> int:
+    from orchestrator.clock import SystemClock
+    from orchestrator.signals.poll import download, parse_regions
+
+    report = download(args.source, args.start, args.end, args.out,
+                      now=SystemClock().now(), store=_open_signal_store(args.db),
+                      regions=parse_regions(args.region) or None)
+    return _print_poll(report, args.json)
+
+
+def _open_signal_store(url: str | None) -> Any:
+    if url is None:
+        return None
+    from orchestrator.state import open_store
+
+    return open_store(url)
 
 
 if __name__ == "__main__":

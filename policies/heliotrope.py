@@ -63,12 +63,15 @@ class Heliotrope:
     safety net (module doc)."""
 
     name = "heliotrope"
-    pressure_exponent: float = 2.0
+    # Tuned on the skynomad-h100 windows, checked on cbl-v100 and the built-in scenario
+    # (docs/policies.md has the sweep).
+    pressure_exponent: float = 8.0
     value_floor: float = 0.03
     safety_margin_ticks: float = 2.0
-    hysteresis: float = 0.05
+    hysteresis: float = 0.2
     lifetime_lookback_h: float = 168.0
-    lifetime_prior_h: float = 6.0
+    lifetime_prior_h: float = 2.0
+    lifetime_halflife_h: float = 6.0
     carbon_horizon_h: float = 6.0
     _memo: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -92,7 +95,10 @@ class Heliotrope:
             look = max(2, int(self.lifetime_lookback_h / tick_h))
             avail = snapshot.history.spot_capacity(look)
             life = expected_lifetime_h(
-                np.where(np.isinf(avail), 1.0, avail), tick_h, prior_hours=self.lifetime_prior_h
+                np.where(np.isinf(avail), 1.0, avail),
+                tick_h,
+                prior_hours=self.lifetime_prior_h,
+                halflife_h=self.lifetime_halflife_h,
             )
             lifetime = np.where(spot, life, np.inf)
             period = max(1, round(24.0 / tick_h))

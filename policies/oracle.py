@@ -37,8 +37,9 @@ real; but the loop counts the checkpoint as moved at launch, so a launch given u
 oracle does not exploit.) Progress lives on a grid of ``u`` GPU-hours, the largest unit of
 which every increment (a full tick, and the partial tick after each startup, per offer) is a
 whole multiple, so the DP is exact; only when that needs more than `max_progress_levels`
-levels are increments rounded down (conservative: the plan still finishes; its cost is then
-within a fraction of a tick of the optimum). Only levels reachable by then and from which the
+levels, or the DP more than `max_cells` state updates, is the grid coarsened and the partial
+(then the full) increments rounded down: conservative, the plan still finishes, at a cost
+a little above the optimum. Only levels reachable by then and from which the
 deadline can still be met are computed; the decisions (one byte per location and level, one
 bit per offer and level, per tick) are kept to walk the optimal path forward. Ties go to
 launching earlier and to keeping an instance.
@@ -258,12 +259,14 @@ class JobPlan:
 class Oracle:
     """Hindsight-optimal schedule per job (backward induction); the lower bound for regret.
 
+    `max_progress_levels` and `max_cells` bound the work of one job's DP (see `plan_job`);
     `drop_finishing_tick` minimizes SkyNomad's reported cost (the tick in which a job
     finishes not counted; run the loop with ``bill_final_tick``) instead of what the loop bills.
     """
 
     hindsight: Hindsight | None = None
     max_progress_levels: int = 16384
+    max_cells: int = 300_000_000
     drop_finishing_tick: bool = False
     _plans: dict[str, JobPlan] = field(default_factory=dict, init=False, repr=False,
                                        compare=False)
@@ -277,7 +280,7 @@ class Oracle:
     def with_hindsight(self, hindsight: Hindsight) -> Oracle:
         """A fresh oracle (no plans yet) that knows `hindsight`."""
         return Oracle(hindsight=hindsight, max_progress_levels=self.max_progress_levels,
-                      drop_finishing_tick=self.drop_finishing_tick)
+                      max_cells=self.max_cells, drop_finishing_tick=self.drop_finishing_tick)
 
     @property
     def plans(self) -> dict[str, JobPlan]:
@@ -359,7 +362,7 @@ class Oracle:
                cols: IntArray) -> JobPlan:
         problem = job_problem(snapshot, j, k, hindsight, cols,
                               finishing_tick_free=self.drop_finishing_tick)
-        plan = plan_job(problem, max_levels=self.max_progress_levels)
+        plan = plan_job(problem, max_levels=self.max_progress_levels, max_cells=self.max_cells)
         job = snapshot.jobs[j]
         progress0 = float(snapshot.fleet.progress_gpu_h[j])
         logger.info("oracle: %s planned from tick %d: J %.2f USD, %s%s", job.id, k,
@@ -473,28 +476,45 @@ class Schedule:
 # --- the dynamic programme ------------------------------------------------------------------
 
 
-def _progress_unit(work_gpu_h: float, increments: Sequence[float], max_levels: int
-                   ) -> tuple[float, bool]:
-    """The progress grid: the largest unit every increment is a whole multiple of, if that
-    needs at most `max_levels` levels for the work (exact); else a unit that divides the
-    largest increment, rounding the others down."""
+def _exact_unit(increments: Sequence[float]) -> float | None:
+    """The largest unit of which every increment is a whole multiple (ratios with
+    denominators up to 10,000), or None."""
     incs = sorted({round(x, 12) for x in increments if x > 0}, reverse=True)
+    if not incs:
+        return None
     top = incs[0]
     fracs: list[Fraction] = []
     for x in incs:
         f = Fraction(x / top).limit_denominator(10_000)
         if abs(float(f) - x / top) > 1e-9 * max(1.0, x / top):
-            break
+            return None
         fracs.append(f)
-    else:
-        den = math.lcm(*(f.denominator for f in fracs))
-        nums = [f.numerator * (den // f.denominator) for f in fracs]
-        g = math.gcd(*nums)
-        unit = top * g / den
-        if work_gpu_h / unit <= max_levels:
-            return unit, True
-    q = max(1, math.floor(max_levels * top / work_gpu_h))
-    return top / q, False
+    den = math.lcm(*(f.denominator for f in fracs))
+    return top * math.gcd(*(f.numerator * (den // f.denominator) for f in fracs)) / den
+
+
+def _progress_unit(work_gpu_h: float, full: Sequence[float], partial: Sequence[float],
+                   max_levels: int) -> tuple[float, bool]:
+    """The progress grid: the largest unit every increment (full ticks, partial ticks after a
+    startup) is a whole multiple of, when the work needs at most `max_levels` of it (exact).
+    Else a unit that divides every full-tick increment, rounding partial ones down; else one
+    that divides the largest, rounding the others down."""
+    unit = _exact_unit([*full, *partial])
+    if unit is not None and work_gpu_h / unit <= max_levels:
+        return unit, True
+    unit = _exact_unit(full)
+    if unit is not None and work_gpu_h / unit <= max_levels:
+        return unit / max(1, math.floor(max_levels * unit / work_gpu_h)), False
+    top = max(full)
+    return top / max(1, math.floor(max_levels * top / work_gpu_h)), False
+
+
+def _band_cells(n_ticks: int, n_lev: int, gmax: int) -> int:
+    """Progress levels the backward pass visits, summed over ticks (see its band)."""
+    k = np.arange(n_ticks, dtype=np.int64)
+    hi = np.minimum(n_lev, k * gmax + 1)
+    lo = np.maximum(0, n_lev - (n_ticks - k) * gmax - 3)
+    return int(np.maximum(hi - lo, 0).sum())
 
 
 @dataclass(frozen=True, slots=True)
@@ -506,8 +526,13 @@ class _Launch:
     frac: float
 
 
-def plan_job(problem: JobProblem, *, max_levels: int = 16384) -> Schedule:
-    """The minimum-J schedule of `problem` (see the module docstring for the model)."""
+def plan_job(problem: JobProblem, *, max_levels: int = 16384,
+             max_cells: int = 300_000_000) -> Schedule:
+    """The minimum-J schedule of `problem` (see the module docstring for the model).
+
+    `max_levels` bounds the progress grid; `max_cells` the work (offers x startup classes x
+    progress levels x ticks, about 10-25 ns each): beyond either, the grid is coarsened and
+    the plan is conservative rather than exact (`Schedule.exact`)."""
     pb = problem
     n_ticks, n_offers = pb.dp_ticks, pb.usable.shape[1]
     if pb.work_gpu_h <= 0:
@@ -519,7 +544,7 @@ def plan_job(problem: JobProblem, *, max_levels: int = 16384) -> Schedule:
         active[pb.start_offer] = pb.rate[pb.start_offer] > 0
     if not active.any():
         return _fallback(pb)
-    solved = _backward_forward(pb, np.flatnonzero(active), max_levels)
+    solved = _backward_forward(pb, np.flatnonzero(active), max_levels, max_cells)
     if solved is None:
         return _fallback(pb)
     targets, value, exact, levels = solved
@@ -589,7 +614,7 @@ def _band_take(band: _Band, levels: IntArray, step: IntArray | None, pad: int) -
     return taken
 
 
-def _backward_forward(pb: JobProblem, act: IntArray, max_levels: int
+def _backward_forward(pb: JobProblem, act: IntArray, max_levels: int, max_cells: int
                       ) -> tuple[IntArray, float, bool, int] | None:
     """Backward induction over the active offers `act`; then the optimal path forward.
     Returns (targets per boundary in problem offer indices, value, exact, levels), or None
@@ -618,14 +643,20 @@ def _backward_forward(pb: JobProblem, act: IntArray, max_levels: int
         launches.append(_Launch(n, min(1.0, max(0.0, n - c))))
     n_cls = len(launches)
 
-    increments = [r * tick_h for r in rate] + [
-        r * lc.frac * tick_h for r in rate for lc in launches if lc.frac > 0]
-    unit, exact = _progress_unit(work, increments, max_levels)
-    n_lev = max(1, math.ceil(work / unit - 1e-9))
-    step_full = np.floor(rate * tick_h / unit + 1e-6).astype(np.int64)
-    step_launch = [np.floor(rate * lc.frac * tick_h / unit + 1e-6).astype(np.int64)
-                   for lc in launches]
-    gmax = max(1, int(step_full.max()), *(int(s.max()) for s in step_launch))
+    full = [float(r) * tick_h for r in rate]
+    partial = [float(r) * lc.frac * tick_h for r in rate for lc in launches if lc.frac > 0]
+    levels_cap = max_levels
+    for _ in range(4):
+        unit, exact = _progress_unit(work, full, partial, levels_cap)
+        n_lev = max(1, math.ceil(work / unit - 1e-9))
+        step_full = np.floor(rate * tick_h / unit + 1e-6).astype(np.int64)
+        step_launch = [np.floor(rate * lc.frac * tick_h / unit + 1e-6).astype(np.int64)
+                       for lc in launches]
+        gmax = max(1, int(step_full.max()), *(int(s.max()) for s in step_launch))
+        cells = _band_cells(n_ticks, n_lev, gmax) * n_act * (1 + n_cls)
+        if cells <= max_cells or n_lev <= 16:
+            break
+        levels_cap = max(16, int(n_lev * max_cells / cells))
     levels = np.arange(n_lev, dtype=np.int64)
     with np.errstate(divide="ignore"):
         need_s = (work - levels[None, :] * unit) / rate[:, None] * 3600.0  # [A, P]

@@ -12,9 +12,10 @@ what the call is about, and never hands an adapter something another adapter rep
 - Instance ids are remembered with the adapter that reported them: from its launches, its
   `list_instances` and its `poll_events`. `terminate` hands each id to that adapter only.
   An id nobody has reported yet (a controller restarted from its store) is first looked
-  for with `list_instances` of the cluster; an id still unclaimed, or claimed by two
-  adapters, is logged and skipped: no adapter is ever asked to end an instance it did not
-  report. (Each adapter checks ownership again by its own tags or labels.)
+  for with each adapter's `list_instances` of the cluster it serves; an id still unclaimed,
+  or claimed by two adapters, is logged and skipped: no adapter is ever asked to end an
+  instance it did not report. (Each adapter checks ownership again by its own tags or
+  labels.)
 - `list_instances` and `poll_events` are merged; events in time order.
 
 Failures: a failing adapter must not blind the controller to the others where that is
@@ -27,6 +28,7 @@ instances look gone. `terminate` tries every adapter, then raises the first erro
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple, Protocol, runtime_checkable
@@ -85,7 +87,7 @@ def quotes_of(provider: object) -> dict[OfferId, Quote]:
         else:
             usd = float(getattr(value, "usd_per_hour", float("nan")))
             source = str(getattr(value, "source", "") or provider.name)
-        if usd == usd:  # not NaN
+        if not math.isnan(usd):
             quotes[offer_id] = Quote(usd, source)
     return quotes
 
@@ -215,9 +217,10 @@ class MultiProvider:
 
     def terminate(self, ids: Sequence[InstanceId], *, request_id: str) -> None:
         wanted = [i for i in dict.fromkeys(ids) if i]
-        unknown = [i for i in wanted if self.owner_of(i) is None and i not in self._ambiguous]
-        if unknown and self._cluster is not None:
-            self.list_instances(cluster=self._cluster)  # learn ids reported before a restart
+        with self._lock:
+            unknown = [i for i in wanted if i not in self._owner and i not in self._ambiguous]
+        if unknown:
+            self._learn()
         by_cloud: dict[str, list[InstanceId]] = {}
         for instance_id in wanted:
             cloud = self.owner_of(instance_id)
@@ -257,6 +260,20 @@ class MultiProvider:
         return events
 
     # -- internals ------------------------------------------------------------------------
+    def _learn(self) -> None:
+        """Ask every adapter for its cluster's instances (ids reported before a restart).
+        Each adapter is asked for the cluster it serves (`cluster` attribute), else for the
+        cluster of the last launch or listing; one that fails is skipped (logged)."""
+        for cloud, p in self._by_cloud.items():
+            cluster = getattr(p, "cluster", None) or self._cluster
+            if not isinstance(cluster, str) or not cluster:
+                continue
+            try:
+                self._claim(cloud, p.list_instances(cluster=cluster))
+            except HeliotropeError as exc:
+                logger.warning("cannot list instances of %s to route a terminate: %s",
+                               cloud, exc)
+
     def _claim(self, cloud: str, ids: Iterable[InstanceId]) -> None:
         with self._lock:
             for instance_id in ids:

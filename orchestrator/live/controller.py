@@ -10,6 +10,11 @@ Per tick:
 5. commit the tick's events, the changed per-job rows and migration records with the
    version read in 1. A `VersionConflict` means another controller acted: nothing of ours
    is written, and the next tick starts from the store again.
+
+With a `FleetLock` (`lock=`), a tick first takes or re-checks the fleet lock; when another
+controller holds it, this one is a standby: it acts on nothing, forgets its cached fleet
+and keeps only the time, so that on taking over it reloads from the store and accrues from
+its last (standby) tick, not over the interval the leader already accounted.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from datetime import datetime
 from orchestrator.clock import Clock
 from orchestrator.errors import TransientError
 from orchestrator.live.driver import MigrationDriver, StoreUri
+from orchestrator.live.fleet_lock import FleetLock
 from orchestrator.loop import Controller, EventLog, LoopOptions
 from orchestrator.migration import Limits
 from orchestrator.model import Event, JobSpec, Market, Offer, Phase
@@ -45,6 +51,7 @@ class LiveController:
         options: LoopOptions,
         reclaim_spot: bool = False,
         limits: Limits | None = None,
+        lock: FleetLock | None = None,
     ) -> None:
         self.store = store
         self.provider = provider
@@ -54,6 +61,7 @@ class LiveController:
         self.store_uri = store_uri
         self.options = options
         self.reclaim_spot = reclaim_spot
+        self.lock = lock
         self.driver = MigrationDriver(
             provider=provider,
             store_uri=store_uri,
@@ -65,6 +73,9 @@ class LiveController:
         self.version = -1
         self._last_s: float | None = None
         self.ticks = 0
+        self.commits = 0  # ticks whose commit the store accepted
+        self.conflicts = 0  # ticks refused with VersionConflict (another writer acted)
+        self.standby_ticks = 0  # of `ticks`: skipped, another controller held the lock
 
     def launch_env(self, job: JobSpec, offer: Offer) -> Mapping[str, str]:
         return {
@@ -75,6 +86,12 @@ class LiveController:
     # -- the loop ---------------------------------------------------------------------------
     def tick(self) -> list[Event]:
         now = self.clock.now()
+        if self.lock is not None and not self.lock.try_acquire():
+            self.controller = None  # the leader changes the fleet: reload on taking over
+            self._last_s = now.timestamp()
+            self.standby_ticks += 1
+            self.ticks += 1
+            return []
         controller = self._sync()
         events = self.driver.step(now.timestamp())
         if self.reclaim_spot:
@@ -146,9 +163,11 @@ class LiveController:
             self.version = self.store.commit(
                 events, rows, expected_version=self.version, migrations=self.driver.drain_records()
             )
+            self.commits += 1
         except TransientError as exc:  # VersionConflict: another writer acted first
             logger.warning("commit refused (%s); reloading from the store next tick", exc)
             self.controller = None
+            self.conflicts += 1
 
     def _reclaim(self, now: datetime) -> None:
         """Stop spot instances whose offer has no capacity at this tick of the scenario."""

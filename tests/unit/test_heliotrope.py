@@ -19,6 +19,14 @@ H100_EAST_SPOT = offer(
     "aws", "us-east-1", "PJM", Market.SPOT, gpu="H100", instance_type="p5.48xlarge"
 )  # offer 6 where added
 
+# The rows pin the policy's knobs, so they test its mechanics, not the tuned defaults.
+POLICY = dict(pressure_exponent=2.0, value_floor=0.1, hysteresis=0.05, lifetime_prior_h=6.0)
+
+
+def helio() -> Heliotrope:
+    return Heliotrope(**POLICY)  # type: ignore[arg-type]
+
+
 ROWS: list[tuple[str, World, Expected]] = [
     ("plenty of slack: the cheapest spot", World(), 3),
     ("cheapest spot full: the next cheapest", World(spot_capacity={3: 0.0}), 1),
@@ -71,7 +79,7 @@ def test_heliotrope(situation: str, world: World, expected: Expected) -> None:
 
 
 def _decide(snapshot: Snapshot) -> tuple[Expected, str]:
-    decision = Heliotrope()(snapshot)
+    decision = helio()(snapshot)
     intent = decision.intents.get(0)
     if intent is None:
         return KEEP, ""
@@ -83,30 +91,39 @@ def test_two_jobs_one_last_slot_least_slack_first() -> None:
     tight = job(id="tight", deadline=job().deadline - timedelta(hours=12))
     loose = job(id="loose")
     world = World(jobs=[loose, tight], spot_capacity={3: 1.0}, phase=Phase.WAITING, offer=-1)
-    decision = Heliotrope()(world.snapshot())
+    decision = helio()(world.snapshot())
     assert decision.intents[1].offer == 3  # the tighter job gets the last cheap slot
     assert decision.intents[0].offer == 1  # the other takes the next cheapest
 
 
 def test_carbon_price_moves_the_choice_to_the_cleaner_grid() -> None:
     world = World(usd_per_hour={1: 10.0, 3: 10.0, 5: 10.0})
-    plain = Heliotrope()(world.snapshot()).intents[0].offer
+    plain = helio()(world.snapshot()).intents[0].offer
     priced = dataclasses.replace(
         world.snapshot(), settings=CostSettings(carbon_usd_per_tonne=1000.0)
     )
     assert plain == 1  # equal prices: the first
-    assert Heliotrope()(priced).intents[0].offer == 5  # NL, 200 g/kWh, the cleanest
+    assert helio()(priced).intents[0].offer == 5  # NL, 200 g/kWh, the cleanest
 
 
 def test_faster_gpu_wins_on_utility_unless_it_breaks_the_budget() -> None:
     world = World(
         extra_offers=[H100_EAST_SPOT], usd_per_hour={6: 25.0, 1: 9.0, 3: 9.5, 5: 9.5}, now_h=14.0
     )
-    assert Heliotrope()(world.snapshot()).intents[0].offer == 6  # 20 GPU-h/h at 25 $/h
+    assert helio()(world.snapshot()).intents[0].offer == 6  # 20 GPU-h/h at 25 $/h
     capped = dataclasses.replace(world, jobs=[job(budget_usd=75.0)])
-    assert Heliotrope()(capped.snapshot()).intents[0].offer == 1  # H100 would cost 80 to finish
+    assert helio()(capped.snapshot()).intents[0].offer == 1  # H100 would cost 80 to finish
 
 
 def test_reasons_carry_numbers() -> None:
-    check(Heliotrope(), World(), 3)
-    assert decide(Heliotrope(), World(now_h=32 - 8.6))[1].startswith("safety net")
+    check(helio(), World(), 3)
+    assert decide(helio(), World(now_h=32 - 8.6))[1].startswith("safety net")
+
+
+def test_tuned_defaults_wait_for_the_cheapest_spot_when_slack_is_plenty() -> None:
+    """With the defaults (pressure exponent 8), a job with 24 h left for 8 h of work does not
+    settle for the second-cheapest spot; under pressure it takes it."""
+    full = World(spot_capacity={3: 0.0})
+    assert Heliotrope()(full.snapshot()).intents.get(0) is None
+    pressed = World(spot_capacity={3: 0.0}, now_h=32 - 11.0)
+    assert Heliotrope()(pressed.snapshot()).intents[0].offer == 1

@@ -25,10 +25,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, ClassVar, Final, Protocol, TypeVar
+from typing import Annotated, Any, ClassVar, Final, Protocol, TypeVar
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, ValidationError
 
 from orchestrator.clock import Clock, SystemClock
 from orchestrator.errors import HeliotropeError
@@ -259,6 +259,21 @@ class KeyedSource:
 # -- parsing helpers ----------------------------------------------------------------------
 
 
+EARLIEST: Final = datetime(1990, 1, 1, tzinfo=UTC)
+LATEST: Final = datetime(2200, 1, 1, tzinfo=UTC)
+
+
+def check_time(when: datetime) -> datetime:
+    """A time within 1990..2200 (pandas and arithmetic stay in range), else ValueError."""
+    if not EARLIEST <= when <= LATEST:
+        raise ValueError(f"a time between 1990 and 2200, got {when.isoformat()}")
+    return when
+
+
+# An ISO 8601 time with a UTC offset, in a sane range. Naive times are refused.
+Time = Annotated[AwareDatetime, AfterValidator(check_time)]
+
+
 class Strict(BaseModel):
     """Base of every response model: unknown fields ignored, NaN and infinities rejected."""
 
@@ -319,7 +334,10 @@ def parse_utc(text: object, source: str, field_name: str) -> datetime:
         raise MalformedResponse(
             source, field_name, f"expected a time with a UTC offset, got {short(text)}"
         )
-    return when.astimezone(UTC)
+    try:
+        return check_time(when.astimezone(UTC))
+    except (ValueError, OverflowError):
+        raise MalformedResponse(source, field_name, f"out of range: {short(text)}") from None
 
 
 def finite_or_nan(value: float | None) -> float:

@@ -13,9 +13,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any, ClassVar, Final
+from typing import ClassVar, Final
 
-from pydantic import AwareDatetime, Field
+from pydantic import Field
 
 from orchestrator import units
 from orchestrator.model import SignalKind
@@ -25,6 +25,7 @@ from orchestrator.signals.sources.base import (
     Obs,
     SourceContext,
     Strict,
+    Time,
     decode_json,
     finite_or_nan,
     validate,
@@ -50,7 +51,7 @@ EM_VALID_FOR: Final = 2 * HOUR  # the hour it describes plus an hour of publicat
 
 class EmPoint(Strict):
     carbonIntensity: float | None = Field(ge=0)  # noqa: N815 - the API's name
-    datetime: AwareDatetime
+    datetime: Time
 
 
 class EmLatest(EmPoint):
@@ -69,7 +70,7 @@ class EmRange(Strict):
 
 class EmForecastPoint(Strict):
     carbonIntensity: float = Field(ge=0)  # noqa: N815
-    datetime: AwareDatetime
+    datetime: Time
 
 
 class EmForecast(Strict):
@@ -207,8 +208,8 @@ class UkIntensity(Strict):
 
 
 class UkPeriod(Strict):
-    from_: AwareDatetime = Field(alias="from")
-    to: AwareDatetime
+    from_: Time = Field(alias="from")
+    to: Time
     intensity: UkIntensity
 
 
@@ -263,10 +264,6 @@ class UkCarbon(KeyedSource):
     def covers(self, key: str) -> bool:
         return key == UK_ZONE
 
-    def default_keys(self, regions: Any) -> list[str]:
-        del regions
-        return [UK_ZONE]
-
     def _read_key(self, key: str, start: datetime, end: datetime) -> list[Obs]:
         if key != UK_ZONE:
             raise MalformedResponse(self.name, "key", f"only {UK_ZONE!r} is covered, got {key!r}")
@@ -312,7 +309,7 @@ class WtLogin(Strict):
 
 
 class WtPoint(Strict):
-    point_time: AwareDatetime
+    point_time: Time
     value: float = Field(ge=0)
 
 
@@ -338,7 +335,9 @@ def _wt_rows(
         )
     if resp.meta.signal_type not in (None, WT_SIGNAL):
         raise MalformedResponse(
-            source, "meta.signal_type", f"expected {WT_SIGNAL!r}, got {short(resp.meta.signal_type)}"
+            source,
+            "meta.signal_type",
+            f"expected {WT_SIGNAL!r}, got {short(resp.meta.signal_type)}",
         )
     del zone
     period = timedelta(seconds=resp.meta.data_point_period_seconds or 300)

@@ -11,6 +11,7 @@ machines with `providers.gcp.billing.parse_skus` / `ComputeRates.machine_usd_per
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, TypeVar
 
 import pandas as pd
-from pydantic import AwareDatetime, Field, field_validator
+from pydantic import Field, field_validator
 
 from orchestrator import catalog
 from orchestrator.errors import HeliotropeError
@@ -28,6 +29,7 @@ from orchestrator.signals.sources.base import (
     Obs,
     SourceContext,
     Strict,
+    Time,
     decode_json,
     make_frame,
     utc,
@@ -128,14 +130,14 @@ def _chunks(values: Sequence[str], size: int = TYPES_PER_CALL) -> list[list[str]
 
 
 class SpotPriceRecord(Strict):
-    AvailabilityZone: str = Field(min_length=1)  # noqa: N815 - AWS's names
-    InstanceType: str = Field(min_length=1)  # noqa: N815
-    SpotPrice: float = Field(gt=0)  # noqa: N815
-    Timestamp: AwareDatetime  # noqa: N815
+    AvailabilityZone: str = Field(min_length=1)
+    InstanceType: str = Field(min_length=1)
+    SpotPrice: float = Field(gt=0)
+    Timestamp: Time
 
 
 class SpotPricePage(Strict):
-    SpotPriceHistory: list[SpotPriceRecord] = Field(default_factory=list)  # noqa: N815
+    SpotPriceHistory: list[SpotPriceRecord] = Field(default_factory=list)
 
 
 def parse_spot_price_pages(
@@ -209,22 +211,22 @@ class AwsSpotPrice(_AwsBase):
 
 
 class PlacementScore(Strict):
-    Region: str  # noqa: N815
-    AvailabilityZoneId: str | None = None  # noqa: N815
-    Score: int = Field(ge=1, le=10)  # noqa: N815
+    Region: str
+    AvailabilityZoneId: str | None = None
+    Score: int = Field(ge=1, le=10)
 
 
 class PlacementPage(Strict):
-    SpotPlacementScores: list[PlacementScore] = Field(default_factory=list)  # noqa: N815
+    SpotPlacementScores: list[PlacementScore] = Field(default_factory=list)
 
 
 class AzInfo(Strict):
-    ZoneName: str  # noqa: N815
-    ZoneId: str  # noqa: N815
+    ZoneName: str
+    ZoneId: str
 
 
 class AzPage(Strict):
-    AvailabilityZones: list[AzInfo] = Field(default_factory=list)  # noqa: N815
+    AvailabilityZones: list[AzInfo] = Field(default_factory=list)
 
 
 def parse_placement_scores(
@@ -313,12 +315,14 @@ class AwsOnDemand(_AwsBase):
             try:
                 for it in self.instance_types:
                     usd = self.call(
-                        lambda it=it: fetch_on_demand(pricing, self.retry, region, it),  # type: ignore[misc]
+                        lambda it=it, region=region: fetch_on_demand(  # type: ignore[misc]
+                            pricing, self.retry, region, it
+                        ),
                         f"pricing:GetProducts {region} {it}",
                     )
                     if usd is None:
                         continue
-                    if not usd > 0 or usd != usd or usd == float("inf"):
+                    if not (math.isfinite(usd) and usd > 0):
                         raise MalformedResponse(self.name, f"{region} {it} price",
                                                 f"expected a positive price, got {usd}")
                     rows.append(Obs(now, price_key("aws", region, "", it, "on_demand"), usd,

@@ -189,12 +189,11 @@ class HttpClient:
 
         def wait(state: tenacity.RetryCallState) -> float:
             exc = state.outcome.exception() if state.outcome is not None else None
-            backoff = min(
-                self._max_wait_s, self._initial_wait_s * 2 ** (state.attempt_number - 1)
-            )
-            backoff += self._jitter() * self._initial_wait_s
+            exponent = max(0, int(state.attempt_number) - 1)
+            backoff = float(min(self._max_wait_s, self._initial_wait_s * 2.0**exponent))
+            backoff += float(self._jitter()) * self._initial_wait_s
             if isinstance(exc, SourceUnavailable) and exc.retry_after_s > 0:
-                return max(exc.retry_after_s, backoff)
+                return max(float(exc.retry_after_s), backoff)
             return backoff
 
         def log(state: tenacity.RetryCallState) -> None:

@@ -24,7 +24,6 @@ from typing import Any, ClassVar, Final
 import pandas as pd
 from pydantic import Field
 
-from orchestrator.errors import HeliotropeError
 from orchestrator.model import SignalKind
 from orchestrator.signals.importers.power import (
     CAISO_ZONE,
@@ -37,6 +36,7 @@ from orchestrator.signals.sources.base import (
     Obs,
     SourceContext,
     Strict,
+    check_time,
     decode_json,
     validate,
 )
@@ -118,7 +118,10 @@ def _eic_time(text: str, source: str, where: str) -> datetime:
         raise MalformedResponse(source, where, f"expected a UTC time, got {short(text)}") from None
     if when.tzinfo is None:
         raise MalformedResponse(source, where, f"expected a UTC time, got {short(text)}")
-    return when.astimezone(UTC)
+    try:
+        return check_time(when.astimezone(UTC))
+    except (ValueError, OverflowError):
+        raise MalformedResponse(source, where, f"out of range: {short(text)}") from None
 
 
 def parse_entsoe_prices(
@@ -313,10 +316,14 @@ def eia_period_utc(text: str, source: str = "eia930", where: str = "period") -> 
         base = datetime.fromisoformat(f"{day}T{hour}:00:00")
     except ValueError:
         raise MalformedResponse(source, where, f"not a valid hour: {short(text)}") from None
-    if sign is None:
-        return base.replace(tzinfo=UTC)
-    offset = timedelta(hours=int(oh), minutes=int(om or 0))
-    return (base - offset if sign == "+" else base + offset).replace(tzinfo=UTC)
+    offset = timedelta(hours=int(oh or 0), minutes=int(om or 0))
+    if sign is not None and offset > timedelta(hours=14):
+        raise MalformedResponse(source, where, f"not a UTC offset: {short(text)}")
+    when = base - offset if sign == "+" else base + offset
+    try:
+        return check_time(when.replace(tzinfo=UTC))
+    except ValueError:
+        raise MalformedResponse(source, where, f"out of range: {short(text)}") from None
 
 
 def eia_page(body: bytes | str, source: str = "eia930") -> tuple[list[EiaRow], int]:
@@ -569,7 +576,6 @@ __all__ = [
     "CaisoCurtailment",
     "Eia930",
     "Entsoe",
-    "HeliotropeError",
     "balancing_area",
     "eia_intensity",
     "eia_page",

@@ -88,7 +88,7 @@ def samples_to_rows(samples: pd.DataFrame, priority: Sequence[str] = ()) -> Trac
     # grid
     metric = pd.Series([GRID_METRIC.get((k, u), "") for k, u in zip(kind, unit, strict=True)],
                        index=s.index, dtype="object")
-    g = s[metric != ""].assign(grid_zone=s["key"].astype(str), metric=metric[metric != ""])
+    g = s.assign(grid_zone=s["key"].astype(str), metric=metric)[(metric != "").to_numpy()]
     if len(g):
         order = {name: i for i, name in enumerate(priority)}
         rank = g["source"].map(lambda x: order.get(str(x), len(order)))

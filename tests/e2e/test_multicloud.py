@@ -1,0 +1,239 @@
+"""The live controller over two clouds (`providers: [aws, gcp]`) end to end: AWS through
+moto in process (with the AWS suite's botocore hooks for what moto does not model), GCP
+through the GCP suite's recorded-response Compute Engine endpoint.
+
+A job starts on the cheapest spot offer, L4 in AWS us-east-1a. It writes a checkpoint into
+that region's store. AWS then reclaims the instance (terminated behind the adapter's back,
+and the spot request says `instance-terminated-by-price`). The `spot-failover` policy moves
+it to another region -- the only other spot L4 with a price is GCP's us-central1-a -- so the
+relaunch is a migration: the checkpoint is copied to us-central1's store and verified, the
+job launches there on spot, makes (modelled) progress after the restore and finishes. Every
+launch and termination is counted at the cloud APIs: nothing else was bought or ended.
+
+Checkpoint stores are file:// directories per region (s3fs and gcsfs are not installed
+here; real deployments use s3:// and gs:// URIs, see docs/providers.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from orchestrator.checkpoints import CheckpointStore
+from orchestrator.clock import FakeClock
+from orchestrator.jobs import parse_jobs
+from orchestrator.live.clouds import CloudWorld, cloud_world, make_providers
+from orchestrator.live.controller import LiveController
+from orchestrator.model import EventKind, Phase
+from orchestrator.signals.traces import Trace, empty_frame, make_manifest
+from orchestrator.state import MemoryStateStore
+from providers.base import FailureKind, LaunchSpec
+from providers.gcp import naming
+from providers.gcp.naming import label_value
+from providers.multi import MultiProvider
+from tests.providers.conftest import (
+    AWS_SPOT_L4,
+    CLUSTER,
+    GCP_SPOT_L4,
+    PROJECT,
+    CloudFakes,
+    open_cloud_fakes,
+)
+
+JOB = "lm-spot"
+STEP = 40
+TICK_S = 600
+
+
+@pytest.fixture
+def fakes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[CloudFakes]:
+    with open_cloud_fakes(monkeypatch, tmp_path) as f:
+        yield f
+
+
+def job_doc() -> dict[str, object]:
+    return {
+        "jobs": [
+            {
+                "name": JOB,
+                "work_gpu_hours": 1.0,
+                "gpus": 1,
+                "gpu_types": ["L4"],
+                "throughput": {"L4": 1.0},
+                "start_offset_h": 0,
+                "deadline_h": 48,
+                "checkpoint_size_gb": 0.01,
+                "checkpoint_interval_h": 0.1,
+                "cold_start_h": 0.1,
+                "command": ["python", "train.py"],
+                "home_region": "us-east-1",
+            }
+        ]
+    }
+
+
+def tick(live: LiveController, clock: FakeClock) -> list[EventKind]:
+    clock.advance(TICK_S)
+    return [e.kind for e in live.tick()]
+
+
+@pytest.mark.timeout(120)
+def test_spot_job_preempted_on_aws_moves_to_gcp_with_its_checkpoint(
+    fakes: CloudFakes, tmp_path: Path
+) -> None:
+    # moto stamps LaunchTime with the real time: start the fake clock there.
+    now_s = datetime.now(UTC).timestamp()
+    clock = FakeClock(datetime.fromtimestamp(now_s - now_s % TICK_S, UTC))
+    world: CloudWorld = cloud_world(fakes.settings(), clock=clock,
+                                    access=fakes.access(sleep=clock.sleep))
+    offers = {o.id: o for o in world.grid.offers}
+    assert {AWS_SPOT_L4, GCP_SPOT_L4} <= set(offers)
+    assert {o.cloud for o in offers.values()} == {"aws", "gcp"}
+    src_store = CheckpointStore(world.store_uri(offers[AWS_SPOT_L4]), durable=False)
+    dst_store = CheckpointStore(world.store_uri(offers[GCP_SPOT_L4]), durable=False)
+    assert src_store.root_uri != dst_store.root_uri
+    store = MemoryStateStore(clock=clock)
+    store.submit(parse_jobs(job_doc(), trace_start=clock.now()))
+    live = world.live_controller(store)
+    assert live.options.progress_from_provider is False  # clouds run code we cannot see
+
+    # 1. The job starts on the cheapest spot offer: L4 in AWS us-east-1a.
+    assert EventKind.LAUNCHED in [e.kind for e in live.tick()]
+    c = live.controller
+    assert c is not None and c.grid.offers[int(c.fleet.offer[0])].id == AWS_SPOT_L4
+    aws_instance = c.instance_of[0]
+    assert aws_instance is not None and aws_instance.startswith("i-")
+    [run] = fakes.aws_ops("ec2:RunInstances")
+    assert run["InstanceMarketOptions"]["MarketType"] == "spot"
+    assert fakes.raw.state(aws_instance) == "running"
+    for _ in range(2):
+        tick(live, clock)
+    assert c.fleet.progress_gpu_h[0] > 0  # modelled progress
+
+    # 2. The job checkpoints into its region's store, as it would.
+    ref = src_store.write(JOB, STEP, {"model.pt": b"weights" * 1000, "optim.pt": b"adam" * 500},
+                          now_s=clock.now().timestamp())
+
+    # 3. AWS reclaims the spot instance, behind the adapter's back.
+    tagged = fakes.raw.tags(aws_instance)
+    fakes.raw.terminate(aws_instance)
+    fakes.answer_spot_reclaimed(aws_instance, job_id=JOB, request_id=tagged["heliotrope:request"])
+    kinds = tick(live, clock)
+    assert EventKind.PREEMPTED in kinds and EventKind.MIGRATION in kinds
+    [planned] = store.open_migrations()
+    assert (planned.src_offer_id, planned.dst_offer_id) == (AWS_SPOT_L4, GCP_SPOT_L4)
+
+    # 4. The controller moves it: copy, verify, launch at GCP, restore, run, finish.
+    for _ in range(30):
+        if c.all_done and not store.open_migrations():
+            break
+        tick(live, clock)
+        c = live.controller
+        assert c is not None
+    assert c.fleet.phase[0] == Phase.DONE and not store.open_migrations()
+
+    # The checkpoint was copied to the destination's store and verifies there.
+    copied = dst_store.latest(JOB)
+    assert copied is not None and copied.step == ref.step == STEP
+    assert copied.manifest_sha256 == ref.manifest_sha256
+    dst_store.verify(copied)
+    assert dst_store.read(copied) == src_store.read(ref)
+    assert src_store.latest(JOB) == ref  # the source is only ever read
+
+    # The job launched at GCP on spot, with our labels and its checkpoint location.
+    [insert] = fakes.gcp_ops("compute.instances.insert")
+    body = insert.body
+    assert body["machineType"] == "zones/us-central1-a/machineTypes/g2-standard-4"
+    assert body["scheduling"]["provisioningModel"] == "SPOT"
+    assert body["scheduling"]["instanceTerminationAction"] == "DELETE"
+    assert body["labels"]["heliotrope-cluster"] == label_value(CLUSTER)
+    assert body["labels"]["heliotrope-job"] == label_value(JOB)
+    startup = {i["key"]: i["value"] for i in body["metadata"]["items"]}["startup-script"]
+    assert f"HELIOTROPE_CHECKPOINT_URI={dst_store.root_uri}" in startup
+
+    history = store.history(JOB)
+    steps = [e.detail for e in history if e.kind is EventKind.MIGRATION]
+    for phase in ("planned -> copying", "copying -> provisioning", "provisioning -> restoring",
+                  "restoring -> running", "running -> done"):
+        assert any(phase in s for s in steps), (phase, steps)
+    launches = [e.offer_id for e in history if e.kind is EventKind.LAUNCHED]
+    assert launches == [AWS_SPOT_L4, GCP_SPOT_L4]
+    assert [e.offer_id for e in history if e.kind is EventKind.PREEMPTED] == [AWS_SPOT_L4]
+    [finished] = [e for e in history if e.kind is EventKind.FINISHED]
+    assert finished.offer_id == GCP_SPOT_L4
+    assert c.fleet.preemptions[0] == 1 and c.fleet.migrations[0] == 1
+
+    # Nothing else was bought or ended: one RunInstances (AWS), one insert (GCP); AWS ended
+    # the first instance itself, and the GCP one was deleted once the job finished.
+    assert len(fakes.aws_ops("ec2:RunInstances")) == 1
+    assert fakes.aws_ops("ec2:TerminateInstances") == []
+    assert fakes.raw.count("us-east-1") == 1 and fakes.raw.count("us-west-2") == 0
+    assert fakes.raw.state(aws_instance) == "terminated"
+    [delete] = fakes.gcp_ops("compute.instances.delete")
+    assert delete.path.endswith("/zones/us-central1-a/instances/" + body["name"])
+    assert fakes.compute.instances == {}
+    assert world.provider.list_instances(cluster=CLUSTER) == {}
+
+
+@pytest.mark.timeout(120)
+def test_multi_provider_routes_each_instance_to_its_cloud_and_leaves_others_alone(
+    fakes: CloudFakes, tmp_path: Path
+) -> None:
+    clock = FakeClock(datetime.now(UTC))
+    settings = fakes.settings()
+    access = fakes.access(sleep=clock.sleep)
+    hour = clock.now().replace(minute=0, second=0, microsecond=0)
+    trace = Trace(offers=empty_frame("offers"), prices=empty_frame("prices"),
+                  spot=empty_frame("spot"), manifest=make_manifest(generator="test"),
+                  grid=pd.DataFrame([{"time": hour, "grid_zone": "US-MIDA-PJM",
+                                      "metric": "carbon_avg_g_per_kwh", "value": 123.0,
+                                      "source": "test"}]))
+    world = cloud_world(settings, clock=clock, access=access, trace=trace)
+    multi = world.provider
+    o = [o.id for o in world.grid.offers].index(AWS_SPOT_L4)
+    assert world.grid.carbon_hourly_known[0, o] and world.grid.carbon_g_per_kwh[0, o] == 123.0
+    g = [o.id for o in world.grid.offers].index(GCP_SPOT_L4)
+    assert not world.grid.carbon_hourly_known[0, g]  # the yearly average, from the scenario
+
+    def spec(offer: str) -> LaunchSpec:
+        return LaunchSpec(job_id=JOB, offer_id=offer, cluster=CLUSTER, entrypoint=("train",))
+
+    aws_id = multi.launch(spec(AWS_SPOT_L4), request_id="req-aws").instance_id
+    gcp_id = multi.launch(spec(GCP_SPOT_L4), request_id="req-gcp").instance_id
+    assert aws_id and gcp_id and multi.owner_of(aws_id) == "aws" and multi.owner_of(gcp_id) == "gcp"
+    refused = multi.launch(spec("azure:eastus-1:standard_nc24ads_a100_v4:spot"), request_id="r")
+    assert refused.error is not None and refused.error.kind is FailureKind.INVALID
+    assert len(fakes.aws_ops("ec2:RunInstances")) == 1
+    assert len(fakes.gcp_ops("compute.instances.insert")) == 1
+
+    # Instances that are not ours, in both clouds, with ids that look like ours.
+    untagged = fakes.raw.run(instance_type="g6.xlarge")[0]
+    other = fakes.raw.run(tags={"heliotrope:cluster": "someone-else"},
+                          instance_type="g6.xlarge")[0]
+    foreign = naming.gang_for(project=PROJECT, cluster="other-team", request_id="x",
+                              zone="us-central1-a", count=1)
+    fakes.compute.add_instance("us-central1-a", "instance_other_cluster.json", foreign.name)
+    multi.terminate([untagged, other, foreign.instance_id, "i-0123456789abcdef0"],
+                    request_id="t-foreign")
+    assert fakes.aws_ops("ec2:TerminateInstances") == []
+    assert fakes.gcp_ops("compute.instances.delete") == []
+    assert multi.list_instances(cluster=CLUSTER).keys() == {aws_id, gcp_id}
+
+    # Remembered from the launch: the AWS id goes to AWS only.
+    multi.terminate([aws_id], request_id="t-aws")
+    [ended] = fakes.aws_ops("ec2:TerminateInstances")
+    assert ended["InstanceIds"] == [aws_id] and fakes.gcp_ops("compute.instances.delete") == []
+
+    # A restarted controller's provider knows nothing yet: it learns the id by listing.
+    fresh = MultiProvider(list(make_providers(settings, clock=clock, access=access).values()))
+    fresh.terminate([gcp_id, untagged], request_id="t-gcp")
+    [delete] = fakes.gcp_ops("compute.instances.delete")
+    assert delete.path.endswith("/" + gcp_id.split("/", 1)[1])
+    assert len(fakes.aws_ops("ec2:TerminateInstances")) == 1
+    assert fresh.list_instances(cluster=CLUSTER) == {}
+    assert fakes.raw.state(untagged) == "running" and fakes.raw.state(other) == "running"
+    assert ("us-central1-a", foreign.name) in fakes.compute.instances

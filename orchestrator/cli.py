@@ -172,6 +172,25 @@ def _parser() -> argparse.ArgumentParser:
     of.add_argument("--json", action="store_true")
     of.set_defaults(handler=_offers)
 
+    bn = sub.add_parser("bench", help="benchmark suites")
+    bsub = bn.add_subparsers(title="bench commands")
+    bp = bsub.add_parser("policies", help="policies against the hindsight oracle on a suite")
+    bp.add_argument("--suite", required=True, help="skynomad-h100 | cbl-v100")
+    bp.add_argument("--policies", default="heliotrope,spot-failover,uniform-progress")
+    bp.add_argument("--data", type=Path, default=None,
+                    help="shared traces (default $HELIOTROPE_TRACES or ../shared/data)")
+    bp.add_argument("--zones", default=None, help="comma-separated zones")
+    bp.add_argument("--deadline-ratio", default=None, help="one value or a comma list")
+    bp.add_argument("--work-hours", type=float, default=None)
+    bp.add_argument("--cold-start-hours", type=float, default=None)
+    bp.add_argument("--checkpoint-gb", default=None, help="one value or a comma list")
+    bp.add_argument("--start-ticks", default=None, help="comma-separated window starts")
+    bp.add_argument("--drop-finishing-tick", action="store_true",
+                    help="report SkyNomad's published convention")
+    bp.add_argument("--out", type=Path, default=Path("bench-out"))
+    bp.add_argument("--json", action="store_true")
+    bp.set_defaults(handler=_bench_policies)
+
     dm = sub.add_parser("demo", help="the live demo: local jobs moved by the policy, then a replay")
     dm.add_argument("--home", type=Path, default=Path("out/demo"))
     dm.add_argument("--steps", type=int, default=240, help="training steps per job")
@@ -401,6 +420,44 @@ def _offers(args: argparse.Namespace) -> int:
     _print_rows(rows, args.json, "Offers, cheapest first (USD per GPU-hour)")
     if unpriced:
         err_console.print(f"{unpriced} matching offer(s) without a known price left out")
+    return 0
+
+
+def _bench_policies(args: argparse.Namespace) -> int:
+    import os
+
+    from orchestrator.replay.suites import run_suite, write_suite_outputs
+
+    data = args.data or Path(os.environ.get("HELIOTROPE_TRACES", "../shared/data"))
+
+    def listed(value: str | None, kind: type) -> Any:
+        if value is None:
+            return None
+        items = [kind(v) for v in value.split(",") if v.strip()]
+        return items if len(items) > 1 else items[0]
+
+    overrides = {k: v for k, v in {
+        "zones": args.zones.split(",") if args.zones else None,
+        "deadline_ratio": listed(args.deadline_ratio, float),
+        "work_hours": args.work_hours,
+        "cold_start_hours": args.cold_start_hours,
+        "checkpoint_gb": listed(args.checkpoint_gb, float),
+        "start_ticks": [int(v) for v in args.start_ticks.split(",")] if args.start_ticks else None,
+        "drop_finishing_tick": True if args.drop_finishing_tick else None,
+    }.items() if v is not None}
+    with _progress() as bar:
+        task = bar.add_task(f"bench {args.suite}", total=None)
+
+        def step(label: str, done: int, total: int) -> None:
+            bar.update(task, description=f"bench {label}", completed=done, total=total)
+
+        result = run_suite(args.suite, data, args.policies.split(","), overrides, progress=step)
+    paths = write_suite_outputs(result, args.out)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        print(result.format_table())
+        print(f"results: {paths['results']}\nplot: {paths['pareto']}")
     return 0
 
 

@@ -78,8 +78,9 @@ def drop_cache(path: Path) -> None:
         os.close(fd)
 
 
-def measure(tmp: Path, state: dict[str, torch.Tensor], *, durable: bool,
-            rounds: int) -> dict[str, float]:
+def measure(
+    tmp: Path, state: dict[str, torch.Tensor], *, durable: bool, rounds: int
+) -> dict[str, float]:
     store = CheckpointStore(f"file://{tmp}/store-{durable}", durable=durable)
     want = state_digest(state)
     best: dict[str, float] = {}
@@ -142,12 +143,16 @@ def report(label: str, best: dict[str, float]) -> float:
     gb = best["bytes"] / 1e9
     ratio = (best["raw_w"] + best["raw_r"]) / (best["store_w"] + best["store_r"])
     print(f"  {label}:")
-    print(f"    write: raw {gb / best['raw_w']:.2f} GB/s, store {gb / best['store_w']:.2f} GB/s"
-          f" -> ratio {best['raw_w'] / best['store_w']:.2f}   (CPU s: raw "
-          f"{best['raw_w_cpu']:.2f}, store {best['store_w_cpu']:.2f})")
-    print(f"    read:  raw {gb / best['raw_r']:.2f} GB/s, store (verified) "
-          f"{gb / best['store_r']:.2f} GB/s -> ratio {best['raw_r'] / best['store_r']:.2f}   "
-          f"(CPU s: raw {best['raw_r_cpu']:.2f}, store {best['store_r_cpu']:.2f})")
+    print(
+        f"    write: raw {gb / best['raw_w']:.2f} GB/s, store {gb / best['store_w']:.2f} GB/s"
+        f" -> ratio {best['raw_w'] / best['store_w']:.2f}   (CPU s: raw "
+        f"{best['raw_w_cpu']:.2f}, store {best['store_w_cpu']:.2f})"
+    )
+    print(
+        f"    read:  raw {gb / best['raw_r']:.2f} GB/s, store (verified) "
+        f"{gb / best['store_r']:.2f} GB/s -> ratio {best['raw_r'] / best['store_r']:.2f}   "
+        f"(CPU s: raw {best['raw_r_cpu']:.2f}, store {best['store_r_cpu']:.2f})"
+    )
     print(f"    write+read ratio store/raw: {ratio:.2f} (target >= 0.8)")
     return ratio
 
@@ -156,19 +161,26 @@ def test_store_throughput_against_raw_files(tmp_path: Path) -> None:
     state = big_state()
     assert sum(t.numel() * t.element_size() for t in state.values()) == GIB
     rounds = 3
-    print(f"\ncheckpoint throughput, 1 GiB state dict, file:// store, best of {rounds} "
-          f"interleaved rounds ({os.cpu_count()} CPUs, load average "
-          f"{os.getloadavg()[0]:.1f} at the start):")
-    report("durable write (fsync) + cold read", measure(tmp_path, state, durable=True,
-                                                         rounds=rounds))
-    report("page cache (no fsync, warm read; sha256-bound)",
-           measure(tmp_path, state, durable=False, rounds=rounds))
+    print(
+        f"\ncheckpoint throughput, 1 GiB state dict, file:// store, best of {rounds} "
+        f"interleaved rounds ({os.cpu_count()} CPUs, load average "
+        f"{os.getloadavg()[0]:.1f} at the start):"
+    )
+    report(
+        "durable write (fsync) + cold read", measure(tmp_path, state, durable=True, rounds=rounds)
+    )
+    report(
+        "page cache (no fsync, warm read; sha256-bound)",
+        measure(tmp_path, state, durable=False, rounds=rounds),
+    )
     path = tmp_path / "torch.pt"
     t_save, _ = timed(lambda: torch.save(state, path))
     t_load, _ = timed(lambda: torch.load(path, weights_only=True))
     gb = GIB / 1e9
-    print(f"  for context, torch.save {gb / t_save:.2f} GB/s and torch.load {gb / t_load:.2f} "
-          "GB/s (page cache, no hashing)")
+    print(
+        f"  for context, torch.save {gb / t_save:.2f} GB/s and torch.load {gb / t_load:.2f} "
+        "GB/s (page cache, no hashing)"
+    )
 
 
 class Wide(torch.nn.Module):
@@ -176,22 +188,30 @@ class Wide(torch.nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.layers = torch.nn.Sequential(*[
-            torch.nn.Sequential(torch.nn.Linear(3584, 3584), torch.nn.ReLU())
-            for _ in range(4)])
+        self.layers = torch.nn.Sequential(
+            *[torch.nn.Sequential(torch.nn.Linear(3584, 3584), torch.nn.ReLU()) for _ in range(4)]
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.as_tensor(self.layers(x))
 
 
-def loop(store: CheckpointStore, job: str, *, async_checkpoint: bool, every: int,
-         steps: int) -> tuple[ResumableRun, float]:
+def loop(
+    store: CheckpointStore, job: str, *, async_checkpoint: bool, every: int, steps: int
+) -> tuple[ResumableRun, float]:
     torch.manual_seed(0)
     model = Wide()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    run = ResumableRun(model, opt, job_id=job, store=store, every_steps=every,
-                       async_checkpoint=async_checkpoint, notice_sources=[],
-                       handle_signals=False)
+    run = ResumableRun(
+        model,
+        opt,
+        job_id=job,
+        store=store,
+        every_steps=every,
+        async_checkpoint=async_checkpoint,
+        notice_sources=[],
+        handle_signals=False,
+    )
     x = torch.randn(8, 3584)
     start = run.restore()
     t0 = time.perf_counter()
@@ -218,17 +238,29 @@ def test_loop_stall_async_against_sync(tmp_path: Path) -> None:
     async_stall = sum(async_run.stall_s) / 4
     async_steady = sum(async_run.stall_s[1:]) / 3  # buffers allocated at the first one
     n = 4
-    print(f"\ntraining-loop stall per checkpoint, {size_gb:.2f} GB of state "
-          f"(model + AdamW), {n} checkpoints:")
-    print(f"  sync:  {sync_stall:.3f} s   (each: "
-          + ", ".join(f"{s:.2f}" for s in sync_run.stall_s) + ")")
-    print(f"  async: {async_stall:.3f} s   (each: "
-          + ", ".join(f"{s:.2f}" for s in async_run.stall_s) + ")")
-    print(f"  ratio async/sync: {async_stall / sync_stall:.3f} "
-          f"(after the first, buffers reused: {async_steady / sync_stall:.3f}; target <= 0.1)")
-    print(f"  loop wall time for {steps} steps: none {t_none:.1f} s, sync {t_sync:.1f} s, "
-          f"async {t_async:.1f} s -> per checkpoint: sync {(t_sync - t_none) / n:.2f} s, "
-          f"async {(t_async - t_none) / n:.2f} s (background writes share the CPUs)")
+    print(
+        f"\ntraining-loop stall per checkpoint, {size_gb:.2f} GB of state "
+        f"(model + AdamW), {n} checkpoints:"
+    )
+    print(
+        f"  sync:  {sync_stall:.3f} s   (each: "
+        + ", ".join(f"{s:.2f}" for s in sync_run.stall_s)
+        + ")"
+    )
+    print(
+        f"  async: {async_stall:.3f} s   (each: "
+        + ", ".join(f"{s:.2f}" for s in async_run.stall_s)
+        + ")"
+    )
+    print(
+        f"  ratio async/sync: {async_stall / sync_stall:.3f} "
+        f"(after the first, buffers reused: {async_steady / sync_stall:.3f}; target <= 0.1)"
+    )
+    print(
+        f"  loop wall time for {steps} steps: none {t_none:.1f} s, sync {t_sync:.1f} s, "
+        f"async {t_async:.1f} s -> per checkpoint: sync {(t_sync - t_none) / n:.2f} s, "
+        f"async {(t_async - t_none) / n:.2f} s (background writes share the CPUs)"
+    )
     # both wrote the same states
     sync_last = sync_run.checkpoints[-1]
     async_last = async_run.checkpoints[-1]

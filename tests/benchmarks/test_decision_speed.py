@@ -85,7 +85,9 @@ def test_one_decision_1000_jobs_200_offers() -> None:
     ]
     ref = reference_workload_s()
     print(f"\ndecision: 1000 jobs x {len(grid.offers)} offers; reference workload {ref:.3f} s")
-    for name in [n for n in POLICY_NAMES if n != "oracle"]:  # the oracle plans per job: its own bench
+    for name in [
+        n for n in POLICY_NAMES if n != "oracle"
+    ]:  # the oracle plans per job: its own bench
         policy = make_policy(name)
         clock = FakeClock(T0)
         controller = Controller(jobs, grid, SimProvider(grid, clock), policy, EventLog())

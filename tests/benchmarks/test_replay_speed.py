@@ -71,7 +71,9 @@ def test_replay_job_ticks_per_second() -> None:
         f"= {job_ticks:,} job-ticks; reference workload {ref:.3f} s"
     )
     base = None
-    for name in [n for n in POLICY_NAMES if n != "oracle"]:  # the oracle plans per job: its own bench
+    for name in [
+        n for n in POLICY_NAMES if n != "oracle"
+    ]:  # the oracle plans per job: its own bench
         policy = make_policy(name)
         seconds = best_of(2, lambda p=policy: run_policy(p, jobs, grid, options=LoopOptions()))
         tracemalloc.start()

@@ -236,14 +236,15 @@ def test_aws_poll_into_a_trace_gives_priced_offers(server: FixtureServer, aws: S
     pricing.add_response("get_products", {"FormatVersion": "aws_v1", "PriceList": []})
     report = poll(["aws-spot-price", "aws-ondemand"], tmp_path / "aws", now=NOW,
                   regions=[("aws", "us-east-1")], env={}, sleep=lambda s: None,
-                  options={"aws_clients": aws, "aws_instance_types": ["g5.xlarge", "p3.2xlarge"]})
+                  options={"aws_clients": aws,
+                           "aws_instance_types": ["g5.xlarge", "p3.2xlarge"]})
     assert report.ok, report.table()
     trace = read_trace(tmp_path / "aws")
     assert set(trace.offers["zone"]) == {"us-east-1a", "us-east-1b", "us-east-1c"}
     assert set(trace.offers["grid_zone"]) == {"US-MIDA-PJM"}
     grid = SignalGrid.build(trace, NOW - timedelta(minutes=30), NOW + timedelta(minutes=30), 600)
     p3 = [i for i, o in enumerate(grid.offers) if o.instance_type == "p3.2xlarge"]
-    by_id = {grid.offers[i].id: grid.usd_per_hour[0, i] for i in p3}
+    by_id = {grid.offers[i].id: grid.usd_per_hour[-1, i] for i in p3}  # 04:20
     assert by_id["aws:us-east-1a:p3.2xlarge:on_demand"] == pytest.approx(3.06)
     assert by_id["aws:us-east-1a:p3.2xlarge:spot"] == pytest.approx(0.9351)
     # one poll ahead of the end: the spot price becomes unknown an hour after the poll

@@ -148,7 +148,8 @@ def parse_spot_price_pages(
     before `start` is the price in effect at `start` (AWS returns it): it is moved to
     `start`. Each price holds until the next record of its key; the last one until `end`
     (plus an hour when `end` is now, for the next poll to come)."""
-    records: dict[tuple[str, str], dict[datetime, float]] = {}
+    # (zone, type) -> slot time -> (the record's own time, price)
+    records: dict[tuple[str, str], dict[datetime, tuple[datetime, float]]] = {}
     for n, page in enumerate(pages):
         parsed = validate(SpotPricePage, page, source, f"page[{n}]")
         for r in parsed.SpotPriceHistory:
@@ -156,12 +157,12 @@ def parse_spot_price_pages(
                 raise MalformedResponse(source, f"page[{n}].AvailabilityZone",
                                         f"expected a zone of {region}, got "
                                         f"{short(r.AvailabilityZone)}")
-            when = max(r.Timestamp.astimezone(UTC), start)
-            key = (r.AvailabilityZone, r.InstanceType)
-            # The newest record at or before `start` wins the moved slot.
-            slot = records.setdefault(key, {})
-            if when not in slot or r.Timestamp.astimezone(UTC) >= when:
-                slot[when] = r.SpotPrice
+            stamp = r.Timestamp.astimezone(UTC)
+            when = max(stamp, start)
+            slot = records.setdefault((r.AvailabilityZone, r.InstanceType), {})
+            # Of the records moved to `start`, the newest is the price in effect then.
+            if when not in slot or stamp >= slot[when][0]:
+                slot[when] = (stamp, r.SpotPrice)
     tail = SPOT_PRICE_GRACE if end >= now - timedelta(minutes=1) else timedelta(0)
     out: list[Obs] = []
     for (zone, instance_type), series in sorted(records.items()):
@@ -169,7 +170,7 @@ def parse_spot_price_pages(
         for i, when in enumerate(times):
             until = times[i + 1] if i + 1 < len(times) else end + tail
             out.append(Obs(when, price_key("aws", region, zone, instance_type, "spot"),
-                           series[when], "usd_per_hour", until, source))
+                           series[when][1], "usd_per_hour", until, source))
     return out
 
 

@@ -59,11 +59,18 @@ def synthetic_problem(transfer: bool, seed: int = 0) -> JobProblem:
     transfer_h = np.where(same, 50 * 8 / 5.0, 50 * 8 / 1.0) / 3600.0 if transfer else 0.0
     startup = COLD_H + np.where(np.eye(n_loc, dtype=bool), 0.0, transfer_h)
     return JobProblem(
-        tick_s=TICK_S, deadline_s=DEADLINE_H * 3600, work_gpu_h=WORK_H, rate=np.ones(2 * n_loc),
+        tick_s=TICK_S,
+        deadline_s=DEADLINE_H * 3600,
+        work_gpu_h=WORK_H,
+        rate=np.ones(2 * n_loc),
         usd_per_hour=np.repeat(price[None, :], n_ticks, axis=0),
-        kg_per_hour=np.full((n_ticks, 2 * n_loc), 4.0), usable=~short, preempted=short,
-        location=location, egress_usd=np.vstack([egress, np.zeros(n_loc)]),
-        startup_h=np.vstack([startup, np.full(n_loc, COLD_H)]), bill_final_tick=True,
+        kg_per_hour=np.full((n_ticks, 2 * n_loc), 4.0),
+        usable=~short,
+        preempted=short,
+        location=location,
+        egress_usd=np.vstack([egress, np.zeros(n_loc)]),
+        startup_h=np.vstack([startup, np.full(n_loc, COLD_H)]),
+        bill_final_tick=True,
     )
 
 
@@ -71,8 +78,12 @@ def skynomad_problem(data_dir: Path, settings: CostSettings) -> JobProblem:
     """The same job on the 13 zones of the SkyNomad H100 trace, through the loop's snapshot."""
     zones = sorted(set(pd.read_csv(data_dir / SKYNOMAD_FILE)["zone"]))
     case = skynomad_h100(data_dir, {"zones": zones, "start_ticks": [0]}).cases[0]
-    job = dataclasses.replace(case.jobs[0], work_gpu_hours=WORK_H, cold_start_h=COLD_H,
-                              deadline=case.start + timedelta(hours=DEADLINE_H))
+    job = dataclasses.replace(
+        case.jobs[0],
+        work_gpu_hours=WORK_H,
+        cold_start_h=COLD_H,
+        deadline=case.start + timedelta(hours=DEADLINE_H),
+    )
     grid = realize_spot(SignalGrid.build(case.trace, case.start, job.deadline, 600), 0)
     seen: list[Snapshot] = []
 
@@ -83,8 +94,14 @@ def skynomad_problem(data_dir: Path, settings: CostSettings) -> JobProblem:
             seen.append(snapshot)
             return Decision()
 
-    controller = Controller([job], grid, SimProvider(grid, FakeClock(grid.start)), Capture(),
-                            EventLog(), LoopOptions(settings=settings))
+    controller = Controller(
+        [job],
+        grid,
+        SimProvider(grid, FakeClock(grid.start)),
+        Capture(),
+        EventLog(),
+        LoopOptions(settings=settings),
+    )
     controller.tick(grid.start)
     return job_problem(seen[0], 0, 0, Hindsight.of(grid))
 
@@ -101,11 +118,15 @@ def test_oracle_speed_one_150h_job_26_offers() -> None:
             ("SkyNomad H100 13 zones, SkyNomad costs", skynomad_problem(data, SKYNOMAD_COSTS)),
             ("SkyNomad H100 13 zones, catalog costs", skynomad_problem(data, CATALOG_COSTS)),
         ]
-    print(f"\noracle: {WORK_H:g} h of work, deadline {DEADLINE_H:g} h, 600 s ticks; "
-          f"reference workload {ref:.3f} s")
+    print(
+        f"\noracle: {WORK_H:g} h of work, deadline {DEADLINE_H:g} h, 600 s ticks; "
+        f"reference workload {ref:.3f} s"
+    )
     for label, pb in cases:
         plan = plan_job(pb)
         seconds = best_of(2, functools.partial(plan_job, pb))
-        print(f"  {label:42s} {pb.usable.shape[1]} offers, {plan.progress_levels:5d} levels"
-              f"{'' if plan.exact else ' (rounded)'}: {seconds:6.2f} s  "
-              f"x{seconds / ref:6.1f} of reference  J {plan.objective_usd:9.2f} USD")
+        print(
+            f"  {label:42s} {pb.usable.shape[1]} offers, {plan.progress_levels:5d} levels"
+            f"{'' if plan.exact else ' (rounded)'}: {seconds:6.2f} s  "
+            f"x{seconds / ref:6.1f} of reference  J {plan.objective_usd:9.2f} USD"
+        )

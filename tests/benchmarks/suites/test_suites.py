@@ -34,7 +34,9 @@ def check_oracle_is_a_lower_bound(result: SuiteResult) -> None:
     by_window: dict[tuple[str, str], dict[str, tuple[float, bool]]] = {}
     for w in result.windows:
         by_window.setdefault((w.setting, w.window), {})[w.policy] = (
-            w.objective_usd, w.deadlines_met == w.jobs)
+            w.objective_usd,
+            w.deadlines_met == w.jobs,
+        )
     for key, rows in by_window.items():
         oracle, met = rows[ORACLE]
         assert met, f"oracle missed a deadline on {key}"
@@ -48,8 +50,10 @@ def test_skynomad_h100_every_tick_billed(shared_data: Path) -> None:
     print("\n" + result.format_table())
     print(f"elapsed {result.elapsed_s:.1f} s")
     mean = result.policy(ORACLE).mean_usd_per_job
-    print(f"oracle mean {mean:.2f} USD per job; exact optimum published 573.04 "
-          f"({100 * (mean / 573.04 - 1):+.3f} %); SkyNomad's DP 574.11")
+    print(
+        f"oracle mean {mean:.2f} USD per job; exact optimum published 573.04 "
+        f"({100 * (mean / 573.04 - 1):+.3f} %); SkyNomad's DP 574.11"
+    )
     assert mean == pytest.approx(573.04, rel=0.005)
     check_oracle_is_a_lower_bound(result)
 
@@ -62,25 +66,36 @@ def test_skynomad_h100_published_sweeps(shared_data: Path, axis: str) -> None:
     else:
         overrides.update(deadline_ratio=1.2, checkpoint_gb=CHECKPOINT_SWEEP)
     result = run_suite("skynomad-h100", shared_data, ["spot-failover"], overrides)
-    print(f"\nskynomad-h100 {axis} sweep, finishing tick dropped "
-          f"(oracle vs SkyNomad's Optimal; spot-failover vs their UP(S)); "
-          f"{result.elapsed_s:.1f} s")
-    print(f"  {'setting':26s} {'oracle mean':>11s} {'p5':>8s} {'p95':>8s} | {'Optimal':>8s} "
-          f"{'p5':>8s} {'p95':>8s} {'diff':>8s} | {'failover':>9s} {'UP(S)':>9s}")
+    print(
+        f"\nskynomad-h100 {axis} sweep, finishing tick dropped "
+        f"(oracle vs SkyNomad's Optimal; spot-failover vs their UP(S)); "
+        f"{result.elapsed_s:.1f} s"
+    )
+    print(
+        f"  {'setting':26s} {'oracle mean':>11s} {'p5':>8s} {'p95':>8s} | {'Optimal':>8s} "
+        f"{'p5':>8s} {'p95':>8s} {'diff':>8s} | {'failover':>9s} {'UP(S)':>9s}"
+    )
     for setting in result.settings():
-        usd = np.array([w.usd for w in result.windows
-                        if w.setting == setting and w.policy == ORACLE])
-        met = sum(w.deadlines_met for w in result.windows
-                  if w.setting == setting and w.policy == ORACLE)
+        usd = np.array(
+            [w.usd for w in result.windows if w.setting == setting and w.policy == ORACLE]
+        )
+        met = sum(
+            w.deadlines_met for w in result.windows if w.setting == setting and w.policy == ORACLE
+        )
         failover = result.policy("spot-failover", setting).mean_usd_per_job
         a = result.anchors.get(setting, {})
         ours = (usd.mean(), np.percentile(usd, 5), np.percentile(usd, 95))
-        theirs = (a.get("SkyNomad Optimal mean", math.nan), a.get("SkyNomad Optimal p5", math.nan),
-                  a.get("SkyNomad Optimal p95", math.nan))
-        print(f"  {setting:26s} {ours[0]:11.2f} {ours[1]:8.2f} {ours[2]:8.2f} | "
-              f"{theirs[0]:8.2f} {theirs[1]:8.2f} {theirs[2]:8.2f} {ours[0] - theirs[0]:+8.2f} | "
-              f"{failover:9.2f} {a.get('UP(S) mean', math.nan):9.2f}"
-              f"{'' if met == len(usd) else f'  (deadline unreachable: {met}/{len(usd)} met)'}")
+        theirs = (
+            a.get("SkyNomad Optimal mean", math.nan),
+            a.get("SkyNomad Optimal p5", math.nan),
+            a.get("SkyNomad Optimal p95", math.nan),
+        )
+        print(
+            f"  {setting:26s} {ours[0]:11.2f} {ours[1]:8.2f} {ours[2]:8.2f} | "
+            f"{theirs[0]:8.2f} {theirs[1]:8.2f} {theirs[2]:8.2f} {ours[0] - theirs[0]:+8.2f} | "
+            f"{failover:9.2f} {a.get('UP(S) mean', math.nan):9.2f}"
+            f"{'' if met == len(usd) else f'  (deadline unreachable: {met}/{len(usd)} met)'}"
+        )
         assert not math.isnan(theirs[0]), f"no published anchor for {setting}"
         if met == len(usd):
             for o, t in zip(ours, theirs, strict=True):

@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 EXTRAS ?= dev,torch,airflow,aws,gcp
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint bench e2e clean
+.PHONY: setup demo test lint bench e2e airflow clean
 
 setup: $(STAMP)
 
@@ -33,6 +33,10 @@ bench: setup
 
 e2e: setup
 	$(BIN)/pytest -m slow $(PYTEST_ARGS)
+
+# Airflow standalone on http://127.0.0.1:8080 with the DAGs in dags/ (AIRFLOW_HOME=./airflow_home).
+airflow: setup
+	PATH="$(CURDIR)/$(BIN):$$PATH" bash infra/airflow/standalone.sh
 
 clean:
 	rm -rf $(VENV) out replay-out .mypy_cache .ruff_cache .pytest_cache

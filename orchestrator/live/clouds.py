@@ -132,7 +132,7 @@ class CloudSettings(BaseModel):
     interval_s: float = Field(default=600.0, gt=0)
     spot_capacity: float = Field(default=4.0, ge=0)  # instances assumed obtainable per spot offer
     db_url: str | None = None
-    traces: Path | None = None  # a trace directory with hourly carbon (optional)
+    traces: Path | None = None  # a trace directory with hourly carbon (relative: to the file)
     entrypoint: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
@@ -174,7 +174,7 @@ def load_cloud_settings(path: Path | None = None) -> CloudSettings:
                              "--config")
     try:
         raw = yaml.safe_load(path.read_text()) or {}
-        return CloudSettings.model_validate(raw)
+        settings = CloudSettings.model_validate(raw)
     except yaml.YAMLError as exc:
         raise InputError(str(path), "", "valid YAML", got=str(exc).splitlines()[0]) from exc
     except ValidationError as exc:
@@ -182,6 +182,9 @@ def load_cloud_settings(path: Path | None = None) -> CloudSettings:
         where = ".".join(str(p) for p in first.get("loc", ())) or "(file)"
         raise InputError(str(path), where, "valid cloud settings (docs/providers.md)",
                          got=first.get("msg", str(exc))) from exc
+    if settings.traces is not None and not settings.traces.is_absolute():
+        settings = settings.model_copy(update={"traces": path.parent / settings.traces})
+    return settings
 
 
 def parse_clouds(text: str | None, settings: CloudSettings) -> list[str]:

@@ -322,7 +322,7 @@ def poll(
         except HeliotropeError as exc:
             store_error = _message(exc)
             logger.error("state store: %s", store_error)
-    if out is not None:
+    if out is not None and len(samples):  # nothing read: the directory is left as it was
         record(out, samples, now=now, sources=[r.name for r in results if r.rows])
     return PollReport(now=now, out=out, results=tuple(results), samples=samples,
                       store_error=store_error)
@@ -520,8 +520,10 @@ def zone_sources(zone: str) -> list[str]:
 
 
 def region_zone_markdown() -> str:
-    """The region -> grid-zone table of docs/signals.md, from `orchestrator.catalog`
-    (``python -c "from orchestrator.signals.poll import region_zone_markdown as m; print(m())"``)."""
+    """The region -> grid-zone table of docs/signals.md, from `orchestrator.catalog`.
+
+    Regenerate: ``python -c "from orchestrator.signals.poll import region_zone_markdown as m;
+    print(m())"``."""
     from orchestrator.signals.sources.carbon import ZONE_TO_WATTTIME
     from orchestrator.signals.sources.power import ZONE_TO_EIC, balancing_area
 

@@ -58,7 +58,7 @@ def test_rebalance_skips_on_stale_signals_with_the_reason(
 ) -> None:
     (home / "config.yaml").write_text(yaml.safe_dump({"days": 1}))
     (home / "clock.json").write_text(json.dumps({"real_origin": "2020-01-01T00:00:00+00:00"}))
-    dr, tis = run(dags["heliotrope_rebalance"])
+    _, tis = run(dags["heliotrope_rebalance"])
     assert tis["tick"][0] == "skipped"
     assert "signals are stale" in capfd.readouterr().out
 
@@ -100,9 +100,15 @@ def test_a_refused_migration_fails_the_run_with_the_clis_reason(
 
 
 def test_replay_reports_its_path_in_the_log_and_xcom(
-    dags: dict[str, Any], home: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+    dags: dict[str, Any],
+    home: Path,
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     from tests.dags.test_task_bodies import replay_jobs
+
+    caplog.set_level("INFO", logger="orchestrator.airflow_tasks")  # Airflow's task level
 
     conf = {
         "jobs_file": str(replay_jobs(tmp_path / "jobs.yaml")),
@@ -117,7 +123,7 @@ def test_replay_reports_its_path_in_the_log_and_xcom(
     report = Path(value["report"])
     assert report.is_file() and report.is_relative_to(home / "replays")
     assert Path(value["results"]).is_file()
-    assert f"replay report: {report}" in capfd.readouterr().out
+    assert f"replay report: {report}" in capfd.readouterr().out + caplog.text
     assert set(value["policies"]) == {"on-demand", "carbon-greedy"}
 
 

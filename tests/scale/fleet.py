@@ -95,7 +95,7 @@ def scenario_jobs(n: int, seed: int = 0) -> list[JobSpec]:
             work_gpu_hours=float(rng.uniform(4.0, 40.0)),
             gpus=1,
             start=START + timedelta(minutes=10 * int(rng.integers(0, 36))),
-            deadline=START + timedelta(hours=float(rng.uniform(48.0, 96.0))),
+            deadline=START + timedelta(hours=float(rng.uniform(40.0, 72.0))),
             checkpoint_size_gb=10.0,
             cold_start_h=0.1,
             home_region=HOME_REGIONS[i % len(HOME_REGIONS)],
@@ -213,11 +213,6 @@ class CloudProvider:
 
 # -- checks ------------------------------------------------------------------------------
 
-_HOLDS = "holds"
-_FREE = "free"
-_DONE = "done"
-
-
 @dataclass
 class Findings:
     """What the checks found; empty lists mean the run was clean."""
@@ -241,8 +236,9 @@ def check_fleet(history: Mapping[str, Sequence[Event]], rows: Mapping[str, Any],
     """Check every job's committed history against itself, its row, its migration
     records, and (when given) what the shared cloud saw.
 
-    - a LAUNCHED only when the job holds no instance; TERMINATED / PREEMPTED / FINISHED
-      only when it holds one; nothing but REJECTED after FINISHED;
+    - a LAUNCHED only when the job holds no instance and has not finished; TERMINATED,
+      PREEMPTED and FINISHED only when it holds one (of that id when named), FINISHED once;
+      no migration planned after FINISHED;
     - the row agrees with the events: phase DONE iff the job finished, the instance it
       holds, the number of launches and preemptions;
     - MIGRATION events open ("planned") and close ("-> done" / "-> failed") without
@@ -256,53 +252,56 @@ def check_fleet(history: Mapping[str, Sequence[Event]], rows: Mapping[str, Any],
     launched_by: dict[str, str] = {}
     planned_per_job: Counter[str] = Counter()
     for job_id, events in history.items():
-        state, instance = _FREE, ""
+        holds, done = "", False  # the instance the job holds; work complete
         launches = preemptions = 0
         open_migration = False
         for e in events:
             f.counts[e.kind.value] += 1
+            at = f"{job_id} at {e.time_s:.0f}: {e.kind.value}"
             if e.kind is EventKind.LAUNCHED:
-                if state != _FREE:
-                    f.double_launches.append(f"{job_id}: launched {e.instance_id} at "
-                                             f"{e.time_s:.0f} while {state} {instance}")
+                if holds or done:
+                    f.double_launches.append(f"{at} {e.instance_id} while holding {holds!r}"
+                                             f"{' (done)' if done else ''}")
                 if e.instance_id in launched_by:
                     f.shared_requests.append(f"{e.instance_id}: launched for "
                                              f"{launched_by[e.instance_id]} and {job_id}")
                 launched_by[e.instance_id] = job_id
-                state, instance = _HOLDS, e.instance_id
+                holds = e.instance_id
                 launches += 1
-            elif e.kind in (EventKind.TERMINATED, EventKind.PREEMPTED, EventKind.FINISHED):
-                if state != _HOLDS:
-                    f.bad_order.append(f"{job_id}: {e.kind.value} at {e.time_s:.0f} while "
-                                       f"{state}")
-                if e.instance_id and e.instance_id != instance:
-                    f.bad_order.append(f"{job_id}: {e.kind.value} of {e.instance_id}, "
-                                       f"holds {instance}")
+            elif e.kind in (EventKind.TERMINATED, EventKind.PREEMPTED):
+                if not holds:
+                    f.bad_order.append(f"{at} holding nothing")
+                elif e.instance_id and e.instance_id != holds:
+                    f.bad_order.append(f"{at} {e.instance_id}, holding {holds}")
                 preemptions += e.kind is EventKind.PREEMPTED
-                state = _DONE if e.kind is EventKind.FINISHED else _FREE
-                instance = ""
+                holds = ""
+            elif e.kind is EventKind.FINISHED:
+                # Modelled completion keeps the instance until the planner terminates it;
+                # a completion the job reported comes with its (released) instance.
+                if done or not holds:
+                    f.bad_order.append(f"{at} holding {holds!r}{' (done)' if done else ''}")
+                done = True
+                if e.instance_id:
+                    holds = ""
             elif e.kind is EventKind.MIGRATION:
-                if state == _DONE:
-                    f.bad_order.append(f"{job_id}: migration after finishing")
                 if e.detail.startswith("planned:"):
                     planned_per_job[job_id] += 1
                     if open_migration:
-                        f.double_migrations.append(f"{job_id}: planned at {e.time_s:.0f} "
-                                                   "with a migration open")
+                        f.double_migrations.append(f"{at} planned over an open one")
+                    if done:
+                        f.bad_order.append(f"{at} planned after finishing")
                     open_migration = True
                 elif "-> done" in e.detail or "-> failed" in e.detail:
                     if not open_migration:
-                        f.double_migrations.append(f"{job_id}: closed a migration never "
-                                                   "opened")
+                        f.double_migrations.append(f"{at} closed one never opened")
                     open_migration = False
         row = rows[job_id]
-        expect_phase_done = state == _DONE
-        if (Phase(row.phase) is Phase.DONE) != expect_phase_done:
+        if (Phase(row.phase) is Phase.DONE) != done:
             f.final_mismatch.append(f"{job_id}: row phase {Phase(row.phase).name}, events "
-                                    f"say {state}")
-        if (row.instance_id or "") != instance:
+                                    f"say {'done' if done else 'not done'}")
+        if (row.instance_id or "") != holds:
             f.final_mismatch.append(f"{job_id}: row instance {row.instance_id!r}, events "
-                                    f"say {instance!r}")
+                                    f"say {holds!r}")
         if row.launches != launches or row.preemptions != preemptions:
             f.final_mismatch.append(f"{job_id}: row launches/preemptions {row.launches}/"
                                     f"{row.preemptions}, events {launches}/{preemptions}")
@@ -376,11 +375,10 @@ def store_snapshot(url: str) -> tuple[dict[str, list[Event]], dict[str, Any],
 def controller_process(name: str, conn: Any) -> None:
     """One controller process, set up and driven over `conn`.
 
-    ("setup", (url, grid, jobs, policy, cloud, use_lock)) -> ("ready", pid): a
-    `LiveController` over the store at `url` (None: a private in-memory store holding
-    `jobs`) and the shared cloud, with a `FleetLock` when `use_lock`.
+    ("setup", (url, grid, policy, cloud, use_lock)) -> ("ready", pid): a `LiveController`
+    over the store at `url` and the shared cloud, with a `FleetLock` when `use_lock`.
     ("tick", k) -> ("ticked", holds the lock, seconds); ("release", _) -> ("released", ...);
-    ("stop", _) -> ("stats", {...}, (histories, rows, version) when in memory)."""
+    ("stop", _) -> ("stats", {commits, conflicts, standby, ticks})."""
     import logging
     import traceback
 
@@ -397,19 +395,14 @@ def _serve(name: str, conn: Any) -> None:
     from orchestrator.live.controller import LiveController
     from orchestrator.live.fleet_lock import FleetLock
     from orchestrator.loop import LoopOptions
-    from orchestrator.state import MemoryStateStore, StateStore, open_store
+    from orchestrator.state import open_store
     from policies.registry import make_policy
 
-    msg, (url, grid, jobs, policy, cloud, use_lock) = conn.recv()
+    msg, (url, grid, policy, cloud, use_lock) = conn.recv()
     assert msg == "setup", msg
     clock = FakeClock(grid.start)
-    store: StateStore
-    if url is None:
-        store = MemoryStateStore(clock=clock)
-        store.submit(jobs)
-    else:
-        store = open_store(url, clock=clock)
-    lock = FleetLock(url) if use_lock and url is not None else None
+    store = open_store(url, clock=clock)
+    lock = FleetLock(url) if use_lock else None
     live = LiveController(store=store, provider=CloudProvider(cloud, grid.offers, name),
                           policy=make_policy(policy), grid=grid, clock=clock,
                           store_uri=store_uri, options=LoopOptions(cluster=CLUSTER), lock=lock)
@@ -429,12 +422,7 @@ def _serve(name: str, conn: Any) -> None:
             elif msg == "stop":
                 stats = {"commits": live.commits, "conflicts": live.conflicts,
                          "standby": live.standby_ticks, "ticks": live.ticks}
-                snapshot = None
-                if url is None:
-                    loaded, version = store.load()
-                    history = {job.id: store.history(job.id) for job in loaded.jobs}
-                    snapshot = (history, dict(loaded.rows), version)
-                conn.send(("stats", stats, snapshot))
+                conn.send(("stats", stats, None))
                 return
     finally:
         if lock is not None:

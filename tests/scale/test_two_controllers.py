@@ -24,6 +24,7 @@ import multiprocessing as mp
 import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -125,17 +126,17 @@ class Run:
     seconds: float
 
 
-def _run() -> Run:
+def _run(tmp_path: Path) -> Run:
     t0 = time.perf_counter()
     ctx = mp.get_context("spawn")
     # Start the processes first: they import while the scenario is generated.
     a, b, ref = (Proc(ctx, name) for name in ("a", "b", "reference"))
     procs = (a, b)
-    manager = CloudManager(ctx=ctx)
     try:
         jobs = scenario_jobs(N_JOBS)
         grid = scenario_grid(jobs)
         assert grid.n_ticks >= N_TICKS
+        manager = CloudManager(ctx=ctx)
         manager.start()
         cloud: Any = manager.SharedCloud(grid)  # type: ignore[attr-defined]
         ref_cloud: Any = manager.SharedCloud(grid)  # type: ignore[attr-defined]
@@ -144,8 +145,12 @@ def _run() -> Run:
             store.submit(jobs)
             store.close()
             for p in procs:
-                p.send("setup", (url, grid, jobs, POLICY, cloud, True))
-            ref.send("setup", (None, grid, jobs, POLICY, ref_cloud, False))
+                p.send("setup", (url, grid, POLICY, cloud, True))
+            ref_url = f"sqlite:///{tmp_path / 'reference.db'}"
+            ref_store = open_store(ref_url, clock=FakeClock(grid.start))
+            ref_store.submit(jobs)
+            ref_store.close()
+            ref.send("setup", (ref_url, grid, POLICY, ref_cloud, False))
             for p in (a, b, ref):
                 p.recv()
             leaders: list[str] = []
@@ -180,25 +185,26 @@ def _run() -> Run:
                 p.send("stop")
                 stats[p.name] = p.recv()[1]
             ref.send("stop")
-            _, _, (ref_history, ref_rows, _) = ref.recv()
+            ref.recv()
             history, rows, migrations, version = store_snapshot(url)
+            ref_history, ref_rows, ref_migrations, _ = store_snapshot(ref_url)
         findings = check_fleet(history, rows, migrations, cloud.launch_log(),
                                cloud.live_per_job())
-        ref_findings = check_fleet(ref_history, ref_rows, None, ref_cloud.launch_log(),
+        ref_findings = check_fleet(ref_history, ref_rows, ref_migrations, ref_cloud.launch_log(),
                                    ref_cloud.live_per_job())
+        manager.shutdown()
     finally:
         for p in (a, b, ref):
             p.stop()
-        manager.shutdown()
     return Run(leaders, tick_s, cuts, stats, findings, version, history, ref_history,
                ref_findings, len(grid.offers), time.perf_counter() - t0)
 
 
-def test_two_controllers_never_double_act() -> None:
+def test_two_controllers_never_double_act(tmp_path: Path) -> None:
     reason = pg_unavailable()
     if reason:
         pytest.skip(reason)
-    run = _run()
+    run = _run(tmp_path)
     leaders, findings = run.leaders, run.findings
     handovers = sum(x != y for x, y in itertools.pairwise(leaders))
     commits = sum(s["commits"] for s in run.stats.values())

@@ -232,8 +232,8 @@ def test_aws_poll_into_a_trace_gives_priced_offers(server: FixtureServer, aws: S
     ec2.add_response("describe_spot_price_history", _load("aws_spot_price_history_page1.json"))
     ec2.add_response("describe_spot_price_history", _load("aws_spot_price_history_page2.json"))
     pricing = aws.stub("pricing", "us-east-1")
+    pricing.add_response("get_products", {"FormatVersion": "aws_v1", "PriceList": []})  # g5
     pricing.add_response("get_products", _load("aws_pricing_get_products_p3.json"))
-    pricing.add_response("get_products", {"FormatVersion": "aws_v1", "PriceList": []})
     report = poll(["aws-spot-price", "aws-ondemand"], tmp_path / "aws", now=NOW,
                   regions=[("aws", "us-east-1")], env={}, sleep=lambda s: None,
                   options={"aws_clients": aws,

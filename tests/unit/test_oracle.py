@@ -393,7 +393,7 @@ def test_suite_api_one_window(shared_data: Path) -> None:
     from orchestrator.errors import InputError, UnknownNameError
     from orchestrator.replay.suites import SUITES, case_grid, cbl_v100, run_suite
 
-    assert set(SUITES) == {"skynomad-h100", "cbl-v100"}
+    assert set(SUITES) == {"skynomad-h100", "cbl-v100", "carbon-year"}
     seen: list[tuple[str, int, int]] = []
     result = run_suite("skynomad-h100", shared_data, ["on-demand"], {"start_ticks": "0"},
                        progress=lambda what, done, total: seen.append((what, done, total)))

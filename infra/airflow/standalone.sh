@@ -24,8 +24,6 @@ export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS="${AIRFLOW__CORE__SIMPLE_AUTH_MA
 export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="${AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION:-False}"
 # Look for new and changed DAG files every 30 s (the default is 5 min).
 export AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="${AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL:-30}"
-mkdir -p "$AIRFLOW_HOME"
-
 url="http://127.0.0.1:${AIRFLOW__API__PORT}"
 passwords="$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated"
 cat <<MSG
@@ -44,4 +42,5 @@ MSG
 if [[ "${1:-}" == "--print-only" ]]; then
   exit 0
 fi
+mkdir -p "$AIRFLOW_HOME"
 exec airflow standalone

@@ -49,6 +49,12 @@ PG_LOCK_CLASS: Final = 0x484C494F & 0x7FFFFFFF
 _POLL_S: Final = 0.05
 
 
+def pg_lock_key(schema: str) -> int:
+    """The second key of the advisory lock for a fleet stored in `schema` (``pg_locks.objid``
+    of the holder, with ``classid`` = `PG_LOCK_CLASS`)."""
+    return zlib.crc32(schema.encode()) & 0x7FFFFFFF
+
+
 class _Backend(Protocol):
     def try_lock(self) -> bool: ...
 
@@ -150,8 +156,7 @@ class _PgLock:
                                             isolation_level="AUTOCOMMIT")
         conn = self._engine.connect()
         if self._key is None:
-            schema = conn.scalar(sa.text("SELECT current_schema()")) or "public"
-            self._key = zlib.crc32(str(schema).encode()) & 0x7FFFFFFF
+            self._key = pg_lock_key(str(conn.scalar(sa.text("SELECT current_schema()"))))
         self._conn = conn
         return conn
 

@@ -33,9 +33,6 @@ AIRFLOW_ENV = {
     "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
     "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_AIRFLOW_HOME / 'airflow.db'}",
 }
-if "airflow" in sys.modules and os.environ.get("AIRFLOW_HOME") != str(_AIRFLOW_HOME):
-    # Too late to point Airflow at a throwaway home: it has read its config already.
-    pytest.skip("airflow was imported before tests/dags/conftest.py", allow_module_level=True)
 os.environ.update(AIRFLOW_ENV)
 
 BIN = Path(sys.executable).parent
@@ -44,6 +41,10 @@ BIN = Path(sys.executable).parent
 @pytest.fixture(scope="session")
 def airflow_db() -> Path:
     """The metadata database, migrated once per session (`airflow db migrate`)."""
+    from airflow.configuration import AIRFLOW_HOME
+
+    if Path(AIRFLOW_HOME) != _AIRFLOW_HOME:  # imported before this conftest set the env
+        pytest.skip(f"Airflow was configured before tests/dags set AIRFLOW_HOME ({AIRFLOW_HOME})")
     subprocess.run(
         [str(BIN / "airflow"), "db", "migrate"],
         check=True,

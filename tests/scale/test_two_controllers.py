@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing as mp
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +44,7 @@ from tests.scale.fleet import (
 )
 
 N_JOBS = 1000
-N_TICKS = int(os.environ.get("HELIOTROPE_SCALE_TICKS", "200"))  # 10-minute ticks
+N_TICKS = 200  # 33 h of scenario at 10-minute ticks
 POLICY = "heliotrope"
 #: After these ticks the leader lets go and sits out the next tick...
 RELEASE_AT = (24, 74, 124, 174)
@@ -81,34 +80,25 @@ class Proc:
         self.process.join(10)
 
 
-def _cut_lock_session(schema_url: str) -> int:
+def _cut_lock_session(url: str) -> int:
     """Terminate the server session holding the fleet lock; returns how many."""
     import sqlalchemy as sa
 
-    from orchestrator.live.fleet_lock import PG_LOCK_CLASS
+    from orchestrator.live.fleet_lock import PG_LOCK_CLASS, pg_lock_key
     from orchestrator.state.sql import make_engine
 
-    engine = make_engine(schema_url)
+    engine = make_engine(url)
     try:
-        with engine.connect() as conn:
+        with engine.begin() as conn:
+            key = pg_lock_key(str(conn.scalar(sa.text("SELECT current_schema()"))))
             n = conn.scalar(sa.text(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE "
-                "locktype = 'advisory' AND classid = :c AND granted AND database = "
-                "(SELECT oid FROM pg_database WHERE datname = current_database()) AND "
-                "objid = :k"), {"c": PG_LOCK_CLASS, "k": _lock_key(conn)})
-            conn.commit()
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = "
+                "'advisory' AND granted AND classid = :c AND objid = :k AND database = "
+                "(SELECT oid FROM pg_database WHERE datname = current_database())"),
+                {"c": PG_LOCK_CLASS, "k": key})
             return int(n or 0)
     finally:
         engine.dispose()
-
-
-def _lock_key(conn: Any) -> int:
-    import zlib
-
-    import sqlalchemy as sa
-
-    schema = conn.scalar(sa.text("SELECT current_schema()"))
-    return zlib.crc32(str(schema).encode()) & 0x7FFFFFFF
 
 
 @dataclass

@@ -16,7 +16,7 @@ from airflow.sdk import Param, dag, task
 
 from orchestrator import airflow_tasks as heliotrope
 
-DEMO_JOBS = Path(__file__).resolve().parents[1] / "docs" / "examples" / "demo-jobs.yaml"
+DEMO_JOBS = Path(__file__).absolute().parents[1] / "docs" / "examples" / "demo-jobs.yaml"
 
 
 @dag(

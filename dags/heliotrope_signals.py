@@ -28,7 +28,7 @@ from orchestrator import airflow_tasks as heliotrope
     start_date=datetime(2024, 1, 1, tzinfo=UTC),
     catchup=False,
     max_active_runs=1,
-    dagrun_timeout=timedelta(minutes=15),
+    dagrun_timeout=timedelta(minutes=10),
     default_args={"retries": 1, "retry_delay": timedelta(minutes=1)},
     tags=["heliotrope"],
     doc_md=__doc__,

@@ -10,13 +10,15 @@ two outcomes Airflow has words for into Airflow's exceptions:
 
 This module imports the standard library only at the top, so a DAG file may import it while
 it is parsed; everything heavy (pandas, SQLAlchemy, the replay) is imported inside the
-function that needs it, when a task runs. Nothing here imports Airflow, so every body is
-tested without a scheduler.
+function that needs it, when a task runs. Airflow itself is imported only by the glue at the
+end (`in_airflow`, `airflow_credentials`), inside a running task: every body is tested
+without a scheduler.
 
-Settings, lowest precedence first: the Heliotrope config file (``$HELIOTROPE_HOME/
-config.yaml``, what the CLI reads), then the Airflow Variable ``heliotrope`` (JSON, see
-`TaskSettings`). Credentials come from Airflow Connections, read inside a task
-(`credentials_from`) and handed to the signal sources; they are never logged.
+Settings: what the CLI reads (``$HELIOTROPE_HOME/config.yaml``: database, policy, scenario
+speed, ...) and, for the tasks, the Airflow Variable ``heliotrope`` (JSON, see
+`TaskSettings`: which home, trace dir, regions, sources, signal age). Credentials come from
+Airflow Connections, read inside a task (`credentials_from`) and handed to the signal
+sources; they are never logged.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import logging
 import math
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, Protocol, TypeVar
@@ -111,7 +113,7 @@ class TaskSettings:
         {"home": "/srv/heliotrope",          # HELIOTROPE_HOME for the tasks
          "trace_dir": "/srv/heliotrope/signals",  # where polled samples are appended
          "regions": ["us-east-1", "europe-west4"],  # regions the signals DAG polls
-         "sources": ["aws_spot_price", ...],  # signal sources to poll (default: all)
+         "sources": ["uk-carbon", ...],      # signal sources to poll (default: all)
          "signal_max_age_s": 3600}           # older signals: rebalance skips
     """
 
@@ -120,7 +122,6 @@ class TaskSettings:
     regions: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
     signal_max_age_s: float = 3600.0
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 _SETTING_KEYS: Final = frozenset({"home", "trace_dir", "regions", "sources", "signal_max_age_s"})
@@ -161,13 +162,22 @@ def task_settings(variable: Mapping[str, Any] | str | None = None) -> TaskSettin
         raise InputError(
             f"Airflow Variable {VARIABLE!r}", "signal_max_age_s", "seconds > 0", got=max_age
         )
+    sources = _names(raw.get("sources"), "sources")
+    known = [n for family in SIGNAL_FAMILIES.values() for n in family]
+    for name in sources:
+        if name not in known:
+            raise InputError(
+                f"Airflow Variable {VARIABLE!r}",
+                "sources",
+                "signal sources among " + ", ".join(known),
+                got=repr(name),
+            )
     return TaskSettings(
         home=home,
         trace_dir=trace_dir,
         regions=_names(raw.get("regions"), "regions"),
-        sources=_names(raw.get("sources"), "sources"),
+        sources=sources,
         signal_max_age_s=float(max_age),
-        extra=dict(raw),
     )
 
 
@@ -237,14 +247,13 @@ class Credentials(Mapping[str, str]):
 
 
 def credentials_from(get: Callable[[str], ConnectionLike | None]) -> Credentials:
-    """Read the four Connections through `get` (conn id -> connection, None when absent)
-    into the names the signal sources read (an absent Connection leaves the source to the
-    process environment, and for AWS to boto3's own chain: profile, role):
+    """Read the Connections of `CONNECTION_IDS` through `get` (conn id -> connection, None
+    when absent) into the names the signal sources read (an absent Connection leaves the
+    source to the process environment, and for AWS to boto3's own chain: profile, role):
 
     - ``aws_default``: login -> ``AWS_ACCESS_KEY_ID``, password -> ``AWS_SECRET_ACCESS_KEY``;
       extra ``region_name`` -> ``AWS_DEFAULT_REGION``, ``aws_session_token`` ->
-      ``AWS_SESSION_TOKEN``.
-      extra ``endpoint_url`` -> ``HELIOTROPE_AWS_ENDPOINT_URL``.
+      ``AWS_SESSION_TOKEN``, ``endpoint_url`` -> ``HELIOTROPE_AWS_ENDPOINT_URL``.
     - ``google_cloud_default``: password or extra ``api_key`` -> ``GCP_BILLING_API_KEY``
       (the Cloud Billing Catalog API key).
     - ``electricitymaps_default``: password (or extra ``token``) -> ``ELECTRICITYMAPS_TOKEN``.
@@ -459,9 +468,10 @@ def rebalance(settings: TaskSettings, *, require_polled: bool = False) -> dict[s
     """One controller tick over the local world: ``heliotrope controller run --once``.
 
     Raises `Skip` instead of acting when the signals the policy would decide on are stale:
-    the scenario clock is past the end of the world's signal grid, or (when polled signals
-    are in use: the trace dir exists, or `require_polled`) a polled series is older than
-    ``signal_max_age_s``. Returns the tick's events and the fleet afterwards."""
+    the scenario clock is past the end of the world's signal grid, or a series the signals
+    DAG polled for the world's regions is past its validity or older than
+    ``signal_max_age_s`` (`stale_signals`; with `require_polled`, having none is stale too).
+    Returns the tick's events and the fleet afterwards."""
     from orchestrator.live import commands
     from orchestrator.live.world import local_world
 
@@ -483,16 +493,23 @@ def rebalance(settings: TaskSettings, *, require_polled: bool = False) -> dict[s
                 + "; ".join(stale[:10])
                 + (f" (+{len(stale) - 10} more)" if len(stale) > 10 else "")
             )
-        live = commands.live_controller(world, world.open_store())
-        events = live.tick()
-        return {
-            "time": now.isoformat(),
-            "events": [
-                {"job": e.job_id, "kind": e.kind.value, "offer": e.offer_id, "detail": e.detail}
-                for e in events
-            ],
-            "fleet": live.fleet_table(),
-        }
+        store = world.open_store()
+        try:
+            live = commands.live_controller(world, store)
+            events = live.tick()
+            fleet = live.fleet_table()
+        finally:
+            store.close()
+    for e in events:
+        logger.info("%s %s %s %s", e.job_id, e.kind.value, e.offer_id, e.detail)
+    return {
+        "time": now.isoformat(),
+        "events": [
+            {"job": e.job_id, "kind": e.kind.value, "offer": e.offer_id, "detail": e.detail}
+            for e in events
+        ],
+        "fleet": fleet,
+    }
 
 
 def stale_signals(
@@ -564,14 +581,13 @@ def migrate(
             job, region, market=market, dry_run=bool(dry_run), force=bool(force)
         )
         if plan["started"]:
-            plan["fleet"] = [r for r in commands.jobs_table(_store()) if r["job"] == job]
+            store = _open_store()
+            try:
+                plan["fleet"] = [r for r in commands.jobs_table(store) if r["job"] == job]
+            finally:
+                store.close()
+    logger.info("%s: %s", "started" if plan["started"] else "planned", plan)
     return plan
-
-
-def _store() -> Any:
-    from orchestrator.live.world import local_world
-
-    return local_world().open_store()
 
 
 # -- replay --------------------------------------------------------------------------------

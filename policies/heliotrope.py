@@ -27,7 +27,8 @@ below `safety_margin_ticks` ticks, the job goes to, and stays on, the cheapest o
 offer that still finishes in time. Fleet capacity: jobs are served in order of increasing
 slack and take spot slots one by one, so two jobs never count on the same last slot.
 Budgets: options whose cost to finish exceeds the job's remaining budget are dropped while
-another option remains. Beyond SkyNomad: carbon (priced), heterogeneous GPU throughput
+another option remains. Unknown signals: an offer without a current price is never chosen,
+and a job running where the price is unknown (stale or missing) holds rather than moves. Beyond SkyNomad: carbon (priced), heterogeneous GPU throughput
 (rates per GPU type), budgets and fleet capacity. Energy drawn while a zone curtails shows up
 through the zone's low intensity then.
 """
@@ -208,6 +209,8 @@ class Heliotrope:
             best = int(np.argmax(row))
             best_u = row[best]
             if cur >= 0:
+                if not priced[cur]:
+                    continue  # the signal for where it runs is stale or missing: hold
                 cur_u = utility[i, cur]
                 if best == cur or best_u <= cur_u + self.hysteresis * abs(cur_u) + 1e-9:
                     continue

@@ -56,6 +56,7 @@ def test_settings_from_the_environment_and_the_variable(home: Path, tmp_path: Pa
         ("{not json", "a JSON object"),
         ('{"signal_max_age_s": 0}', "signal_max_age_s"),
         ('{"regions": [1]}', "regions"),
+        ('{"sources": ["uk_carbon"]}', "sources"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_key(home: Path, value: str, words: str) -> None:

@@ -126,8 +126,8 @@ def test_sqlite_file_lock(tmp_path: Path) -> None:
         assert a.held and other.held
 
 
-def test_memory_lock() -> None:
-    a, b = FleetLock("sqlite://"), FleetLock("sqlite:///:memory:")
+def test_in_memory_database_lock_is_per_process() -> None:
+    a, b = FleetLock("sqlite://"), FleetLock("sqlite://")
     assert a.try_acquire()
     assert not b.try_acquire()
     a.release()

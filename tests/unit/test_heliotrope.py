@@ -57,6 +57,11 @@ ROWS: list[tuple[str, World, Expected]] = [
         3,
     ),
     (
+        "running where the price went unknown (stale): hold, do not move on it",
+        World(phase=Phase.RUNNING, offer=1, usd_per_hour={1: float("nan"), 3: 2.0}),
+        KEEP,
+    ),
+    (
         "no allowed GPU anywhere: nothing to do",
         World(jobs=[job(gpu_types=frozenset({"L4"}))]),
         KEEP,

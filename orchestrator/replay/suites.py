@@ -746,6 +746,10 @@ _CARBON_DEFAULTS: Final[Mapping[str, Any]] = MappingProxyType({
     "window_days": 8.0, "seed": 0,
 })
 CARBON_GPUS: Final = frozenset({"A100-40GB", "A100-80GB", "H100", "L4"})
+# One single-GPU and one 8-GPU shape per GPU type (GCP's list has ~15 shapes per region).
+CARBON_TYPES: Final = frozenset({"a2-highgpu-1g", "a2-highgpu-8g", "a2-ultragpu-1g",
+                                 "a2-ultragpu-8g", "a3-highgpu-8g", "g2-standard-4",
+                                 "g2-standard-96"})
 
 
 def carbon_year(data_dir: Path, overrides: Mapping[str, Any]) -> Suite:
@@ -769,6 +773,7 @@ def carbon_year(data_dir: Path, overrides: Mapping[str, Any]) -> Suite:
     full = import_shared_data(Path(data_dir))
     hourly = set(full.grid.loc[full.grid["metric"] == "carbon_avg_g_per_kwh", "grid_zone"])
     offers = full.offers[(full.offers["cloud"] == "gcp") & full.offers["gpu_type"].isin(CARBON_GPUS)
+                         & full.offers["instance_type"].isin(CARBON_TYPES)
                          & full.offers["grid_zone"].isin(hourly)].reset_index(drop=True)
     if offers.empty:
         raise InputError(str(data_dir), "carbon-year offers",
@@ -807,7 +812,7 @@ def carbon_year(data_dir: Path, overrides: Mapping[str, Any]) -> Suite:
         windows.append((f"{w_start:%Y-%m-%d}", w_start, tuple(jobs)))
     cases = tuple(
         SuiteCase(setting=f"carbon {price:g} USD/t", window=label, trace=trace, jobs=jobs,
-                  tick_s=3600, start=w_start, end=w_start + timedelta(days=days),
+                  tick_s=1800, start=w_start, end=w_start + timedelta(days=days),
                   settings=CostSettings(carbon_usd_per_tonne=price))
         for price in prices for label, w_start, jobs in windows)
     return Suite(

@@ -68,8 +68,9 @@ def drive(live, clock: FakeClock, until, *, timeout_s: float = 90.0) -> None:  #
 
 
 @pytest.mark.timeout(300)
-def test_job_moves_across_regions_survives_a_controller_restart_and_finishes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("crash_in", ["copying", "provisioning", "restoring"])
+def test_a_move_survives_a_controller_restart_in_every_phase(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, crash_in: str
 ) -> None:
     monkeypatch.setenv("HELIOTROPE_HOME", str(tmp_path / "home"))
     settings = LiveSettings(days=2)
@@ -98,8 +99,15 @@ def test_job_moves_across_regions_survives_a_controller_restart_and_finishes(
     live.tick()
     assert store.open_migrations(), "the move became a migration"
 
-    # Tick until the copy is under way, then replace the controller, as after a crash.
-    drive(live, clock, lambda: store.open_migrations()[0].phase in ("copying", "provisioning"))
+    # Tick until the migration has just entered `crash_in` (each tick advances it one phase
+    # and commits), then drop the controller and start a new one from the store and the disk
+    # alone, as after a kill.
+    def reached() -> bool:
+        assert len(world.provider.list_instances(cluster=settings.cluster)) <= 1
+        open_ = store.open_migrations()
+        return bool(open_) and open_[0].phase == crash_in
+
+    drive(live, clock, reached)
     # on-demand never moves a running job, so the manual move is the only one.
     live = live_controller(world, store, policy=make_policy("on-demand"))
     live.reclaim_spot = False

@@ -160,13 +160,17 @@ class MigrationDriver:
         back = self._launches.get(f"{m.id}/{m.src_offer_id}")
         j = self._job_index(m.job_id)
         seen = self.controller.progress_seen_s.get(j, float("-inf"))
+        # After a restart the launch is known only from the record (set on RESTORING):
+        # its instance id, and progress counts from when the phase began.
+        dst_id = (dst[1].instance_id or "") if dst else m.dst_instance_id
+        launched_s = dst[2] if dst else m.updated_s
         return Observation(
             src_instance_alive=bool(m.src_instance_id) and m.src_instance_id in self._alive,
             src_checkpoint=self._latest(offers[m.src_offer_id], m.job_id),
             dst_checkpoint=self._latest(offers[m.dst_offer_id], m.job_id),
-            dst_instance_id=dst[1].instance_id or "" if dst else "",
-            dst_state=self._state(dst[1]) if dst else None,
-            dst_progress_after_restore=dst is not None and seen > dst[2],
+            dst_instance_id=dst_id,
+            dst_state=self._instance_state(dst_id) if dst_id else None,
+            dst_progress_after_restore=bool(dst_id) and seen > launched_s,
             launch_error=dst[1].error.kind if dst and dst[1].error else None,
             copy_error=self._copy_errors.get(m.request_id("copy")),
             rollback_instance_id=back[1].instance_id or "" if back else "",
@@ -176,7 +180,10 @@ class MigrationDriver:
     def _state(self, outcome: LaunchOutcome) -> InstanceState | None:
         if outcome.instance_id is None:
             return None
-        info = self._alive.get(outcome.instance_id)
+        return self._instance_state(outcome.instance_id)
+
+    def _instance_state(self, instance_id: InstanceId) -> InstanceState:
+        info = self._alive.get(instance_id)
         return getattr(info, "state", None) or InstanceState.TERMINATED
 
     def _latest(self, offer: Offer, job_id: str) -> CheckpointSeen | None:

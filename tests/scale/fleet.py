@@ -222,6 +222,7 @@ class Findings:
     final_mismatch: list[str] = field(default_factory=list)
     double_migrations: list[str] = field(default_factory=list)
     orphans: list[str] = field(default_factory=list)
+    ghosts: list[str] = field(default_factory=list)
     shared_requests: list[str] = field(default_factory=list)
     counts: Counter[str] = field(default_factory=Counter)
 
@@ -245,8 +246,8 @@ def check_fleet(history: Mapping[str, Sequence[Event]], rows: Mapping[str, Any],
       overlapping, one migration record per "planned";
     - every instance the cloud created is in exactly one LAUNCHED event, and every
       LAUNCHED instance came from the cloud (no orphan, no double launch, no request id
-      behind two LAUNCHED events); at most one live instance per job, and it is the one
-      the row names.
+      behind two LAUNCHED events); at most one live instance per job, it is the one the
+      row names, and every instance a row names is alive (no event the fleet missed).
     """
     f = Findings()
     launched_by: dict[str, str] = {}
@@ -334,6 +335,10 @@ def check_fleet(history: Mapping[str, Sequence[Event]], rows: Mapping[str, Any],
         f.shared_requests += [f"request {q} made {sorted(i)}"
                               for q, i in per_request.items() if len(i) > 1]
     if live is not None:
+        alive = {i for ids in live.values() for i in ids}
+        f.ghosts += [f"{job_id}: row holds {row.instance_id}, which the cloud no longer runs"
+                     for job_id, row in rows.items()
+                     if row.instance_id and row.instance_id not in alive]
         for job_id, ids in live.items():
             if len(ids) > 1:
                 f.double_launches.append(f"{job_id}: {len(ids)} live instances {ids}")

@@ -5,7 +5,8 @@ real placement, a real move, a refused one) and `heliotrope_replay`, watch each 
 expected and the job move; then a headless Chromium screenshot of the DAG list, kept in
 out/test-artifacts/. The server and everything it started are stopped at the end.
 
-Slow (about two minutes on a small machine): run with `make e2e` or `pytest -m slow`.
+About two minutes on a small machine; part of `make test` (the brief: end-to-end tests
+that start Airflow are in it, sized to fit).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import pytest
 
 from tests.dags.conftest import DAG_IDS, REPO, stop_instances, write_jobs
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.timeout(900)]
 
 ARTIFACTS = Path(os.environ.get("HELIOTROPE_ARTIFACTS", REPO / "out" / "test-artifacts"))
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

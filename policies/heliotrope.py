@@ -28,8 +28,9 @@ offer that still finishes in time. Fleet capacity: jobs are served in order of i
 slack and take spot slots one by one, so two jobs never count on the same last slot.
 Budgets: options whose cost to finish exceeds the job's remaining budget are dropped while
 another option remains. Unknown signals: an offer without a current price is never chosen,
-and a job running where the price is unknown (stale or missing) holds rather than moves. Beyond SkyNomad: carbon (priced), heterogeneous GPU throughput
-(rates per GPU type), budgets and fleet capacity. Energy drawn while a zone curtails shows up
+and a job running where the price is unknown (stale or missing) holds rather than moves.
+Beyond SkyNomad: carbon (priced), heterogeneous GPU throughput (rates per GPU type),
+budgets and fleet capacity. Energy drawn while a zone curtails shows up
 through the zone's low intensity then.
 """
 

@@ -495,7 +495,7 @@ def rebalance(settings: TaskSettings, *, require_polled: bool = False) -> dict[s
             )
         store = world.open_store()
         try:
-            live = commands.live_controller(world, store)
+            live = commands.live_controller(world, store, locked=True)
             events = live.tick()
             fleet = live.fleet_table()
         finally:

@@ -17,6 +17,7 @@ from typing import Any
 from orchestrator.errors import InputError
 from orchestrator.jobs import load_jobs
 from orchestrator.live.controller import LiveController
+from orchestrator.live.fleet_lock import FleetLock
 from orchestrator.live.world import LocalWorld, local_world
 from orchestrator.loop import LoopOptions
 from orchestrator.migration import Limits
@@ -28,8 +29,11 @@ from policies.registry import make_policy
 
 
 def live_controller(
-    world: LocalWorld, store: StateStore, policy: Policy | None = None
+    world: LocalWorld, store: StateStore, policy: Policy | None = None, *, locked: bool = False
 ) -> LiveController:
+    """The live controller of `world`. `locked`: take the fleet lock each tick, so that of
+    several running controllers (CLI, Airflow workers) one acts at a time; a one-off tick
+    such as a manual `migrate` goes without, guarded by the store's version check."""
     settings = world.settings
     return LiveController(
         store=store,
@@ -41,6 +45,7 @@ def live_controller(
         options=LoopOptions(cluster=settings.cluster, progress_from_provider=True),
         reclaim_spot=True,
         limits=scaled_limits(settings.speed),
+        lock=FleetLock(world.db_url()) if locked else None,
     )
 
 
@@ -257,7 +262,7 @@ def run(
     on_tick: Any = None,
 ) -> LiveController:
     world = local_world()
-    live = live_controller(world, world.open_store())
+    live = live_controller(world, world.open_store(), locked=True)
     live.run(
         once=once,
         interval_s=interval_s or world.settings.interval_s,

@@ -7,7 +7,8 @@ Per tick:
 3. optionally reclaim spot instances the scenario says are gone (the local provider's
    stand-in for a cloud's spot reclaim);
 4. `Controller.tick(now)`: accrue, observe, decide, plan, act;
-5. commit the tick's events, the changed per-job rows and migration records with the
+5. commit the tick's events, the per-job rows that changed (against the rows as loaded or
+   last committed) and migration records with the
    version read in 1. A `VersionConflict` means another controller acted: nothing of ours
    is written, and the next tick starts from the store again.
 
@@ -31,7 +32,7 @@ from orchestrator.loop import Controller, EventLog, LoopOptions
 from orchestrator.migration import Limits
 from orchestrator.model import Event, JobSpec, Market, Offer, Phase
 from orchestrator.signals.grid import SignalGrid
-from orchestrator.state import StateStore, fleet_from_rows, rows_from_fleet
+from orchestrator.state import JobRow, StateStore, fleet_from_rows, rows_from_fleet
 from policies.base import Policy
 from providers.base import ComputeProvider
 
@@ -70,6 +71,7 @@ class LiveController:
             limits=limits,
         )
         self.controller: Controller | None = None
+        self._stored: dict[str, JobRow] = {}  # the rows as the store holds them
         self.version = -1
         self._last_s: float | None = None
         self.ticks = 0
@@ -153,17 +155,21 @@ class LiveController:
                     controller.progress_seen_s[j] = self.controller.progress_seen_s[old[job.id]]
         self.driver.attach(controller, loaded.migrations)
         self.controller, self.version = controller, version
+        self._stored = dict(loaded.rows)
         return controller
 
     def _commit(self, controller: Controller, events: Sequence[Event]) -> None:
         rows = rows_from_fleet(
             controller.jobs, controller.fleet, self.grid.offers, controller.instance_of
         )
+        changed = {k: r for k, r in rows.items() if r != self._stored.get(k)}
         try:
             self.version = self.store.commit(
-                events, rows, expected_version=self.version, migrations=self.driver.drain_records()
+                events, changed, expected_version=self.version,
+                migrations=self.driver.drain_records(),
             )
             self.commits += 1
+            self._stored.update(changed)
         except TransientError as exc:  # VersionConflict: another writer acted first
             logger.warning("commit refused (%s); reloading from the store next tick", exc)
             self.controller = None

@@ -90,12 +90,15 @@ class LocalWorld:
     def store_uri(self, offer: Offer) -> str:
         return self.provider.checkpoint_uri(offer.region)
 
-    def open_store(self) -> StateStore:
-        url = (
+    def db_url(self) -> str:
+        return (
             self.settings.db_url
             or os.environ.get("HELIOTROPE_DB_URL")
             or f"sqlite:///{home() / 'heliotrope.db'}"
         )
+
+    def open_store(self) -> StateStore:
+        url = self.db_url()
         return open_store(url)
 
 

@@ -33,7 +33,14 @@ from orchestrator.replay.runner import Replay, feasible_jobs, run_policy
 from policies.registry import make_policy
 
 REPO = Path(__file__).resolve().parents[2]
-BASELINES = ("on-demand", "spot-failover", "uniform-progress", "carbon-greedy", "heliotrope")
+BASELINES = (
+    "on-demand",
+    "spot-failover",
+    "uniform-progress",
+    "carbon-greedy",
+    "curtailment-threshold",
+    "heliotrope",
+)
 RECLAIM_HOURS = 4.0  # how long the reclaimed spot zone stays without capacity
 
 

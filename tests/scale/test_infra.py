@@ -32,10 +32,10 @@ def _pyproject() -> dict[str, Any]:
 
 
 def _airflow_pin() -> str:
-    (pin,) = _pyproject()["project"]["optional-dependencies"]["airflow"]
-    match = re.fullmatch(r"apache-airflow==([\w.]+)", pin)
-    assert match, pin
-    return match.group(1)
+    extra = _pyproject()["project"]["optional-dependencies"]["airflow"]
+    pins = [m.group(1) for dep in extra if (m := re.fullmatch(r"apache-airflow==([\w.]+)", dep))]
+    assert len(pins) == 1, extra
+    return pins[0]
 
 
 def _version() -> str:

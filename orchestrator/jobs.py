@@ -6,7 +6,6 @@ the file, the job and field (``jobs[2].deadline``), what was expected and how to
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -179,7 +178,3 @@ def _input_error(where: str, exc: ValidationError, *, prefix: str) -> InputError
     if isinstance(got, dict):
         got = None
     return InputError(where, field, msg, got=repr(got) if got is not None else None, fix=fix)
-
-
-def names(specs: Sequence[JobSpec]) -> list[str]:
-    return [s.id for s in specs]

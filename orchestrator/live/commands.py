@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -271,7 +270,3 @@ def run(
         on_tick=on_tick,
     )
     return live
-
-
-def fmt_rows(rows: Sequence[dict[str, Any]]) -> list[list[str]]:
-    return [[f"{v:.3f}" if isinstance(v, float) else str(v) for v in r.values()] for r in rows]

@@ -23,7 +23,6 @@ of the first problem.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -323,7 +322,3 @@ def _check_values(frame: pd.DataFrame, table: str, where: str) -> None:
                 "a carbon intensity >= 0",
                 got=float(frame["value"].iloc[row]),
             )
-
-
-def is_missing(value: float) -> bool:
-    return math.isnan(value)

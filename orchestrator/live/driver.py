@@ -71,16 +71,19 @@ class MigrationDriver:
         self._launches: dict[str, tuple[str, LaunchOutcome, float]] = {}  # mig id/offer -> ...
         self._copy_errors: dict[str, str] = {}
         self._alive: Mapping[InstanceId, object] = {}
+        self._offers: dict[str, Offer] = {}  # of the attached controller's grid, by id
+        self._jobs: dict[str, int] = {}  # job id -> index in the attached controller
 
     def attach(self, controller: Controller, records: Sequence[MigrationRecord]) -> None:
         """Bind to a (re)built controller and resume the open migrations from the store."""
         self.controller = controller
+        self._offers = {o.id: o for o in controller.grid.offers}
+        self._jobs = {job.id: j for j, job in enumerate(controller.jobs)}
         self.open = {}
         for record in records:
             m = from_record(record)
             self.open[m.job_id] = m
-        index = {job.id: j for j, job in enumerate(controller.jobs)}
-        controller.busy = {index[j] for j in self.open if j in index}
+        controller.busy = {self._jobs[j] for j in self.open if j in self._jobs}
 
     # -- Mover -----------------------------------------------------------------------------
     def needs_move(self, snapshot: Snapshot, job: int, dst: int) -> bool:
@@ -155,7 +158,7 @@ class MigrationDriver:
     # -- observe ----------------------------------------------------------------------------
     def _observe(self, m: Migration) -> Observation:
         assert self.controller is not None
-        offers = {o.id: o for o in self.controller.grid.offers}
+        offers = self._offers
         dst = self._launches.get(f"{m.id}/{m.dst_offer_id}")
         back = self._launches.get(f"{m.id}/{m.src_offer_id}")
         j = self._job_index(m.job_id)
@@ -203,7 +206,7 @@ class MigrationDriver:
         assert self.controller is not None
         c = self.controller
         j = self._job_index(m.job_id)
-        offers = {o.id: o for o in c.grid.offers}
+        offers = self._offers
         if isinstance(action, RequestCheckpoint | Terminate):
             self.provider.terminate([action.instance_id], request_id=action.request_id)
             if c.instance_of[j] == action.instance_id:
@@ -262,7 +265,7 @@ class MigrationDriver:
             self._launches[key] = (action.request_id, outcome, now_s)
         if outcome.instance_id is None or c.instance_of[j] == outcome.instance_id:
             return []  # refused (observed next tick), or the same instance again
-        src = {o.id: o for o in c.grid.offers}[m.src_offer_id]
+        src = self._offers[m.src_offer_id]
         cost = move_cost(job, src.location, offer.location, c.options.settings)
         egress = cost.egress_usd if offer.id == m.dst_offer_id else 0.0
         return [
@@ -280,8 +283,7 @@ class MigrationDriver:
         ]
 
     def _job_index(self, job_id: str) -> int:
-        assert self.controller is not None
-        return next(j for j, job in enumerate(self.controller.jobs) if job.id == job_id)
+        return self._jobs[job_id]
 
 
 def to_record(m: Migration) -> MigrationRecord:

@@ -12,6 +12,7 @@ import pytest
 from PIL import Image
 from rich.console import Console
 
+from orchestrator.replay.metrics import TIMELINE_COLUMNS
 from orchestrator.replay.report import (
     COLUMNS,
     MAX_GANTT_JOBS,
@@ -169,23 +170,7 @@ def test_write_report_writes_figures_and_html(tmp_path: Path) -> None:
 
 
 def test_empty_timeline(tmp_path: Path) -> None:
-    empty_tl = pd.DataFrame(
-        columns=[
-            "policy",
-            "job",
-            "start",
-            "end",
-            "offer_id",
-            "cloud",
-            "region",
-            "zone",
-            "market",
-            "gpu_type",
-            "usd",
-            "kg_co2",
-            "end_reason",
-        ]
-    )
+    empty_tl = pd.DataFrame(columns=TIMELINE_COLUMNS)
     empty_cum = pd.DataFrame(columns=["policy", "time", "usd", "kg_co2"])
     path = write_report(_results(), empty_tl, empty_cum, tmp_path)
     for name in FIGURES:

@@ -1,11 +1,15 @@
 """`oracle`: the hindsight-optimal schedule of each job on a realized trace (DESIGN.md §5).
 
-The oracle is the lower bound behind regret, ``J(policy) / J(oracle) - 1``. It is handed the
+The oracle is the reference behind regret, ``J(policy) / J(oracle) - 1``. It is handed the
 realized world (`Hindsight`: prices, spot capacity, carbon on the replay's tick grid) and, the
 first time it sees a job, solves that job's schedule exactly by backward induction; then, every
-tick, it asks for whatever the plan holds at that tick. It is a per-job oracle: other jobs are
-ignored (their use of spot capacity included); when the loop does not follow the plan (a
-launch refused because another job took the capacity, work lost at a preemption), the job is
+tick, it asks for whatever the plan holds at that tick. Jobs share spot capacity through a
+ledger: each plan reserves the spot instances it will hold, tick by tick, and the next job is
+planned on the capacity left (jobs in the order they arrive, index order within a tick). So
+with one job per replay it is the exact optimum, and with several it is each job's optimum
+given the jobs before it: a schedule the fleet can really follow (two jobs never plan the
+same last spot slot), not a bound below every policy. When the loop does not follow the plan
+(work lost at a preemption), the job gives back its reservations from then on and is
 re-planned from its realized state.
 
 The model (`plan_job`), which is the loop's own accounting (`orchestrator.accounting`,
@@ -257,7 +261,8 @@ class JobPlan:
 
 @dataclass(frozen=True, slots=True)
 class Oracle:
-    """Hindsight-optimal schedule per job (backward induction); the lower bound for regret.
+    """Hindsight-optimal schedule per job (backward induction), jobs sharing spot capacity
+    through a `SpotLedger`; the reference for regret.
 
     `max_progress_levels` and `max_cells` bound the work of one job's DP (see `plan_job`);
     `drop_finishing_tick` minimizes SkyNomad's reported cost (the tick in which a job
@@ -360,10 +365,17 @@ class Oracle:
 
     def _solve(self, snapshot: Snapshot, j: int, k: int, hindsight: Hindsight,
                cols: IntArray) -> JobPlan:
-        problem = job_problem(snapshot, j, k, hindsight, cols,
-                              finishing_tick_free=self.drop_finishing_tick)
-        plan = plan_job(problem, max_levels=self.max_progress_levels, max_cells=self.max_cells)
         job = snapshot.jobs[j]
+        ledger = self._cache.get("ledger")
+        if not isinstance(ledger, SpotLedger) or ledger.hindsight is not hindsight:
+            ledger = self._cache["ledger"] = SpotLedger(hindsight)
+        ledger.release(job.id, k)
+        problem = job_problem(snapshot, j, k, hindsight, cols,
+                              finishing_tick_free=self.drop_finishing_tick,
+                              reserved=ledger.reserved)
+        plan = plan_job(problem, max_levels=self.max_progress_levels, max_cells=self.max_cells)
+        ledger.reserve(job.id, k, plan.target, cols, snapshot.fit.instances[j],
+                       np.array([o.market is Market.SPOT for o in snapshot.offers]))
         progress0 = float(snapshot.fleet.progress_gpu_h[j])
         logger.info("oracle: %s planned from tick %d: J %.2f USD, %s%s", job.id, k,
                     plan.objective_usd, "meets its deadline" if plan.meets_deadline else
@@ -380,12 +392,51 @@ class Oracle:
         )
 
 
+class SpotLedger:
+    """Spot instances the oracle's plans will hold, per hindsight tick and offer column, by
+    job: what a job planned later must leave free."""
+
+    def __init__(self, hindsight: Hindsight) -> None:
+        self.hindsight = hindsight
+        self.reserved: FloatArray = np.zeros_like(hindsight.spot_capacity, dtype=np.float64)
+        self._by_job: dict[str, tuple[IntArray, IntArray, FloatArray]] = {}
+
+    def reserve(self, job_id: str, first_tick: int, target: IntArray, cols: IntArray,
+                instances: npt.NDArray[Any], spot: BoolArray) -> None:
+        """Book `target` (offer held during tick ``first_tick + i``, -1 none) for `job_id`.
+        An instance given up at a boundary (the plan moves on, or the job finished in the
+        tick before) is still counted there: the loop frees it only after that boundary's
+        launches were checked, so it books one tick more."""
+        held = np.append(np.asarray(target, dtype=np.int64), NO_OFFER)
+        left = np.flatnonzero(held[:-1] != held[1:]) + 1  # boundaries where a stay ends
+        left = left[held[left - 1] >= 0]
+        i = np.concatenate([np.flatnonzero(held >= 0), left])
+        offer = np.concatenate([held[held >= 0], held[left - 1]])
+        keep = spot[offer] & (cols[offer] >= 0)
+        ticks = first_tick + i[keep]
+        inside = ticks < self.reserved.shape[0]
+        ticks, columns = ticks[inside], cols[offer[keep]][inside]
+        amount = np.asarray(instances, dtype=np.float64)[offer[keep]][inside]
+        np.add.at(self.reserved, (ticks, columns), amount)
+        self._by_job[job_id] = (ticks, columns, amount)
+
+    def release(self, job_id: str, from_tick: int) -> None:
+        """Give back `job_id`'s bookings from `from_tick` on (it is about to be re-planned)."""
+        booked = self._by_job.pop(job_id, None)
+        if booked is None:
+            return
+        ticks, columns, amount = booked
+        later = ticks >= from_tick
+        np.subtract.at(self.reserved, (ticks[later], columns[later]), amount[later])
+
+
 def job_problem(snapshot: Snapshot, j: int, k: int, hindsight: Hindsight,
-                cols: IntArray | None = None, *, finishing_tick_free: bool = False
-                ) -> JobProblem:
+                cols: IntArray | None = None, *, finishing_tick_free: bool = False,
+                reserved: FloatArray | None = None) -> JobProblem:
     """Job `j`'s problem from hindsight tick `k` (= the snapshot's now) on, in the snapshot's
     offer order. At tick k itself, the snapshot's spot capacity (what other jobs left) also
-    bounds what may be launched."""
+    bounds what may be launched; later, the realized capacity less what other jobs' plans
+    `reserved` (hindsight ticks x columns; see `SpotLedger`)."""
     job = snapshot.jobs[j]
     fit = snapshot.fit
     fleet = snapshot.fleet
@@ -401,7 +452,10 @@ def job_problem(snapshot: Snapshot, j: int, k: int, hindsight: Hindsight,
     safe = np.where(known, cols, 0)
     rows = slice(k, k + n_ticks)
     price = np.where(known[None, :], hindsight.usd_per_hour[rows][:, safe], np.nan)
-    capacity = np.where(known[None, :], hindsight.spot_capacity[rows][:, safe], 0.0)
+    realized = hindsight.spot_capacity[rows]
+    if reserved is not None:
+        realized = realized - reserved[rows]
+    capacity = np.where(known[None, :], realized[:, safe], 0.0)
     carbon = np.where(known[None, :], hindsight.carbon_g_per_kwh[rows][:, safe], 0.0)
     instances = fit.instances[j].astype(np.float64)
     spot = np.array([o.market is Market.SPOT for o in offers], dtype=bool)

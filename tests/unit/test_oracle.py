@@ -23,7 +23,15 @@ import pytest
 
 from orchestrator import catalog
 from orchestrator.loop import LoopOptions
-from orchestrator.model import CostSettings, Decision, JobSpec, Phase, Snapshot
+from orchestrator.model import (
+    CostSettings,
+    Decision,
+    EventKind,
+    JobSpec,
+    Market,
+    Phase,
+    Snapshot,
+)
 from orchestrator.replay.runner import build_grid, run_policy
 from orchestrator.signals.grid import SignalGrid
 from policies.base import Policy
@@ -271,9 +279,11 @@ def test_never_worse_than_a_baseline_on_random_instances() -> None:
                 policy.name)
 
 
-def test_contention_for_one_spot_slot_is_replanned() -> None:
-    """Two jobs, one AWS spot slot: the second job's planned launch is refused, it re-plans
-    and still meets its deadline."""
+def test_jobs_share_one_spot_slot_through_the_ledger() -> None:
+    """Two jobs, one AWS spot slot: the first plan books it, the second is planned on what is
+    left, so no launch is refused, nobody re-plans, both meet their deadlines and the slot
+    is never planned twice in one tick (the tick after a stay included: the loop frees an
+    instance only after that boundary's launches)."""
     trace = tiny_trace(spot_pattern=((0.0, 1.0),))
     jobs = [job(id=name, work=2.0, hours=6.0, gpu_types=frozenset({"V100"}))
             for name in ("a", "b")]
@@ -283,7 +293,19 @@ def test_contention_for_one_spot_slot_is_replanned() -> None:
     f = run.fleet
     assert (f.phase == Phase.DONE).all()
     assert (f.finished_at_s <= np.array([j.deadline.timestamp() for j in jobs]) + 1e-6).all()
-    assert any(p.first_tick > 0 for p in oracle.plans.values())  # someone re-planned
+    assert not [e for e in run.events if e.kind is EventKind.REJECTED]
+    plans = oracle.plans
+    assert all(p.first_tick == 0 for p in plans.values())  # nobody left its plan
+    spot = next(k for k, o in enumerate(grid.offers) if o.market is Market.SPOT)
+    booked = np.zeros(grid.n_ticks + 1)
+    for p in plans.values():
+        on = np.append(p.target == spot, False)
+        booked[: len(on)] += on | np.insert(on[:-1], 0, False)
+    assert booked.max() == 1  # one slot, one holder per tick
+    for spec in jobs:  # alone, each job would plan the slot: the ledger made b go around
+        solo = Oracle(Hindsight.of(grid))
+        run_policy(solo, [spec], grid, options=LoopOptions())
+        assert (solo.plans[spec.id].target == spot).any()
 
 
 def test_unreachable_deadline_finishes_as_soon_as_possible() -> None:

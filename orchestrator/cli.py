@@ -175,7 +175,7 @@ def _parser() -> argparse.ArgumentParser:
     bn = sub.add_parser("bench", help="benchmark suites")
     bsub = bn.add_subparsers(title="bench commands")
     bp = bsub.add_parser("policies", help="policies against the hindsight oracle on a suite")
-    bp.add_argument("--suite", required=True, help="skynomad-h100 | cbl-v100")
+    bp.add_argument("--suite", required=True, help="skynomad-h100 | cbl-v100 | carbon-year")
     bp.add_argument("--policies", default="heliotrope,spot-failover,uniform-progress")
     bp.add_argument("--data", type=Path, default=None,
                     help="shared traces (default $HELIOTROPE_TRACES or ../shared/data)")
@@ -187,6 +187,12 @@ def _parser() -> argparse.ArgumentParser:
     bp.add_argument("--start-ticks", default=None, help="comma-separated window starts")
     bp.add_argument("--drop-finishing-tick", action="store_true",
                     help="report SkyNomad's published convention")
+    bp.add_argument("--carbon-prices", default=None, help="carbon-year: USD/t, a comma list")
+    bp.add_argument("--windows", type=int, default=None, help="carbon-year: windows")
+    bp.add_argument("--jobs-per-window", type=int, default=None, help="carbon-year: jobs each")
+    bp.add_argument("--seed", type=int, default=None, help="carbon-year: job generator seed")
+    bp.add_argument("--workers", type=int, default=1,
+                    help="processes to spread the suite's windows over (default 1)")
     bp.add_argument("--out", type=Path, default=Path("bench-out"))
     bp.add_argument("--json", action="store_true")
     bp.set_defaults(handler=_bench_policies)
@@ -444,6 +450,11 @@ def _bench_policies(args: argparse.Namespace) -> int:
         "checkpoint_gb": listed(args.checkpoint_gb, float),
         "start_ticks": [int(v) for v in args.start_ticks.split(",")] if args.start_ticks else None,
         "drop_finishing_tick": True if args.drop_finishing_tick else None,
+        "carbon_prices": ([float(v) for v in args.carbon_prices.split(",") if v.strip()]
+                          if args.carbon_prices else None),
+        "windows": args.windows,
+        "jobs_per_window": args.jobs_per_window,
+        "seed": args.seed,
     }.items() if v is not None}
     with _progress() as bar:
         task = bar.add_task(f"bench {args.suite}", total=None)
@@ -451,7 +462,8 @@ def _bench_policies(args: argparse.Namespace) -> int:
         def step(label: str, done: int, total: int) -> None:
             bar.update(task, description=f"bench {label}", completed=done, total=total)
 
-        result = run_suite(args.suite, data, args.policies.split(","), overrides, progress=step)
+        result = run_suite(args.suite, data, args.policies.split(","), overrides, progress=step,
+                           workers=args.workers)
     paths = write_suite_outputs(result, args.out)
     if args.json:
         print(json.dumps(result.to_json(), indent=2))

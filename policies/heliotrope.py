@@ -154,15 +154,20 @@ class Heliotrope:
         # Value of progress: from the cheapest spot price to the on-demand price as slack runs out.
         od = (~spot)[None, :] & usable
         c_od = np.min(np.where(od, per_progress, np.inf), axis=1)
-        c_low = np.min(np.where(spot[None, :] & usable, per_progress, np.inf), axis=1)
+        cheap = np.argmin(np.where(spot[None, :] & usable, per_progress, np.inf), axis=1)
+        c_low = per_progress[rows_j, cheap]
         c_low = np.where(np.isfinite(c_low), np.minimum(c_low, c_od), c_od)
         r_fast = np.max(np.where(od, rate, 0.0), axis=1)
         # The fallback is a fresh on-demand launch: its cold start counts even for a job that
         # runs on on-demand now, or leaving it for spot would spend the last of the slack.
         d_fast = np.min(np.where(od & (rate >= r_fast[:, None]), fresh_startup, np.inf), axis=1)
+        # Pressure is measured at the speed of the cheapest spot option, what the job runs at
+        # while it has slack (a slow L4 fills the time that a fast A100 would not).
+        r_low = np.where(np.isfinite(c_low) & (c_low < c_od), rate[rows_j, cheap], r_fast)
         with np.errstate(divide="ignore", invalid="ignore"):
             need_h = np.where(r_fast > 0, remaining / r_fast, np.inf)
-            f = np.clip(need_h / np.maximum(time_left - d_fast, 1e-9), 0.0, 1.0)
+            need_low = np.where(r_low > 0, remaining / np.minimum(r_low, r_fast), need_h)
+            f = np.clip(need_low / np.maximum(time_left - d_fast, 1e-9), 0.0, 1.0)
         with np.errstate(invalid="ignore"):
             value = c_low + (c_od - c_low) * np.maximum(f**self.pressure_exponent, self.value_floor)
         value = np.where(np.isfinite(value), value, 0.0)

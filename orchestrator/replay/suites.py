@@ -815,7 +815,8 @@ def carbon_year(data_dir: Path, overrides: Mapping[str, Any]) -> Suite:
     1 or 8 GPUs, A100/H100 or L4/A100 allowed, 1.5-3x slack on the fastest offer,
     checkpoints of 20-200 GB. One setting per carbon price. GCP spot availability has no
     trace in that period: the replay's seeded hazard fills it (providers.sim: calibrated on
-    the Can't Be Late V100 traces, 60 % available, outages of hours)."""
+    the Can't Be Late V100 traces, 60 % available, outages of hours). Shapes the price source
+    lists at the bare VM's price in some region are left out there (`_unpriced_gpu_regions`)."""
     from orchestrator.signals.importers import import_shared_data
 
     name = "carbon-year"
@@ -837,6 +838,12 @@ def carbon_year(data_dir: Path, overrides: Mapping[str, Any]) -> Suite:
     price_rows = full.prices[[
         (c, r, i) in keys for c, r, i in zip(full.prices["cloud"], full.prices["region"],
                                              full.prices["instance_type"], strict=True)]]
+    unpriced_gpu = _unpriced_gpu_regions(price_rows)
+    if unpriced_gpu:
+        offers = offers[[(r, i) not in unpriced_gpu for r, i in zip(
+            offers["region"], offers["instance_type"], strict=True)]].reset_index(drop=True)
+        price_rows = price_rows[[(r, i) not in unpriced_gpu for r, i in zip(
+            price_rows["region"], price_rows["instance_type"], strict=True)]]
     zones = set(offers["grid_zone"])
     trace = Trace(offers=offers, prices=price_rows.reset_index(drop=True),
                   spot=empty_frame("spot"),
@@ -880,9 +887,28 @@ def carbon_year(data_dir: Path, overrides: Mapping[str, Any]) -> Suite:
         cases=cases,
         config={"carbon_prices": prices, "windows": n_windows, "jobs_per_window": per_window,
                 "window_days": days, "seed": seed, "regions": regions,
-                "oracle_levels": CARBON_ORACLE_LEVELS},
+                "oracle_levels": CARBON_ORACLE_LEVELS,
+                "dropped_unpriced_gpu": sorted(f"{r} {i}" for r, i in unpriced_gpu)},
         oracle_levels=CARBON_ORACLE_LEVELS,
     )
+
+
+UNPRICED_GPU_RATIO: Final = 0.4
+
+
+def _unpriced_gpu_regions(prices: pd.DataFrame) -> set[tuple[str, str]]:
+    """(region, instance type) whose on-demand price is under `UNPRICED_GPU_RATIO` of the
+    type's median over regions: the source priced the VM without its GPUs (SkyPilot's GCP
+    catalog lists a2-highgpu-1g in northamerica-northeast2 at 0.81 USD/h, 3.67 to 5.88
+    elsewhere). Such a region would be a bargain that does not exist."""
+    od = prices[prices["market"] == "on_demand"]
+    if od.empty:
+        return set()
+    per_region = od.groupby(["instance_type", "region"])["usd_per_hour"].median()
+    typical = per_region.groupby(level="instance_type").median()
+    ratio = per_region / typical.reindex(per_region.index.get_level_values("instance_type")
+                                         ).to_numpy()
+    return {(str(r), str(i)) for (i, r), v in ratio.items() if v < UNPRICED_GPU_RATIO}
 
 
 SUITES: Final[Mapping[str, SuiteFactory]] = MappingProxyType({

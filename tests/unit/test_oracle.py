@@ -446,3 +446,36 @@ def test_suite_api_one_window(shared_data: Path) -> None:
     assert len(grid.offers) == 18  # 9 zones x (spot, on-demand)
     on_demand_cols = [k for k, o in enumerate(grid.offers) if o.market.value == "on_demand"]
     assert np.allclose(grid.usd_per_hour[:, on_demand_cols], 3.06)
+
+
+@pytest.mark.traces
+def test_suite_workers_give_the_same_results(shared_data: Path) -> None:
+    from orchestrator.replay.suites import run_suite
+
+    options = {"start_ticks": "0,311", "work_hours": 6.0, "deadline_ratio": 2.0}
+    one = run_suite("skynomad-h100", shared_data, ["spot-failover"], options)
+    two = run_suite("skynomad-h100", shared_data, ["spot-failover"], options, workers=2)
+    assert [w.window for w in two.windows] == ["t0", "t0", "t311", "t311"]
+    assert one.windows == two.windows
+
+
+@pytest.mark.traces
+def test_carbon_year_window_shares_capacity_and_skips_unpriced_gpus(shared_data: Path) -> None:
+    """The Toronto A100 shapes (listed at the bare VM's price) are left out, and the oracle's
+    plans for a window of several jobs never book more spot instances than the trace has."""
+    from orchestrator.replay.suites import carbon_year, case_grid
+
+    suite = carbon_year(shared_data, {"windows": 1, "jobs_per_window": 3,
+                                      "carbon_prices": [200], "window_days": 3})
+    assert "northamerica-northeast2 a2-highgpu-1g" in suite.config["dropped_unpriced_gpu"]
+    (case,) = suite.cases
+    grid = case_grid(case)
+    toronto = {o.instance_type for o in grid.offers if o.region == "northamerica-northeast2"}
+    assert toronto and not toronto & {"a2-highgpu-1g", "a2-highgpu-8g"}  # ultragpu is priced
+    oracle = Oracle(Hindsight.of(grid), max_progress_levels=suite.oracle_levels)
+    run = run_policy(oracle, case.jobs, grid, options=LoopOptions(settings=case.settings))
+    assert not [e for e in run.events if e.kind is EventKind.REJECTED]
+    booked = oracle._cache["ledger"].reserved
+    spot = np.array([o.market is Market.SPOT for o in grid.offers])
+    assert (booked[:, spot] <= grid.spot_capacity[:, spot] + 1e-9).all()
+    assert (run.fleet.phase == Phase.DONE).all()

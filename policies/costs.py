@@ -80,22 +80,26 @@ class JobOfferFit:
     @staticmethod
     def build(jobs: Sequence[JobSpec], offers: Sequence[Offer]) -> JobOfferFit:
         n_j, n_o = len(jobs), len(offers)
-        rate = np.zeros((n_j, n_o))
-        inst = np.zeros((n_j, n_o), dtype=np.int64)
-        power = np.zeros((n_j, n_o))
         gpu_count = np.array([o.gpu_count for o in offers], dtype=np.int64)
         offer_power = np.array([o.power_kw for o in offers])
+        gpus = np.array([job.gpus for job in jobs], dtype=np.int64).reshape(n_j, 1)
+        inst = -(-gpus // gpu_count.reshape(1, n_o))
+        power = offer_power.reshape(1, n_o) * inst
+        # A job's rate depends on the offer only through its GPU type: compute it once per
+        # (job, type), then spread it over the offers by type.
+        types = sorted({o.gpu_type for o in offers})
+        type_of = np.array([types.index(o.gpu_type) for o in offers], dtype=np.int64)
+        by_type = np.zeros((n_j, len(types)))
         for j, job in enumerate(jobs):
-            inst[j] = -(-job.gpus // gpu_count)
-            power[j] = offer_power * inst[j]
-            tp_cache: dict[str, float] = {}
-            for k, o in enumerate(offers):
-                if job.allows(o.gpu_type):
-                    if o.gpu_type not in tp_cache:
-                        tp_cache[o.gpu_type] = relative_throughput(job, o.gpu_type) * job.gpus
-                    rate[j, k] = tp_cache[o.gpu_type]
-        regions = np.array([o.region for o in offers], dtype=object)
-        home = np.array([regions == job.home_region for job in jobs], dtype=bool).reshape(n_j, n_o)
+            for t, gpu_type in enumerate(types):
+                if job.allows(gpu_type):
+                    by_type[j, t] = relative_throughput(job, gpu_type) * job.gpus
+        rate = by_type[:, type_of].reshape(n_j, n_o)
+        regions = sorted({o.region for o in offers} | {job.home_region for job in jobs})
+        region_of = {r: i for i, r in enumerate(regions)}
+        offer_region = np.array([region_of[o.region] for o in offers], dtype=np.int64)
+        job_region = np.array([region_of[job.home_region] for job in jobs], dtype=np.int64)
+        home = job_region.reshape(n_j, 1) == offer_region.reshape(1, n_o)
         return JobOfferFit(
             rate=rate,
             instances=inst,

@@ -13,6 +13,11 @@ reported progress), calls the pure `advance`, and performs the actions it return
 Every action is idempotent by its request id, and the record is committed with the tick's
 events. A controller killed between acting and committing redoes the step from the last
 committed record: `advance` returns the same actions with the same ids, which deduplicate.
+
+A launch that made an instance is written to the store's instances table (with its request
+id) before the tick commits, so a controller that takes over (a new process on the same
+store) finds the instances of the open migrations' launches by their request ids instead of
+reporting them unseen, or leaking a destination it never knew to stop.
 """
 
 from __future__ import annotations
@@ -21,9 +26,10 @@ import dataclasses
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 
 from orchestrator.checkpoints import CheckpointStore
-from orchestrator.errors import HeliotropeError
+from orchestrator.errors import HeliotropeError, TransientError
 from orchestrator.loop import Controller
 from orchestrator.migration import (
     CheckpointSeen,
@@ -38,7 +44,7 @@ from orchestrator.migration import (
     advance,
 )
 from orchestrator.model import Event, EventKind, InstanceId, JobSpec, Offer, Snapshot
-from orchestrator.state import MigrationRecord
+from orchestrator.state import InstanceRecord, MigrationRecord, StateStore
 from policies.costs import move_cost
 from providers.base import ComputeProvider, InstanceState, LaunchOutcome, LaunchSpec
 
@@ -59,8 +65,10 @@ class MigrationDriver:
         cluster: str,
         launch_env: LaunchEnvFn,
         limits: Limits | None = None,
+        store: StateStore | None = None,
     ) -> None:
         self.provider = provider
+        self.store = store  # where launches are recorded, and found again after a takeover
         self.store_uri = store_uri
         self.cluster = cluster
         self.launch_env = launch_env
@@ -69,6 +77,7 @@ class MigrationDriver:
         self.open: dict[str, Migration] = {}
         self.changed: dict[str, Migration] = {}  # to commit with this tick
         self._launches: dict[str, tuple[str, LaunchOutcome, float]] = {}  # mig id/offer -> ...
+        self._unrecorded: dict[str, InstanceRecord] = {}  # by request id: store was busy
         self._copy_errors: dict[str, str] = {}
         self._alive: Mapping[InstanceId, object] = {}
         self._offers: dict[str, Offer] = {}  # of the attached controller's grid, by id
@@ -84,6 +93,38 @@ class MigrationDriver:
             m = from_record(record)
             self.open[m.job_id] = m
         controller.busy = {self._jobs[j] for j in self.open if j in self._jobs}
+        self._recover_launches()
+
+    def _recover_launches(self) -> None:
+        """Fill in, from the store, the launches of open migrations this process has not
+        seen (another controller made them): the destination's newest launch and the
+        rollback's current one, matched by request id."""
+        if self.store is None:
+            return
+        for m in self.open.values():
+            if m.phase not in _LAUNCHED_PHASES:
+                continue
+            wanted: dict[str, tuple[str, int]] = {}  # request id -> (key, attempt)
+            dst_key, src_key = f"{m.id}/{m.dst_offer_id}", f"{m.id}/{m.src_offer_id}"
+            if dst_key not in self._launches:
+                for attempt in range(max(self.limits.max_attempts, m.attempt + 1)):
+                    rid = dataclasses.replace(m, attempt=attempt).request_id("launch")
+                    wanted[rid] = (dst_key, attempt)
+            if m.phase is MigrationPhase.ROLLING_BACK and src_key not in self._launches:
+                wanted[m.request_id("rollback")] = (src_key, 0)
+            if not wanted:
+                continue
+            found = sorted(
+                (i for i in self.store.instances(self.cluster, job_id=m.job_id)
+                 if i.request_id in wanted),
+                key=lambda i: wanted[i.request_id][1],
+            )
+            for inst in found:  # newest attempt last: it wins
+                self._launches[wanted[inst.request_id][0]] = (
+                    inst.request_id,
+                    LaunchOutcome(inst.id),
+                    inst.launched_at.timestamp(),
+                )
 
     # -- Mover -----------------------------------------------------------------------------
     def needs_move(self, snapshot: Snapshot, job: int, dst: int) -> bool:
@@ -125,6 +166,7 @@ class MigrationDriver:
         assert self.controller is not None
         if not self.open:
             return []
+        self._record_instances()
         self._alive = self.provider.list_instances(cluster=self.cluster)
         events: list[Event] = []
         for job_id, m in list(self.open.items()):
@@ -261,8 +303,19 @@ class MigrationDriver:
             ),
             request_id=action.request_id,
         )
-        if key not in self._launches or self._launches[key][1] != outcome:
-            self._launches[key] = (action.request_id, outcome, now_s)
+        prev = self._launches.get(key)
+        if prev is None or prev[1] != outcome:
+            same = outcome.instance_id is not None and prev is not None and (
+                prev[0], prev[1].instance_id) == (action.request_id, outcome.instance_id)
+            if outcome.instance_id is not None and not same:
+                self._record_instances(InstanceRecord(
+                    id=outcome.instance_id, provider=self.provider.name, cluster=self.cluster,
+                    job_id=job.id, offer_id=offer.id, state=InstanceState.BOOTING.value,
+                    launched_at=datetime.fromtimestamp(now_s, UTC),
+                    request_id=action.request_id))
+            # The same instance again (e.g. found in the store after a takeover) keeps the
+            # time it was launched at.
+            self._launches[key] = (action.request_id, outcome, prev[2] if same and prev else now_s)
         if outcome.instance_id is None or c.instance_of[j] == outcome.instance_id:
             return []  # refused (observed next tick), or the same instance again
         src = self._offers[m.src_offer_id]
@@ -282,8 +335,33 @@ class MigrationDriver:
             )
         ]
 
+    def _record_instances(self, new: InstanceRecord | None = None) -> None:
+        """Write launched instances to the store (and any a busy store refused before)."""
+        if new is not None:
+            self._unrecorded[new.request_id] = new
+        if self.store is None:
+            self._unrecorded.clear()
+            return
+        for rid, record in list(self._unrecorded.items()):
+            try:
+                self.store.record_instance(record)
+            except TransientError as exc:
+                logger.warning("instance %s not recorded yet (%s); retrying next tick",
+                               record.id, exc)
+                return
+            del self._unrecorded[rid]
+
     def _job_index(self, job_id: str) -> int:
         return self._jobs[job_id]
+
+
+#: Phases in which a migration may have launched instances (at the destination or back).
+_LAUNCHED_PHASES = frozenset({
+    MigrationPhase.PROVISIONING,
+    MigrationPhase.RESTORING,
+    MigrationPhase.RUNNING,
+    MigrationPhase.ROLLING_BACK,
+})
 
 
 def to_record(m: Migration) -> MigrationRecord:

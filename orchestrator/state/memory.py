@@ -103,11 +103,17 @@ class MemoryStateStore:
         if unknown:
             raise unknown_jobs(unknown)
 
-    def _check_migration(self, m: MigrationRecord) -> None:
-        if m.is_open:
-            for other in self._migrations.values():
-                if other.job_id == m.job_id and other.id != m.id and other.is_open:
-                    raise open_migration_conflict(m, other)
+    def _check_migrations(self, batch: Sequence[MigrationRecord]) -> None:
+        """A second open migration for a job, judged on the state after `batch` (so one
+        batch may close a job's migration and open its next, in either order)."""
+        if not any(m.is_open for m in batch):
+            return
+        after = {**self._migrations, **{m.id: m for m in batch}}
+        for m in batch:
+            if m.is_open:
+                for other in after.values():
+                    if other.job_id == m.job_id and other.id != m.id and other.is_open:
+                        raise open_migration_conflict(m, other)
 
     def commit(self, events: Sequence[Event], rows: Mapping[JobId, JobRow], *,
                expected_version: int, migrations: Sequence[MigrationRecord] = ()) -> int:
@@ -119,8 +125,7 @@ class MemoryStateStore:
                                       "reload and retry",
                                       expected=expected_version, actual=self._version)
             self._known({e.job_id for e in events} | set(rows) | {m.job_id for m in migrations})
-            for m in migrations:
-                self._check_migration(m)
+            self._check_migrations(migrations)
             self._apply(events, rows)
             for m in migrations:
                 self._migrations[m.id] = m
@@ -186,7 +191,7 @@ class MemoryStateStore:
         check_migrations([migration])
         with self._lock:
             self._known({migration.job_id})
-            self._check_migration(migration)
+            self._check_migrations([migration])
             self._migrations[migration.id] = migration
 
     def _open(self, job_id: JobId | None = None) -> list[MigrationRecord]:

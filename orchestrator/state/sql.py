@@ -18,6 +18,7 @@ Each `job_state` row also counts the commits that wrote it (`version`), so a per
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -262,14 +263,39 @@ def _job_values(job: JobSpec, seq: int, submitted_at: Any) -> dict[str, Any]:
     }
 
 
-def _job_spec(r: RowMapping) -> JobSpec:
+#: JSON columns of `jobs` that `load` reads as text and decodes once per distinct value
+#: (most jobs share them), instead of once per row.
+_JOB_JSON: Final = ("gpu_types", "throughput", "command")
+_JOBS_SELECT: Final = sa.select(*(
+    sa.cast(c, sa.Text).label(c.name) if c.name in _JOB_JSON else c for c in t.jobs.columns
+)).order_by(t.jobs.c.seq)
+
+
+def _json_decoder() -> Callable[[str | None], Any]:
+    seen: dict[str, Any] = {}
+
+    def decode(text: str | None) -> Any:
+        if text is None:
+            return None
+        try:
+            return seen[text]
+        except KeyError:
+            value = seen[text] = json.loads(text)
+            return value
+
+    return decode
+
+
+def _job_spec(r: RowMapping, decode: Callable[[Any], Any] = lambda v: v) -> JobSpec:
+    """The job of a `jobs` row; `decode` turns its JSON columns into values (identity when
+    the driver decoded them already). Decoded values may be shared: they are copied."""
     return JobSpec(
         id=r["id"], work_gpu_hours=r["work_gpu_hours"], gpus=r["gpus"], start=r["start"],
         deadline=r["deadline"], checkpoint_size_gb=r["checkpoint_size_gb"],
         cold_start_h=r["cold_start_h"], home_region=r["home_region"],
-        gpu_types=frozenset(r["gpu_types"]), throughput=dict(r["throughput"]),
+        gpu_types=frozenset(decode(r["gpu_types"])), throughput=dict(decode(r["throughput"])),
         budget_usd=r["budget_usd"], checkpoint_interval_h=r["checkpoint_interval_h"],
-        command=tuple(r["command"] or ()),
+        command=tuple(decode(r["command"]) or ()),
     )
 
 
@@ -435,14 +461,15 @@ class SqlStateStore:
         return int(v)
 
     def load(self) -> tuple[LoadedFleet, int]:
+        decode = _json_decoder()
         with self._read() as conn:
             version = self._version(conn)
-            job_rows = conn.execute(sa.select(t.jobs).order_by(t.jobs.c.seq)).mappings().all()
+            job_rows = conn.execute(_JOBS_SELECT).mappings().all()
             state = conn.execute(sa.select(t.job_state)).mappings().all()
             migs = conn.execute(sa.select(t.migrations).where(_OPEN)
                                 .order_by(t.migrations.c.started_s, t.migrations.c.id)).mappings()
             fleet = LoadedFleet(
-                jobs=tuple(_job_spec(r) for r in job_rows),
+                jobs=tuple(_job_spec(r, decode) for r in job_rows),
                 rows={r["job_id"]: _job_row(r) for r in state},
                 migrations=tuple(_migration(r) for r in migs),
                 submitted_at={r["id"]: r["submitted_at"] for r in job_rows},
@@ -466,7 +493,10 @@ class SqlStateStore:
                                       expected=expected_version, actual=actual)
             self._write_rows(conn, rows)
             self._write_events(conn, events)
-            for m in migrations:
+            # Closing ones first: the one-open-migration-per-job index is checked row by
+            # row, so a batch that closes a job's migration and opens its next must not
+            # insert the new one while the old one is still open.
+            for m in sorted(migrations, key=lambda m: m.is_open):
                 self._write_migration(conn, m)
         return new
 

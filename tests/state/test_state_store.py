@@ -41,6 +41,8 @@ def snapshot(store: StateStore) -> tuple[object, ...]:
 
 def test_submit_load_round_trip(store: StateStore, backend: Backend) -> None:
     jobs = [make_job(i) for i in (3, 1, 2, 0)]
+    jobs[1] = replace(jobs[1], command=("python", "train.py", "--lr=0.1"))
+    jobs[2] = replace(jobs[2], throughput={"H100": 2.25, "L4": 0.5})
     store.submit(jobs[:2])
     backend.clock.advance(60)
     store.submit(jobs[2:])
@@ -234,6 +236,27 @@ def test_migrations(store: StateStore) -> None:
     with pytest.raises(VersionConflict):
         store.commit([ev(1.0, "job-001")], {}, expected_version=v,
                      migrations=[mig("m5", "job-001", "planned")])
+    assert snapshot(store) == before
+
+
+def test_one_commit_closes_a_migration_and_opens_the_next(store: StateStore) -> None:
+    """Closing a job's migration and opening its next one in one batch is no conflict,
+    whichever order the batch lists them in; a second open one still is."""
+    store.submit([make_job(1)])
+    store.save_migration(mig("m1", "job-001", "copying", 1.0))
+    v = store.commit([ev(2.0, "job-001")], {}, expected_version=store.version(),
+                     migrations=[mig("m1", "job-001", "done", 1.0),
+                                 mig("m2", "job-001", "planned", 2.0)])
+    assert [m.id for m in store.open_migrations("job-001")] == ["m2"]
+    v = store.commit([], {}, expected_version=v,  # the new one listed first
+                     migrations=[mig("m3", "job-001", "planned", 3.0),
+                                 mig("m2", "job-001", "failed", 2.0, error="capacity")])
+    assert [m.id for m in store.load()[0].migrations] == ["m3"]
+    before = snapshot(store)
+    with pytest.raises(VersionConflict, match="m3"):  # m3 stays open: m4 conflicts
+        store.commit([], {}, expected_version=v,
+                     migrations=[mig("m2", "job-001", "done", 2.0),
+                                 mig("m4", "job-001", "planned", 4.0)])
     assert snapshot(store) == before
 
 

@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from orchestrator.errors import InputError
+from orchestrator.errors import InputError, TransientError
 from orchestrator.jobs import load_jobs
 from orchestrator.live.controller import LiveController
 from orchestrator.live.fleet_lock import FleetLock
@@ -25,6 +25,8 @@ from orchestrator.state import StateStore
 from policies.base import Policy
 from policies.costs import move_cost
 from policies.registry import make_policy
+
+MIGRATE_TRIES = 5  # ticks `migrate` tries while a running controller's commits win the race
 
 
 def live_controller(
@@ -230,10 +232,20 @@ def migrate(
     if dry_run:
         return plan
     live.policy = ManualMove(j, dst, f"manual: heliotrope migrate --to {region}")
-    live.controller = None  # rebuild with the manual policy
-    live.tick()
-    plan["started"] = True
-    return plan
+    # A running controller commits every tick, so ours may be refused (VersionConflict:
+    # nothing of it was written). Then tick again from what the store holds now.
+    for _ in range(MIGRATE_TRIES):
+        live.controller = None  # rebuild with the manual policy, from the store
+        live._last_s = None  # and accrue nothing: the running controller accounts the time
+        refused = live.conflicts
+        live.tick()
+        if live.conflicts == refused:
+            plan["started"] = True
+            return plan
+    raise TransientError(
+        f"migrate {job_id}: another controller committed first {MIGRATE_TRIES} times in a "
+        "row; nothing was started, try again"
+    )
 
 
 def preempt(job_id: str) -> str:

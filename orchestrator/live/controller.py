@@ -24,6 +24,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
+from orchestrator import failpoints
 from orchestrator.clock import Clock
 from orchestrator.errors import TransientError
 from orchestrator.live.driver import MigrationDriver, StoreUri
@@ -69,6 +70,7 @@ class LiveController:
             cluster=options.cluster,
             launch_env=self.launch_env,
             limits=limits,
+            store=store,
         )
         self.controller: Controller | None = None
         self._stored: dict[str, JobRow] = {}  # the rows as the store holds them
@@ -163,10 +165,10 @@ class LiveController:
             controller.jobs, controller.fleet, self.grid.offers, controller.instance_of
         )
         changed = {k: r for k, r in rows.items() if r != self._stored.get(k)}
+        migrations = self.driver.drain_records()
         try:
             self.version = self.store.commit(
-                events, changed, expected_version=self.version,
-                migrations=self.driver.drain_records(),
+                events, changed, expected_version=self.version, migrations=migrations,
             )
             self.commits += 1
             self._stored.update(changed)
@@ -174,6 +176,9 @@ class LiveController:
             logger.warning("commit refused (%s); reloading from the store next tick", exc)
             self.controller = None
             self.conflicts += 1
+            return
+        for record in migrations:  # tests kill the process here (orchestrator/failpoints.py)
+            failpoints.hit("migration.after", record.phase)
 
     def _reclaim(self, now: datetime) -> None:
         """Stop spot instances whose offer has no capacity at this tick of the scenario."""

@@ -63,6 +63,10 @@ step, from 0, and is reset on every phase change; a retry needs `attempt + 1 < m
 |                                          | RESTORING      | after launch says that market  |
 |                                          |                | is hot; a crash on restore     |
 |                                          |                | would repeat                   |
+| ... after writing a checkpoint newer     | PROVISIONING,  | go on (to RUNNING): it         |
+| than the one moved (it finished, or it   | RESTORING      | restored and ran there, and    |
+| ran while the controller was down)       |                | what became of it since is the |
+|                                          |                | loop's, as after RUNNING       |
 | no progress after restore in time        | RESTORING      | roll back                      |
 | rollback launch TRANSIENT / CAPACITY,    | ROLLING_BACK   | retry: the job has nowhere     |
 | rollback instance lost                   |                | else to go; then FAILED        |
@@ -138,14 +142,17 @@ TRANSITIONS: Mapping[MigrationPhase, frozenset[MigrationPhase]] = MappingProxyTy
         _P.ROLLING_BACK,
     }),
     _P.PROVISIONING: frozenset({
-        # The destination instance exists and is booting or running.
+        # The destination instance exists and is booting or running; or it has already
+        # restored and written a newer checkpoint there (it may even have finished while
+        # the controller was down).
         _P.RESTORING,
         # The launch was refused (capacity, quota, auth, invalid; transient ones after the
         # last attempt), the instance was lost before booting, or it never appeared in time.
         _P.ROLLING_BACK,
     }),
     _P.RESTORING: frozenset({
-        # The job reported progress on the new instance: the restore worked.
+        # The job reported progress on the new instance, or wrote a checkpoint newer than
+        # the one moved into the destination's store: the restore worked.
         _P.RUNNING,
         # The instance was preempted or terminated while restoring, or made no progress in
         # time.
@@ -264,6 +271,9 @@ class Observation:
     - `src_instance_alive`: `Migration.src_instance_id` is booting or running.
     - `src_checkpoint` / `dst_checkpoint`: the newest checkpoint of the job in the source's
       / destination's store (the store skips corrupt ones in favour of the newest verified).
+      A verified `dst_checkpoint` newer than the one moved proves that the job restored and
+      ran at the destination, durably: it holds after a controller restart, and after the
+      instance has ended (finished, say, while no controller was watching).
     - `dst_instance_id` / `dst_state`: the instance this migration launched at the
       destination ("" / None: none known); `dst_progress_after_restore`: the job reported
       progress on it after restoring.
@@ -432,7 +442,7 @@ def _copying(m: Migration, obs: Observation, now_s: float, limits: Limits) -> Re
 
 
 def _provisioning(m: Migration, obs: Observation, now_s: float, limits: Limits) -> Result:
-    if obs.dst_state in _LIVE and obs.dst_instance_id:
+    if obs.dst_instance_id and (obs.dst_state in _LIVE or _ran_at_dst(m, obs)):
         return _to(replace(m, dst_instance_id=obs.dst_instance_id), _P.RESTORING, now_s), []
     if obs.dst_state in _GONE:
         return _roll_back(m, obs, now_s, f"destination instance {obs.dst_state} before it booted")
@@ -451,10 +461,10 @@ def _provisioning(m: Migration, obs: Observation, now_s: float, limits: Limits) 
 
 
 def _restoring(m: Migration, obs: Observation, now_s: float, limits: Limits) -> Result:
+    if (obs.dst_progress_after_restore and obs.dst_state in _LIVE) or _ran_at_dst(m, obs):
+        return _to(m, _P.RUNNING, now_s), []
     if obs.dst_state in _GONE:
         return _roll_back(m, obs, now_s, f"destination instance {obs.dst_state} while restoring")
-    if obs.dst_progress_after_restore and obs.dst_state in _LIVE:
-        return _to(m, _P.RUNNING, now_s), []
     if _timed_out(m, now_s, limits):
         why = f"no progress after restore within {limits.restore_timeout_s:g} s"
         return _roll_back(m, obs, now_s, why)
@@ -570,6 +580,14 @@ def _src_alive(m: Migration, obs: Observation) -> bool:
 
 def _verified(ck: CheckpointSeen | None) -> CheckpointSeen | None:
     return ck if ck is not None and ck.verified else None
+
+
+def _ran_at_dst(m: Migration, obs: Observation) -> bool:
+    """The job restored and made progress at the destination: its store holds a verified
+    checkpoint newer than the one moved, which only an instance restored from the moved one
+    can have written (one instance per job)."""
+    ck = _verified(obs.dst_checkpoint)
+    return ck is not None and m.checkpoint_step >= 0 and ck.step > m.checkpoint_step
 
 
 def _copy(m: Migration) -> CopyCheckpoint:

@@ -39,6 +39,7 @@ FRESH = CheckpointSeen("s3://src/job/ckpt-15", 15, T + 5, verified=True)  # writ
 TORN = replace(FRESH, verified=False)  # sizes or sha256 do not match the manifest
 COPY = CheckpointSeen("gs://dst/job/ckpt-15", 15, T + 5, verified=True)
 STALE_COPY = CheckpointSeen("gs://dst/job/ckpt-10", 10, T - 600, verified=True)  # older move
+RAN = CheckpointSeen("gs://dst/job/ckpt-20", 20, T + 60, verified=True)  # written after restore
 BOOTING, RUNNING = InstanceState.BOOTING, InstanceState.RUNNING
 PREEMPTED, TERMINATED = InstanceState.PREEMPTED, InstanceState.TERMINATED
 
@@ -133,6 +134,10 @@ CASES = [
          seen(dst_instance_id="dst-1", dst_state=BOOTING), 30, P.RESTORING, ()),
     Case("instance running: restoring", mig(P.PROVISIONING),
          seen(dst_instance_id="dst-1", dst_state=RUNNING), 30, P.RESTORING, ()),
+    Case("instance ended after a newer checkpoint (it ran unwatched): restoring",
+         mig(P.PROVISIONING),
+         seen(dst_instance_id="dst-1", dst_state=TERMINATED, dst_checkpoint=RAN), 30, P.RESTORING,
+         ()),
     Case("transient launch error: retry", mig(P.PROVISIONING),
          seen(launch_error=FailureKind.TRANSIENT), 30, P.PROVISIONING, (Launch,), attempt=1),
     Case("transient launch error on the last attempt: roll back", mig(P.PROVISIONING, attempt=2),
@@ -158,6 +163,15 @@ CASES = [
          seen(dst_instance_id="dst-1", dst_state=PREEMPTED), 30, P.ROLLING_BACK, (Launch,)),
     Case("terminated while restoring (the job crashed): roll back", mig(P.RESTORING),
          seen(dst_instance_id="dst-1", dst_state=TERMINATED), 30, P.ROLLING_BACK, (Launch,)),
+    Case("terminated with only the moved checkpoint there: roll back", mig(P.RESTORING),
+         seen(dst_instance_id="dst-1", dst_state=TERMINATED, dst_checkpoint=COPY), 30,
+         P.ROLLING_BACK, (Launch,)),
+    Case("ended after a newer checkpoint there (it finished unwatched): running",
+         mig(P.RESTORING), seen(dst_instance_id="dst-1", dst_state=TERMINATED, dst_checkpoint=RAN),
+         30, P.RUNNING, ()),
+    Case("a torn newer checkpoint proves nothing: roll back", mig(P.RESTORING),
+         seen(dst_instance_id="dst-1", dst_state=PREEMPTED,
+              dst_checkpoint=replace(RAN, verified=False)), 30, P.ROLLING_BACK, (Launch,)),
     Case("no progress in time: roll back, terminating it", mig(P.RESTORING),
          seen(dst_instance_id="dst-1", dst_state=RUNNING), 600, P.ROLLING_BACK,
          (Terminate, Launch)),

@@ -43,7 +43,7 @@ from orchestrator.migration import (
     Terminate,
     advance,
 )
-from orchestrator.model import Event, EventKind, InstanceId, JobSpec, Offer, Snapshot
+from orchestrator.model import Event, EventKind, InstanceId, JobSpec, Offer, Phase, Snapshot
 from orchestrator.state import InstanceRecord, MigrationRecord, StateStore
 from policies.costs import move_cost
 from providers.base import ComputeProvider, InstanceState, LaunchOutcome, LaunchSpec
@@ -220,6 +220,7 @@ class MigrationDriver:
             copy_error=self._copy_errors.get(m.request_id("copy")),
             rollback_instance_id=back[1].instance_id or "" if back else "",
             rollback_state=self._state(back[1]) if back else None,
+            job_finished=bool(self.controller.fleet.phase[j] == Phase.DONE),
         )
 
     def _state(self, outcome: LaunchOutcome) -> InstanceState | None:

@@ -123,8 +123,8 @@ TRANSITIONS: Mapping[MigrationPhase, frozenset[MigrationPhase]] = MappingProxyTy
         # The job holds no instance (preempted, paused): there is nobody to ask, so its
         # newest verified checkpoint is what moves.
         _P.COPYING,
-        # No live instance and no verified checkpoint: nothing to move and nothing has been
-        # changed, so there is nothing to roll back.
+        # No live instance and no verified checkpoint, or the job already finished: nothing
+        # to move and nothing has been changed, so there is nothing to roll back.
         _P.FAILED,
     }),
     _P.CHECKPOINTING: frozenset({
@@ -134,12 +134,17 @@ TRANSITIONS: Mapping[MigrationPhase, frozenset[MigrationPhase]] = MappingProxyTy
         _P.COPYING,
         # The job did not checkpoint and stop in time: give it back its place.
         _P.ROLLING_BACK,
+        # The job finished its work at the source: nothing is left to move (no destination
+        # instance exists yet, so there is nothing to undo either).
+        _P.FAILED,
     }),
     _P.COPYING: frozenset({
         # The destination's copy verified, at the step the source wrote: launch there.
         _P.PROVISIONING,
         # The copy failed or did not verify in time on its last attempt.
         _P.ROLLING_BACK,
+        # The job had finished at the source before it stopped: nothing is left to move.
+        _P.FAILED,
     }),
     _P.PROVISIONING: frozenset({
         # The destination instance exists and is booting or running; or it has already
@@ -282,6 +287,8 @@ class Observation:
     - `launch_error` / `copy_error`: the failure of the Launch / CopyCheckpoint saved with
       the migration (the requests it waits on); None when it has not failed or has not
       been performed yet. An older request's failure must not be reported.
+    - `job_finished`: the job completed its work (at the source: a migration that has not
+      launched at the destination yet has nothing left to move).
     """
 
     src_instance_alive: bool = False
@@ -294,6 +301,7 @@ class Observation:
     copy_error: str | None = None
     rollback_instance_id: InstanceId = ""
     rollback_state: InstanceState | None = None
+    job_finished: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -385,7 +393,12 @@ def advance(
 # --- steps, one per phase ---------------------------------------------------------------
 
 
+_FINISHED = "the job finished at the source before it moved: nothing to move"
+
+
 def _planned(m: Migration, obs: Observation, now_s: float, limits: Limits) -> Result:
+    if obs.job_finished:
+        return _to(replace(m, error=_FINISHED), _P.FAILED, now_s), []
     if _src_alive(m, obs):
         nxt = _to(m, _P.CHECKPOINTING, now_s)
         return nxt, [RequestCheckpoint(m.src_instance_id, nxt.request_id("checkpoint"))]
@@ -398,6 +411,8 @@ def _planned(m: Migration, obs: Observation, now_s: float, limits: Limits) -> Re
 
 
 def _checkpointing(m: Migration, obs: Observation, now_s: float, limits: Limits) -> Result:
+    if obs.job_finished:
+        return _to(replace(m, error=_FINISHED), _P.FAILED, now_s), []
     alive = _src_alive(m, obs)
     ck = _verified(obs.src_checkpoint)
     fresh = ck if ck is not None and ck.created_at_s >= m.started_s else None
@@ -425,6 +440,8 @@ def _checkpointing(m: Migration, obs: Observation, now_s: float, limits: Limits)
 
 
 def _copying(m: Migration, obs: Observation, now_s: float, limits: Limits) -> Result:
+    if obs.job_finished:
+        return _to(replace(m, error=_FINISHED), _P.FAILED, now_s), []
     copy = _verified(obs.dst_checkpoint)
     if copy is not None and copy.step == m.checkpoint_step:
         nxt = _to(replace(m, dst_checkpoint_uri=copy.uri), _P.PROVISIONING, now_s)

@@ -87,6 +87,12 @@ CASES = [
          seen(src_checkpoint=TORN), 0, P.FAILED, ()),
     Case("no instance, no checkpoint: nothing to move", mig(P.PLANNED, src_instance_id=""),
          seen(), 0, P.FAILED, ()),
+    Case("the job finished before the move began: nothing to move", mig(P.PLANNED),
+         seen(src_instance_alive=True, src_checkpoint=OLD, job_finished=True), 0, P.FAILED, ()),
+    Case("the job finished while asked to checkpoint: nothing to move", mig(P.CHECKPOINTING),
+         seen(src_checkpoint=FRESH, job_finished=True), 30, P.FAILED, ()),
+    Case("the job finished before it stopped, copy under way: nothing to move",
+         mig(P.COPYING), seen(job_finished=True), 30, P.FAILED, ()),
     # --- CHECKPOINTING ---
     Case("keeps asking until a new checkpoint exists", mig(P.CHECKPOINTING),
          seen(src_instance_alive=True), 30, P.CHECKPOINTING, (RequestCheckpoint,)),

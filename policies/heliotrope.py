@@ -18,13 +18,17 @@ per hour of going (or staying) there for the expected stay S:
   from the cheapest spot cost per unit of progress (plenty of slack: only a bargain is worth
   running) to the cheapest on-demand cost (no slack: any progress is worth its on-demand
   price), as ``V = c_low + (c_od - c_low) * max(f ** pressure_exponent, value_floor)`` with
-  ``f`` the share of the remaining time the job must run on the fastest on-demand offer. The
-  floor makes the cheapest spot worth its cold start even with all the slack in the world.
+  ``f`` the share of the remaining time the job must run at the speed of that cheapest spot
+  option (never faster than the fastest on-demand one): a job whose bargain is a slow L4 feels
+  its deadline while an A100 could still make it. The floor makes the cheapest spot worth its
+  cold start even with all the slack in the world.
 
 A running job moves only when the best option beats staying by `hysteresis` (relative).
-Safety net (as Can't Be Late): when the slack ``time left - startup - work / r_fast`` is
+Safety net (as Can't Be Late): when the slack ``time left - startup - work / r_net`` is
 below `safety_margin_ticks` ticks, the job goes to, and stays on, the cheapest on-demand
-offer that still finishes in time. Fleet capacity: jobs are served in order of increasing
+offer that still finishes in time. ``r_net`` is the fastest on-demand offer priced within
+`net_price_factor` of the cheapest per unit of progress (not an 8-GPU H100 machine for a
+1-GPU job). Fleet capacity: jobs are served in order of increasing
 slack and take spot slots one by one, so two jobs never count on the same last slot.
 Budgets: options whose cost to finish exceeds the job's remaining budget are dropped while
 another option remains. Unknown signals: an offer without a current price is never chosen,
@@ -75,6 +79,7 @@ class Heliotrope:
     lifetime_prior_h: float = 2.0
     lifetime_halflife_h: float = 6.0
     carbon_horizon_h: float = 6.0
+    net_price_factor: float = 1.5  # carbon-year (seed 1): flat from 1.5 to 100, 1.2 worse
     _memo: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __call__(self, snapshot: Snapshot) -> Decision:
@@ -186,7 +191,16 @@ class Heliotrope:
             some: BoolArray = np.asarray(keep.any(axis=1), dtype=bool)
             utility = np.where(some[:, None] & ~keep, -np.inf, utility)
 
-        slack = time_left - d_fast - need_h
+        # The safety net's slack is measured on the fallback it would take: the cheapest
+        # on-demand offer per unit of progress (an 8-GPU H100 machine is the fastest home for
+        # a 1-GPU job, and the dearest by far).
+        fair = od & (per_progress <= self.net_price_factor * c_od[:, None])
+        net_ix = np.argmax(np.where(fair, rate - 1e-9 * per_progress, -np.inf), axis=1)
+        r_net = rate[rows_j, net_ix]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            need_net = np.where(r_net > 0, remaining / r_net, need_h)
+        slack = time_left - fresh_startup[rows_j, net_ix] - need_net
+        slack = np.where(np.isfinite(c_od), slack, time_left - d_fast - need_h)
         urgent = slack <= self.safety_margin_ticks * tick_h
         # The safety net's choice: cheapest on-demand that still finishes in time, else fastest.
         in_time = od & (finish_h <= time_left[:, None])
@@ -201,7 +215,7 @@ class Heliotrope:
             j = int(js[i])
             cur = int(current[i])
             if urgent[i] and r_fast[i] > 0:
-                on_od = cur >= 0 and not spot[cur] and rate[i, cur] >= r_fast[i] - 1e-12
+                on_od = cur >= 0 and not spot[cur]
                 if on_od and finish_h[i, cur] <= time_left[i]:
                     continue
                 target = int(net_choice[i])

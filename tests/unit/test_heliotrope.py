@@ -132,3 +132,34 @@ def test_tuned_defaults_wait_for_the_cheapest_spot_when_slack_is_plenty() -> Non
     assert Heliotrope()(full.snapshot()).intents.get(0) is None
     pressed = World(spot_capacity={3: 0.0}, now_h=32 - 11.0)
     assert Heliotrope()(pressed.snapshot()).intents[0].offer == 1
+
+
+H100_EAST_ON_DEMAND = offer(
+    "aws", "us-east-1", "PJM", Market.ON_DEMAND, gpu="H100", instance_type="p5.48xlarge"
+)  # offer 6 where added
+L4_EAST_SPOT = offer(
+    "aws", "us-east-1", "PJM", Market.SPOT, gpu="L4", instance_type="g6.48xlarge"
+)  # offer 6 where added
+
+
+def test_safety_net_falls_back_on_a_fairly_priced_on_demand_not_the_fastest() -> None:
+    """A 2.5x faster on-demand machine at 10x the price per unit of progress is not the
+    fallback the net measures slack on: with 8.6 h left for 8 h on A100s the net fires and
+    takes the cheapest on-demand A100 (offer 2), though the H100 would still leave hours."""
+    world = World(extra_offers=[H100_EAST_ON_DEMAND], usd_per_hour={6: 1000.0},
+                  now_h=32 - 8.6)
+    target, reason = decide(Heliotrope(), world)
+    assert target == 2 and reason.startswith("safety net")
+    # when the dear machine is the only way to finish in time, the net still takes it
+    late = dataclasses.replace(world, now_h=32 - 6.0)
+    assert decide(Heliotrope(), late)[0] == 6
+
+
+def test_deadline_pressure_counts_at_the_speed_of_the_cheapest_spot() -> None:
+    """The cheapest spot per unit of progress is a slow L4. With 20 h left for 8 h of A100
+    work the job has slack on A100s but none on L4s: it must not idle waiting for spot
+    bargains; it runs on the next cheapest spot A100 (offer 1, full at 3)."""
+    world = World(extra_offers=[L4_EAST_SPOT], usd_per_hour={6: 1.0},
+                  spot_capacity={3: 0.0, 6: 0.0}, now_h=32 - 20.0,
+                  jobs=[job(gpu_types=frozenset({"A100-80GB", "L4"}))])
+    assert decide(Heliotrope(), world)[0] == 1

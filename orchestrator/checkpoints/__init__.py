@@ -1,8 +1,9 @@
 """Checkpoint stores: atomic, verifiable, copyable checkpoints over fsspec.
 
-A checkpoint is a directory of files plus a manifest (sizes and sha256) written last; see
-`store` for the layout and the invariants. Pure fsspec: no torch here (the training SDK,
-`orchestrator.training`, serializes torch state into these files).
+A checkpoint is a directory of files plus a manifest (sizes, and the sha256 of every 16 MiB
+chunk of every file) written last; see `store` for the layout and the invariants. Pure
+fsspec: no torch here (the training SDK, `orchestrator.training`, serializes torch state
+into these files).
 
     store = CheckpointStore("file:///data/ckpt")           # or memory://, s3://, gs://
     ref = store.write("job-1", 100, {"state": blob}, now_s=time.time())

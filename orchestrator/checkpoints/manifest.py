@@ -2,9 +2,20 @@
 
 It is written last, under a temporary name and then renamed into place, so a reader sees
 either no manifest (an incomplete, invisible directory) or a whole one. It lists every file
-of the checkpoint with its size and sha256; the sha256 of the manifest's own bytes is the
-checkpoint's identity (`CheckpointRef.manifest_sha256`), the same in every store it is
-copied to, because copies carry the manifest byte for byte.
+of the checkpoint with its size and the sha256 of each of its chunks: the file cut into
+`chunk_bytes` pieces (the last one shorter; an empty file has one empty chunk), so every
+byte is covered by exactly one digest and the chunks hash and verify on several cores at
+once. The sha256 of the manifest's own bytes is the checkpoint's identity
+(`CheckpointRef.manifest_sha256`), the same in every store it is copied to, because copies
+carry the manifest byte for byte.
+
+Version 2 (written)::
+
+    "files": {"state": {"size_bytes": 40000000, "chunk_bytes": 16777216,
+                        "sha256": ["<chunk 0>", "<chunk 1>", "<chunk 2>"]}}
+
+Version 1 (still read) had one sha256 of the whole file: `"sha256": "<hex>"`; it is read as
+a single chunk as long as the file.
 """
 
 from __future__ import annotations
@@ -20,7 +31,12 @@ from typing import Any, Final
 from orchestrator.errors import InputError
 
 FORMAT: Final = "heliotrope-checkpoint"
-VERSION: Final = 1
+VERSION: Final = 2
+READ_VERSIONS: Final = (1, 2)
+CHUNK_BYTES: Final = 16 << 20
+"""Default chunk size: 64 digests per GiB; large enough that hashing one costs far more
+than handing it to another thread."""
+MAX_CHUNK_BYTES: Final = 1 << 40
 MANIFEST_NAME: Final = "manifest.json"
 
 _SEGMENT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
@@ -30,8 +46,22 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 @dataclass(frozen=True, slots=True)
 class FileEntry:
+    """A file of a checkpoint: its size and the sha256 of each `chunk_bytes` piece, in order
+    (`chunk_count(size_bytes, chunk_bytes)` digests)."""
+
     size_bytes: int
-    sha256: str
+    chunk_bytes: int
+    sha256: tuple[str, ...]
+
+    def chunk_range(self, index: int) -> tuple[int, int]:
+        """Byte offsets [start, end) of chunk `index`."""
+        start = index * self.chunk_bytes
+        return start, min(start + self.chunk_bytes, self.size_bytes)
+
+
+def chunk_count(size_bytes: int, chunk_bytes: int) -> int:
+    """Digests of a file of `size_bytes`: one per started chunk, and one for an empty file."""
+    return max(1, -(-size_bytes // chunk_bytes))
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +84,8 @@ class Manifest:
             "step": self.step,
             "created_at_s": self.created_at_s,
             "files": {
-                name: {"size_bytes": e.size_bytes, "sha256": e.sha256}
+                name: {"size_bytes": e.size_bytes, "chunk_bytes": e.chunk_bytes,
+                       "sha256": list(e.sha256)}
                 for name, e in sorted(self.files.items())
             },
             "metadata": dict(sorted(self.metadata.items())),
@@ -74,10 +105,11 @@ def decode(data: bytes) -> Manifest:
         raise ValueError(f"not JSON ({exc})") from exc
     if not isinstance(body, dict):
         raise ValueError("not a JSON object")
-    if body.get("format") != FORMAT or body.get("version") != VERSION:
+    version = body.get("version")
+    if body.get("format") != FORMAT or version not in READ_VERSIONS or isinstance(version, bool):
         raise ValueError(
-            f"format {body.get('format')!r} version {body.get('version')!r}, "
-            f"expected {FORMAT!r} version {VERSION}"
+            f"format {body.get('format')!r} version {version!r}, "
+            f"expected {FORMAT!r} version {' or '.join(map(str, READ_VERSIONS))}"
         )
     job_id, step, created = body.get("job_id"), body.get("step"), body.get("created_at_s")
     files, metadata = body.get("files"), body.get("metadata", {})
@@ -96,17 +128,35 @@ def decode(data: bytes) -> Manifest:
         check_file_name(name, where="manifest")
         if not isinstance(raw, dict):
             raise ValueError(f"file {name!r}: not an object")
-        size, digest = raw.get("size_bytes"), raw.get("sha256")
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise ValueError(f"file {name!r}: bad size_bytes {size!r}")
-        if not isinstance(digest, str) or not _SHA256.match(digest):
-            raise ValueError(f"file {name!r}: bad sha256 {digest!r}")
-        entries[name] = FileEntry(size, digest)
+        entries[name] = _decode_entry(name, raw, version)
     if not isinstance(metadata, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
     ):
         raise ValueError("metadata must map strings to strings")
     return Manifest(job_id, step, float(created), entries, dict(metadata))
+
+
+def _decode_entry(name: str, raw: dict[str, Any], version: int) -> FileEntry:
+    size, digests = raw.get("size_bytes"), raw.get("sha256")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise ValueError(f"file {name!r}: bad size_bytes {size!r}")
+    if version == 1:  # one digest of the whole file: a single chunk
+        if not isinstance(digests, str) or not _SHA256.match(digests):
+            raise ValueError(f"file {name!r}: bad sha256 {digests!r}")
+        return FileEntry(size, max(size, 1), (digests,))
+    chunk = raw.get("chunk_bytes")
+    if not isinstance(chunk, int) or isinstance(chunk, bool) or not 0 < chunk <= MAX_CHUNK_BYTES:
+        raise ValueError(f"file {name!r}: bad chunk_bytes {chunk!r}")
+    if not isinstance(digests, list) or not all(
+        isinstance(d, str) and _SHA256.match(d) for d in digests
+    ):
+        raise ValueError(f"file {name!r}: sha256 must be a list of sha256 hex digests")
+    if len(digests) != chunk_count(size, chunk):
+        raise ValueError(
+            f"file {name!r}: {len(digests)} chunk digests for {size} bytes in chunks of "
+            f"{chunk} (expected {chunk_count(size, chunk)})"
+        )
+    return FileEntry(size, chunk, tuple(digests))
 
 
 def check_job_id(job_id: object) -> str:

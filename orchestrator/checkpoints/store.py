@@ -3,7 +3,7 @@
 Layout under the root::
 
     <root>/<job_id>/step-<step:012d>/<files...>      the checkpoint's files
-    <root>/<job_id>/step-<step:012d>/manifest.json   sizes + sha256 of every file; written last
+    <root>/<job_id>/step-<step:012d>/manifest.json   sizes + chunk sha256s of every file; last
     <root>/<job_id>/.requests/<sha256(request_id)>.json   copies already done, by request id
 
 Invariants:
@@ -14,6 +14,10 @@ Invariants:
   manifest are invisible to `list`/`latest` and are swept by `retain`.
 - A published checkpoint is never rewritten in place: `write` refuses a step that is
   already published (`CheckpointExists`). Deletion removes the manifest first.
+- Every byte is covered by a sha256 in the manifest: one per 16 MiB chunk of each file
+  (`manifest`), so hashing and verification use every core. Reads check what they read
+  before handing it over as good (`open_file`, `read`; `orchestrator.training` loads
+  through them).
 - `verify` re-reads every byte; `latest` returns the newest checkpoint that verifies and
   falls back (with a warning) past corrupt ones; `retain` never deletes the newest
   checkpoint that verifies, nor a pinned one.
@@ -54,7 +58,15 @@ from fsspec.implementations.local import LocalFileSystem
 
 from orchestrator.checkpoints import manifest as mf
 from orchestrator.checkpoints.errors import CheckpointExists, CorruptCheckpoint
-from orchestrator.checkpoints.hashio import CHUNK_BYTES, CheckpointReader, FileWriter, Flusher
+from orchestrator.checkpoints.hashio import (
+    CHUNK_BYTES,
+    CheckpointReader,
+    ChunkHasher,
+    FileWriter,
+    Flusher,
+    chunk_differs,
+    hash_pool,
+)
 from orchestrator.errors import InputError, PermanentError
 
 logger = logging.getLogger(__name__)
@@ -63,7 +75,8 @@ REQUESTS_DIR: Final = ".requests"
 
 WriteFn: TypeAlias = Callable[[str], AbstractContextManager[FileWriter]]
 """`write_fn(name)` opens the checkpoint file `name` for writing: ``with write_fn("a.bin") as f:
-f.write(data)``. Each name may be opened once."""
+f.write(data)``. Each name may be opened once; several may be open at once, in several
+threads. `f.write_stable(data)` is faster for buffers left unchanged until the block ends."""
 Progress: TypeAlias = Callable[[int, int], None]
 """`progress(bytes_done, bytes_total)`, called after every chunk of a copy."""
 
@@ -100,9 +113,23 @@ class CheckpointStore:
     """Checkpoints of many jobs under one root URI. Thread-safe for distinct jobs.
 
     `storage_options` go to fsspec (credentials, endpoint_url, ...). `durable=False` skips
-    the fsyncs on local filesystems (scratch stores, tests)."""
+    the fsyncs on local filesystems (scratch stores, tests). `chunk_bytes` is the size of
+    the pieces that get one sha256 each in the manifests this store writes (reading takes
+    whatever a manifest says)."""
 
-    def __init__(self, root_uri: str, *, durable: bool = True, **storage_options: Any) -> None:
+    def __init__(
+        self,
+        root_uri: str,
+        *,
+        durable: bool = True,
+        chunk_bytes: int = mf.CHUNK_BYTES,
+        **storage_options: Any,
+    ) -> None:
+        if (not isinstance(chunk_bytes, int) or isinstance(chunk_bytes, bool)
+                or not 0 < chunk_bytes <= mf.MAX_CHUNK_BYTES):
+            raise InputError("checkpoint store", "chunk_bytes",
+                             f"an integer in [1, {mf.MAX_CHUNK_BYTES}]", got=repr(chunk_bytes))
+        self.chunk_bytes = chunk_bytes
         self.root_uri = _normalize_root(root_uri)
         protocol = self.root_uri.split("://", 1)[0]
         try:
@@ -187,12 +214,14 @@ class CheckpointStore:
             if "/" in name:
                 self._fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
             with self._fs.open(path, "wb") as raw:
-                writer = FileWriter(raw, name, durable=self._fsync)
+                writer = FileWriter(raw, name, durable=self._fsync,
+                                    chunk_bytes=self.chunk_bytes)
                 try:
                     yield writer
                 finally:
                     writer.close()
-            entries[name] = mf.FileEntry(writer.size_bytes, writer.sha256())
+            entries[name] = mf.FileEntry(writer.size_bytes, writer.chunk_bytes,
+                                         writer.digests())
 
         try:
             if callable(files):
@@ -335,12 +364,81 @@ class CheckpointStore:
         return m, blob
 
     def verify(self, ref: CheckpointRef) -> None:
-        """Re-read every file; raise CorruptCheckpoint naming the first file that is
-        missing or whose size or sha256 differs from the manifest."""
+        """Re-read every byte; raise CorruptCheckpoint naming what differs from the
+        manifest: a missing file or a wrong size first (no reading needed), else the first
+        chunk, in file-name order, whose sha256 differs. The chunks of all files are read
+        and hashed at once, on every core."""
         m, _ = self._read_manifest(ref)
-        for name in sorted(m.files):
-            with self._open_verified(ref, m, name, verify=True) as reader:
-                reader.finish()
+        directory = self._ref_dir(ref)
+        names = sorted(m.files)
+        for name in names:  # the cheap checks first: every file there, at its size
+            try:
+                size = self._fs.size(f"{directory}/{name}")
+            except FileNotFoundError as exc:
+                raise CorruptCheckpoint(ref.uri, name, "missing") from exc
+            if size != m.files[name].size_bytes:
+                raise CorruptCheckpoint(
+                    ref.uri, name,
+                    f"size differs (manifest {m.files[name].size_bytes} bytes, file {size})",
+                )
+        scratch = threading.local()  # one read buffer per pool thread, for this call
+        jobs = [(name, index) for name in names for index in range(len(m.files[name].sha256))]
+        pool = hash_pool()
+        futures = [
+            pool.submit(self._chunk_sha256, ref.uri, directory, name,
+                        m.files[name].chunk_range(index), scratch)
+            for name, index in jobs
+        ]
+        try:
+            for (name, index), future in zip(jobs, futures, strict=True):
+                entry = m.files[name]
+                digest = future.result()
+                if digest != entry.sha256[index]:
+                    raise chunk_differs(ref.uri, name, index, *entry.chunk_range(index),
+                                        entry.sha256[index], digest)
+        finally:
+            for future in futures:
+                future.cancel()
+
+    def _chunk_sha256(
+        self, uri: str, directory: str, name: str, span: tuple[int, int],
+        scratch: threading.local,
+    ) -> str:
+        """sha256 of bytes [start, end) of one file (a job of `verify`). Local files are
+        read into a buffer per pool thread; other filesystems get ranged reads
+        (`cat_file`), which object stores serve in parallel and memory:// without sharing
+        its one file object per path."""
+        start, end = span
+        path = f"{directory}/{name}"
+        sha = hashlib.sha256()
+        pos = start
+        try:
+            if isinstance(self._fs, LocalFileSystem):
+                buf: bytearray | None = getattr(scratch, "buf", None)
+                if buf is None or len(buf) < min(end - start, CHUNK_BYTES):
+                    buf = scratch.buf = bytearray(min(max(end - start, 1), CHUNK_BYTES))
+                view = memoryview(buf)
+                with open(path, "rb", buffering=0) as f:
+                    f.seek(start)
+                    while pos < end:
+                        part = view[: min(len(view), end - pos)]
+                        n = f.readinto(part)
+                        if not n:
+                            break
+                        sha.update(part[:n])
+                        pos += n
+            else:
+                while pos < end:
+                    data = self._fs.cat_file(path, start=pos, end=min(pos + CHUNK_BYTES, end))
+                    if not data:
+                        break
+                    sha.update(data)
+                    pos += len(data)
+        except FileNotFoundError as exc:
+            raise CorruptCheckpoint(uri, name, "missing") from exc
+        if pos < end:
+            raise CorruptCheckpoint(uri, name, f"size differs (file ends at {pos})")
+        return sha.hexdigest()
 
     def open_file(
         self, ref: CheckpointRef, name: str, *, verify: bool = True
@@ -366,7 +464,8 @@ class CheckpointStore:
         except FileNotFoundError as exc:
             raise CorruptCheckpoint(ref.uri, name, "missing") from exc
         reader = CheckpointReader(raw, uri=ref.uri, name=name, size_bytes=entry.size_bytes,
-                                  sha256=entry.sha256, verify=verify)
+                                  sha256=entry.sha256, chunk_bytes=entry.chunk_bytes,
+                                  verify=verify)
         with reader:
             yield reader
             reader.finish()
@@ -464,13 +563,14 @@ class CheckpointStore:
         total: int,
         progress: Progress | None,
     ) -> int:
-        """Stream one file; a helper thread reads and hashes the next chunk while this
-        thread writes the current one. Returns the bytes copied so far in all."""
+        """Stream one file; a helper thread reads the next block (the hashing pool checks
+        the chunk digests) while this thread writes the current one. Returns the bytes
+        copied so far in all."""
         if "/" in name:
             dest._fs.makedirs(f"{dest_dir}/{name}".rsplit("/", 1)[0], exist_ok=True)
         chunks: queue.Queue[bytes | BaseException] = queue.Queue(maxsize=2)
         stop = threading.Event()
-        sha = hashlib.sha256()
+        check = ChunkHasher(entry.chunk_bytes, expected=entry.sha256)
 
         def produce() -> None:
             try:
@@ -478,7 +578,9 @@ class CheckpointStore:
                                    block_size=CHUNK_BYTES) as src:
                     while not stop.is_set():
                         data = src.read(CHUNK_BYTES)
-                        sha.update(data)
+                        check.add(data)  # bytes never change: hashed in the background
+                        if not data:
+                            check.finish()
                         chunks.put(data)
                         if not data:
                             return
@@ -522,15 +624,15 @@ class CheckpointStore:
                 while True:  # unblock the reader if it waits on a full queue
                     chunks.get_nowait()
             reader.join()
+            check.close()
         if size != entry.size_bytes:
             raise CorruptCheckpoint(
                 ref.uri, name, f"size differs (manifest {entry.size_bytes} bytes, file {size})"
             )
-        if sha.hexdigest() != entry.sha256:
-            raise CorruptCheckpoint(
-                ref.uri, name,
-                f"sha256 differs (manifest {entry.sha256[:16]}…, read {sha.hexdigest()[:16]}…)",
-            )
+        bad = check.mismatch()
+        if bad is not None:
+            index, want, got = bad
+            raise chunk_differs(ref.uri, name, index, *entry.chunk_range(index), want, got)
         if total == 0 and progress is not None:
             progress(0, 0)
         return copied

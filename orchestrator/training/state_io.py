@@ -15,7 +15,9 @@ streams.
 
 Writing hands tensor memory straight to the file (no serialization copy); reading
 allocates each tensor once and fills it with `readinto`. Nothing is held twice in memory,
-and the files can hash on the fly (see `orchestrator.checkpoints.hashio`).
+and the files can hash on the fly (see `orchestrator.checkpoints.hashio`): files that offer
+`write_stable` / `readinto_stable` get those, as the tensor memory stays unchanged until the
+file is closed, so hashing runs behind the I/O without stalling it.
 
 Supported leaves: dense tensors of any dtype on any device (saved from CPU memory, loaded
 on CPU), and what `torch.load(weights_only=True)` accepts: None, bool, int, float, str,
@@ -55,6 +57,20 @@ class Sink(Protocol):
 class Source(Protocol):
     def read(self, n: int = -1, /) -> bytes: ...
     def readinto(self, buffer: bytearray | memoryview, /) -> int: ...
+
+
+def _stable_write(sink: Sink) -> Callable[[memoryview], object]:
+    """`sink.write_stable` where offered (the buffer stays unchanged until the file is
+    closed, so its hashing need not finish first), else `sink.write`."""
+    write: Callable[[memoryview], object] | None = getattr(sink, "write_stable", None)
+    return write if write is not None else sink.write
+
+
+def _stable_readinto(source: Source) -> Callable[[memoryview], int]:
+    """`source.readinto_stable` where offered (the tensor is not touched before the file
+    is finished and verified), else `source.readinto`."""
+    readinto: Callable[[memoryview], int] | None = getattr(source, "readinto_stable", None)
+    return readinto if readinto is not None else source.readinto
 
 
 def map_tensors(tree: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
@@ -151,10 +167,10 @@ def _slices(views: list[memoryview], start: int, end: int) -> Iterator[memoryvie
             return
 
 
-def _fill(source: Source, target: memoryview) -> None:
+def _fill(readinto: Callable[[memoryview], int], target: memoryview) -> None:
     got = 0
     while got < len(target):
-        n = source.readinto(target[got:])
+        n = readinto(target[got:])
         if not n:
             raise PermanentError(f"{FORMAT} data ends early")
         got += n
@@ -203,7 +219,7 @@ def load_state(source: Source) -> Any:
         raise PermanentError(f"{FORMAT}: sharded state; read it with load_state_files")
     tree, tensors = _allocate(header["skeleton"])
     for view in _views(tensors):
-        _fill(source, view)
+        _fill(source.readinto, view)
     if source.read(1):
         raise PermanentError(f"{FORMAT} stream has bytes after its last tensor")
     return tree
@@ -233,8 +249,9 @@ def save_state_files(
     def write_shard(k: int) -> Callable[[], None]:
         def job() -> None:
             with open_file(shards[k]) as out:
+                write = _stable_write(out)
                 for piece in _slices(views, k * shard_bytes, min((k + 1) * shard_bytes, total)):
-                    out.write(piece)
+                    write(piece)
 
         return job
 
@@ -254,8 +271,9 @@ def load_state_files(open_file: OpenSource, *, name: str = "state",
         if total != header["total_bytes"]:
             raise PermanentError(f"{FORMAT} header disagrees with itself about its size")
         if not shards:  # a single stream
+            readinto = _stable_readinto(src)
             for view in views:
-                _fill(src, view)
+                _fill(readinto, view)
         if src.read(1):
             raise PermanentError(f"{FORMAT} file {name} has bytes after its end")
     shard_bytes = int(header["shard_bytes"])
@@ -265,8 +283,9 @@ def load_state_files(open_file: OpenSource, *, name: str = "state",
     def read_shard(k: int) -> Callable[[], None]:
         def job() -> None:
             with open_file(shards[k]) as src:
+                readinto = _stable_readinto(src)
                 for piece in _slices(views, k * shard_bytes, min((k + 1) * shard_bytes, total)):
-                    _fill(src, piece)
+                    _fill(readinto, piece)
                 if src.read(1):
                     raise PermanentError(f"{FORMAT} shard {shards[k]} is longer than listed")
 

@@ -4,12 +4,15 @@
    checkpoint store against the same serialized bytes written and read with plain
    `open()`, in the same run, rounds interleaved, best of each. Two regimes:
    - durable write + cold read (the headline): raw = write, fsync; store = durable
-     write (fsync of every file, manifest, directory) with sha256 of every byte, the state
-     cut in 4 shard files of 256 MiB written by 2 threads; then each file is dropped from
-     the page cache (posix_fadvise DONTNEED, only our own files) and read back, raw vs
-     store (verified: size and sha256 of every file).
+     write (fsync of every file, manifest, directory) with the sha256 of every 16 MiB
+     chunk in the manifest (hashed on a pool of one thread per CPU, behind the I/O), the
+     state cut in 4 shard files of 256 MiB written by 2 threads; then each file is dropped
+     from the page cache (posix_fadvise DONTNEED, only our own files) and read back, raw
+     vs store (verified: size and sha256 of every chunk, before the state is returned).
    - page cache (no fsync, warm read): memory speed on both sides, so the ratio is bound
-     by sha256 speed (one core hashes ~1 GB/s) - the worst case for any verified store.
+     by sha256 speed - the worst case for any verified store. The store hashes every byte
+     twice (write, read): 2 GiB at ~1.65 GB/s per core (SHA-NI) is ~1.3 CPU-seconds that
+     the raw side does not spend; the last line prints that cost as measured in the run.
    Target: store / raw >= 0.8.
 2. Training-loop stall per checkpoint: how long `step_done` blocks the loop when it
    checkpoints, async (copy to host buffers, write in the background) against sync.
@@ -22,6 +25,7 @@ Prints; asserts only that the runs worked (timings on a shared machine are not a
 from __future__ import annotations
 
 import gc
+import hashlib
 import os
 import time
 from collections.abc import Callable
@@ -33,6 +37,7 @@ import pytest
 import torch
 
 from orchestrator.checkpoints import CheckpointRef, CheckpointStore, WriteFn
+from orchestrator.checkpoints.hashio import ChunkHasher, hash_workers
 from orchestrator.training import (
     ResumableRun,
     load_state,
@@ -41,6 +46,7 @@ from orchestrator.training import (
     save_state_files,
     state_digest,
 )
+from orchestrator.training.state_io import byte_view
 
 pytestmark = pytest.mark.bench
 
@@ -169,9 +175,19 @@ def test_store_throughput_against_raw_files(tmp_path: Path) -> None:
     report(
         "durable write (fsync) + cold read", measure(tmp_path, state, durable=True, rounds=rounds)
     )
-    report(
-        "page cache (no fsync, warm read; sha256-bound)",
-        measure(tmp_path, state, durable=False, rounds=rounds),
+    cached = measure(tmp_path, state, durable=False, rounds=rounds)
+    ratio = report("page cache (no fsync, warm read; sha256-bound)", cached)
+    sha_one, sha_pool = sha256_alone(state)
+    # Page cache: all CPU. The store does the raw side's work plus sha256 of every byte
+    # twice; spread perfectly over the cores it can take no less than this:
+    raw_s = cached["raw_w"] + cached["raw_r"]
+    floor_s = (cached["raw_w_cpu"] + cached["raw_r_cpu"] + 2 * sha_one) / hash_workers()
+    print(
+        f"  sha256 alone: {GIB / 1e9 / sha_one:.2f} GB/s on one thread, "
+        f"{GIB / 1e9 / sha_pool:.2f} GB/s on the pool ({hash_workers()} threads). Page cache: "
+        f"raw CPU {cached['raw_w_cpu'] + cached['raw_r_cpu']:.2f} s + hashing "
+        f"{2 * sha_one:.2f} s on {hash_workers()} cores -> best possible ratio "
+        f"{raw_s / max(raw_s, floor_s):.2f} (measured {ratio:.2f})"
     )
     path = tmp_path / "torch.pt"
     t_save, _ = timed(lambda: torch.save(state, path))
@@ -181,6 +197,29 @@ def test_store_throughput_against_raw_files(tmp_path: Path) -> None:
         f"  for context, torch.save {gb / t_save:.2f} GB/s and torch.load {gb / t_load:.2f} "
         "GB/s (page cache, no hashing)"
     )
+
+
+def sha256_alone(state: dict[str, torch.Tensor]) -> tuple[float, float]:
+    """Best-of-3 seconds to sha256 the state's bytes on one thread and in chunks on the
+    hashing pool (what the store does), interleaved."""
+    views = [byte_view(t) for t in state.values()]
+
+    def one() -> None:
+        sha = hashlib.sha256()
+        for view in views:
+            sha.update(view)
+
+    def pool() -> None:
+        hasher = ChunkHasher()
+        for view in views:
+            hasher.add(view)
+        hasher.finish()
+
+    best = [float("inf"), float("inf")]
+    for _ in range(3):
+        for i, fn in enumerate((one, pool)):
+            best[i] = min(best[i], timed(fn)[0])
+    return best[0], best[1]
 
 
 class Wide(torch.nn.Module):

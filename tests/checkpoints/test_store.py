@@ -121,7 +121,9 @@ def test_manifest_lists_sizes_and_sha256_and_is_written_last(store: CheckpointSt
     ref = store.write(JOB, 1, stream, now_s=5.0)
     assert seen_manifest_while_writing == [False, False]
     body = json.loads(store._fs.cat_file(f"{store._ref_dir(ref)}/manifest.json"))
-    assert body["files"]["a"] == {"size_bytes": 10, "sha256": hashlib.sha256(b"a" * 10).hexdigest()}
+    assert (body["format"], body["version"]) == ("heliotrope-checkpoint", 2)
+    assert body["files"]["a"] == {"size_bytes": 10, "chunk_bytes": 16 << 20,
+                                  "sha256": [hashlib.sha256(b"a" * 10).hexdigest()]}
     assert (body["job_id"], body["step"], body["created_at_s"]) == (JOB, 1, 5.0)
 
 
@@ -457,3 +459,116 @@ def test_plain_paths_are_file_uris(tmp_path: Path) -> None:
     ref = store.write(JOB, 1, {"a": b"1"}, now_s=0.0)
     assert os.path.isfile(tmp_path / "s" / JOB / "step-000000000001" / "manifest.json")
     assert CheckpointStore(f"file://{tmp_path}/s").latest(JOB) == ref
+
+
+# -- chunk digests ----------------------------------------------------------------------
+
+CHUNK = 1 << 20  # large enough that chunks hash on the pool, not inline
+
+
+@pytest.fixture(params=["file", "memory"])
+def chunked(request: pytest.FixtureRequest, tmp_path: Path, memory_root: str) -> CheckpointStore:
+    if request.param == "file":
+        return CheckpointStore(f"file://{tmp_path}/chunked", chunk_bytes=CHUNK)
+    return CheckpointStore(memory_root, chunk_bytes=CHUNK)
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_the_manifest_has_the_sha256_of_every_chunk(chunked: CheckpointStore) -> None:
+    def stream(open_file: WriteFn) -> None:
+        with open_file("state") as f:  # cut across chunk boundaries, both kinds of write
+            f.write(BIG[:1000])
+            f.write_stable(memoryview(BIG)[1000 : 3 * CHUNK + 5])
+            f.write(bytearray(BIG[3 * CHUNK + 5 :]))
+        with open_file("empty"):
+            pass
+
+    ref = chunked.write(JOB, 1, stream, now_s=1.0)
+    body = json.loads(chunked._fs.cat_file(f"{chunked._ref_dir(ref)}/manifest.json"))
+    assert body["files"]["state"] == {
+        "size_bytes": len(BIG), "chunk_bytes": CHUNK,
+        "sha256": [sha(BIG[i : i + CHUNK]) for i in range(0, len(BIG), CHUNK)],
+    }
+    assert len(body["files"]["state"]["sha256"]) == 10
+    assert body["files"]["empty"] == {"size_bytes": 0, "chunk_bytes": CHUNK, "sha256": [sha(b"")]}
+    chunked.verify(ref)
+    assert chunked.read(ref) == {"state": BIG, "empty": b""}
+
+
+@pytest.mark.parametrize("offset", [0, CHUNK - 1, CHUNK, 5 * CHUNK + 7, len(BIG) - 1])
+def test_one_flipped_byte_in_any_chunk_is_caught_by_every_read(
+    chunked: CheckpointStore, other: CheckpointStore, offset: int
+) -> None:
+    ref = chunked.write(JOB, 1, {"state": BIG, "a": b"a"}, now_s=1.0)
+    flip_byte(chunked, ref, "state", offset)
+    differs = f"state: sha256 differs in chunk {offset // CHUNK} "
+    with pytest.raises(CorruptCheckpoint, match=differs):
+        chunked.verify(ref)
+    with pytest.raises(CorruptCheckpoint, match=differs):
+        chunked.read(ref)
+    buf = bytearray(len(BIG))
+    with pytest.raises(CorruptCheckpoint, match=differs), chunked.open_file(ref, "state") as f:
+        f.readinto(buf)
+    with pytest.raises(CorruptCheckpoint, match=differs), chunked.open_file(ref, "state") as f:
+        f.readinto_stable(buf)  # checked by the end of the block at the latest
+    with pytest.raises(CorruptCheckpoint, match=differs):
+        chunked.copy(ref, other, request_id="r")
+    assert other.list(JOB) == []
+    assert chunked.latest(JOB) is None
+
+
+def test_version_1_manifests_are_still_read(
+    store: CheckpointStore, other: CheckpointStore
+) -> None:
+    files = {"state": BIG, "b": b"bb"}
+    ref = store.write(JOB, 1, files, now_s=1.0)
+    mpath = fs_path(store, ref, "manifest.json")
+    body = json.loads(store._fs.cat_file(mpath))
+    body["version"] = 1  # one sha256 of each whole file, as version 1 wrote them
+    body["files"] = {n: {"size_bytes": len(d), "sha256": sha(d)} for n, d in files.items()}
+    blob = (json.dumps(body, indent=1, sort_keys=True) + "\n").encode()
+    store._fs.pipe_file(mpath, blob)
+    (old,) = store.list(JOB)
+    assert old.manifest_sha256 == sha(blob)
+    store.verify(old)
+    assert store.read(old) == files
+    copy = store.copy(old, other, request_id="r")
+    assert other._fs.cat_file(fs_path(other, copy, "manifest.json")) == blob
+    other.verify(copy)
+    flip_byte(store, old, "state", 12345)
+    with pytest.raises(CorruptCheckpoint, match="state: sha256 differs in chunk 0 "):
+        store.verify(old)
+    with pytest.raises(CorruptCheckpoint, match="sha256 differs"):
+        store.read(old)
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"sha256": []}, "0 chunk digests"),
+        ({"chunk_bytes": 0}, "bad chunk_bytes"),
+        ({"chunk_bytes": 1}, "chunk digests for"),
+        ({"sha256": "0" * 64}, "must be a list"),
+        ({"sha256": ["xyz"]}, "must be a list"),
+    ],
+)
+def test_a_manifest_with_a_bad_chunk_list_is_unreadable(
+    store: CheckpointStore, caplog: pytest.LogCaptureFixture, change: dict[str, object], why: str
+) -> None:
+    ref = store.write(JOB, 1, {"state": b"state"}, now_s=1.0)
+    mpath = fs_path(store, ref, "manifest.json")
+    body = json.loads(store._fs.cat_file(mpath))
+    body["files"]["state"].update(change)
+    store._fs.pipe_file(mpath, json.dumps(body).encode())
+    with caplog.at_level(logging.WARNING):
+        assert store.list(JOB) == []
+    assert why in caplog.text
+
+
+def test_a_bad_chunk_size_is_refused(tmp_path: Path) -> None:
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(InputError, match="chunk_bytes"):
+            CheckpointStore(f"file://{tmp_path}/s", chunk_bytes=bad)  # type: ignore[arg-type]

@@ -99,3 +99,27 @@ def test_a_flipped_byte_in_a_shard_is_caught(store: CheckpointStore) -> None:
 def test_not_a_state_file() -> None:
     with pytest.raises(PermanentError, match="not a heliotrope-state"):
         load_state(io.BytesIO(b"PK\x03\x04 a torch.save zip, say"))
+
+
+@pytest.mark.parametrize("offset", [0, 3 << 20, (9 << 20) - 1])
+def test_a_flipped_byte_in_any_chunk_of_a_large_shard_is_caught(offset: int) -> None:
+    """Shards of several chunks hash on the pool while they are read; a damaged chunk
+    anywhere fails the load (nothing half-verified comes back)."""
+    root = f"memory://state-{uuid.uuid4().hex[:8]}"
+    store = CheckpointStore(root, chunk_bytes=1 << 20)
+    want = {"w": torch.arange(9 << 18, dtype=torch.float32)}  # 9 MiB: 9 chunks
+
+    def files(open_file: WriteFn) -> None:
+        save_state_files(want, open_file, shard_bytes=5 << 20, threads=2)
+
+    ref = store.write("j", 1, files, now_s=0.0)
+    check_digest = state_digest(load_state_files(lambda name: store.open_file(ref, name)))
+    assert check_digest == state_digest(want)
+    shard, at = ("state.0000", offset) if offset < 5 << 20 else ("state.0001", offset - (5 << 20))
+    path = f"{store._ref_dir(ref)}/{shard}"
+    data = bytearray(store._fs.cat_file(path))
+    data[at] ^= 0x01
+    store._fs.pipe_file(path, bytes(data))
+    with pytest.raises(CorruptCheckpoint, match=rf"{shard}: sha256 differs in chunk {at >> 20} "):
+        load_state_files(lambda name: store.open_file(ref, name))
+    fsspec.filesystem("memory").rm(root, recursive=True)

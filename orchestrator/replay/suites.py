@@ -193,7 +193,7 @@ class SuiteResult:
 
     def format_table(self) -> str:
         """Plain-text tables: per setting and policy, then per window. A regret marked `*`
-        belongs to a policy that missed deadlines the oracle met: not comparable."""
+        belongs to a policy (the oracle included) that missed deadlines: not comparable."""
         lines = [f"suite {self.suite}: {self.description}"]
         head = (f"{'setting':28s} {'policy':22s} {'USD/job':>10s} {'kgCO2/job':>10s} "
                 f"{'met':>7s} {'regret':>8s}")
@@ -220,7 +220,7 @@ class SuiteResult:
                          f"{w.kg_co2:9.2f} {f'{w.deadlines_met}/{w.jobs}':>5s} "
                          f"{_pct(w.regret, w.deadlines_met < w.jobs):>8s}")
         if any(w.deadlines_met < w.jobs for w in self.windows):
-            lines += ["", "* missed deadlines (the oracle met them): regret not comparable"]
+            lines += ["", "* missed deadlines: regret not comparable"]
         extra = [(s, label, v) for s, a in self.anchors.items() for label, v in a.items()]
         if extra:
             lines += ["", "published numbers (USD per job):"]

@@ -22,6 +22,8 @@ import json
 import logging
 import math
 import os
+import sqlite3
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -110,6 +112,24 @@ def _sqlite_memory(u: URL) -> bool:
     return not u.database or u.database == ":memory:"
 
 
+def _use_wal(cur: Any) -> None:
+    """Put the database file in WAL mode (it stays so). The switch needs the file to
+    itself, and SQLite does not wait on the busy timeout for it, so two processes opening a
+    new file at once can see "database is locked": read the mode first (WAL is set once per
+    file) and retry the switch until the busy timeout."""
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            mode = cur.execute("PRAGMA journal_mode").fetchone()[0]
+            if str(mode).lower() != "wal":
+                cur.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def make_engine(url: str | URL | None = None) -> Engine:
     """An engine set up for the store: SQLite with WAL, busy timeout, foreign keys and
     SQLAlchemy-controlled transactions; PostgreSQL through psycopg with pre-ping."""
@@ -137,7 +157,7 @@ def make_engine(url: str | URL | None = None) -> Engine:
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
         if not memory:
-            cur.execute("PRAGMA journal_mode = WAL")
+            _use_wal(cur)
             cur.execute(f"PRAGMA synchronous = {SQLITE_SYNCHRONOUS}")
         cur.execute("PRAGMA foreign_keys = ON")
         cur.close()

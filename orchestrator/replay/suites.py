@@ -798,7 +798,7 @@ _CARBON_DEFAULTS: Final[Mapping[str, Any]] = MappingProxyType({
     "window_days": 8.0, "seed": 0,
 })
 # The oracle's progress grid for carbon-year: 4,096 levels instead of 16,384 gave the same J
-# to the cent on a 20-job window at 200 USD/t, 2.5x faster (docs/policies.md).
+# to the cent on 8 jobs of the first window at 200 USD/t, 2.5x faster (docs/policies.md).
 CARBON_ORACLE_LEVELS: Final = 4096
 CARBON_GPUS: Final = frozenset({"A100-40GB", "A100-80GB", "H100", "L4"})
 # One single-GPU and one 8-GPU shape per GPU type (GCP's list has ~15 shapes per region).

@@ -450,8 +450,7 @@ def _bench_policies(args: argparse.Namespace) -> int:
         "checkpoint_gb": listed(args.checkpoint_gb, float),
         "start_ticks": [int(v) for v in args.start_ticks.split(",")] if args.start_ticks else None,
         "drop_finishing_tick": True if args.drop_finishing_tick else None,
-        "carbon_prices": ([float(v) for v in args.carbon_prices.split(",") if v.strip()]
-                          if args.carbon_prices else None),
+        "carbon_prices": args.carbon_prices,  # the suite parses and checks the list
         "windows": args.windows,
         "jobs_per_window": args.jobs_per_window,
         "seed": args.seed,

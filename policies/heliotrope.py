@@ -200,7 +200,7 @@ class Heliotrope:
         with np.errstate(divide="ignore", invalid="ignore"):
             need_net = np.where(r_net > 0, remaining / r_net, need_h)
         slack = time_left - fresh_startup[rows_j, net_ix] - need_net
-        slack = np.where(np.isfinite(c_od), slack, time_left - d_fast - need_h)
+        slack = np.where(np.isfinite(c_od), slack, -np.inf)  # no on-demand: no net to fall on
         urgent = slack <= self.safety_margin_ticks * tick_h
         # The safety net's choice: cheapest on-demand that still finishes in time, else fastest.
         in_time = od & (finish_h <= time_left[:, None])

@@ -235,8 +235,7 @@ def migrate(
     # A running controller commits every tick, so ours may be refused (VersionConflict:
     # nothing of it was written). Then tick again from what the store holds now.
     for _ in range(MIGRATE_TRIES):
-        live.controller = None  # rebuild with the manual policy, from the store
-        live._last_s = None  # and accrue nothing: the running controller accounts the time
+        live.reload(accrue=False)  # with the manual policy, from the store
         refused = live.conflicts
         live.tick()
         if live.conflicts == refused:

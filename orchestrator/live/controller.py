@@ -87,6 +87,14 @@ class LiveController:
             "HELIOTROPE_REGION": offer.region,
         }
 
+    def reload(self, *, accrue: bool = True) -> None:
+        """Rebuild the controller (and its policy's view) from the store at the next tick.
+        With ``accrue=False`` that tick accounts no elapsed time: a one-off tick beside a
+        running controller, which accounts it."""
+        self.controller = None
+        if not accrue:
+            self._last_s = None
+
     # -- the loop ---------------------------------------------------------------------------
     def tick(self) -> list[Event]:
         now = self.clock.now()

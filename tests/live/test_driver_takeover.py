@@ -7,11 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from datetime import timedelta
-from pathlib import Path
-
-import pytest
 
 from orchestrator.checkpoints import CheckpointStore
 from orchestrator.clock import FakeClock
@@ -28,7 +25,7 @@ from policies.registry import make_policy
 from providers.base import InstanceInfo, InstanceState
 from providers.sim import SimProvider
 from tests.conftest import T0, tiny_trace
-from tests.state.conftest import Backend, pg_schema
+from tests.state.conftest import Backend
 
 CLUSTER = "takeover"
 TICK_S = 600
@@ -43,22 +40,6 @@ class BootingSim(SimProvider):
         return {i: dataclasses.replace(info, state=InstanceState.RUNNING)
                 if info.state is InstanceState.BOOTING and now >= info.ready_at_s else info
                 for i, info in super().list_instances(cluster=cluster).items()}
-
-
-@pytest.fixture(params=["memory", "sqlite", "postgresql"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    if request.param == "postgresql":
-        with pg_schema() as url:
-            b = Backend("postgresql", url)
-            try:
-                yield b
-            finally:
-                b.close()
-        return
-    b = Backend(request.param, None if request.param == "memory"
-                else f"sqlite:///{tmp_path / 'state.db'}")
-    yield b
-    b.close()
 
 
 @dataclasses.dataclass

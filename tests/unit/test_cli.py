@@ -167,3 +167,17 @@ def test_home_region_without_an_allowed_offer_is_refused(
     bad.write_text(JOBS.replace("home_region: us-central1", "home_region: mars-north1"))
     assert main(["replay", "--jobs", str(bad), "--days", "2", "--out", str(tmp_path / "o")]) == 2
     assert "home_region" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("args", "field"), [
+    (["--suite", "carbon-year", "--carbon-prices", "abc"], "carbon_prices"),
+    (["--suite", "skynomad-h100", "--windows", "2"], "windows"),
+    (["--suite", "carbon-year", "--workers", "0"], "workers"),
+])
+def test_bench_bad_options_name_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], field: str
+) -> None:
+    out = tmp_path / "bench"
+    assert main(["bench", "policies", *args, "--data", str(tmp_path), "--out", str(out)]) == 2
+    assert field in capsys.readouterr().err
+    assert not out.exists()

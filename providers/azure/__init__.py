@@ -1,0 +1,28 @@
+"""Azure adapter (azure-mgmt-compute and azure-identity, imported lazily; extra `azure`).
+
+- `provider`: `AzureProvider`, the ComputeProvider for Spot and on-demand N-series VMs, and
+  `AzureLaunchConfig` (subnets, SSH key, image, disk, managed identity).
+- `prices`: hourly prices from the public Azure Retail Prices API (list prices as fallback).
+- `errors`: ARM error codes as `ProviderFailure`s.
+- `notices`: Spot eviction notices from Scheduled Events inside the VM, for the training SDK.
+- `regions`: Azure region -> Electricity Maps grid zone (the catalog's table, plus more).
+
+The actions it needs are exactly those in infra/azure/role.json.
+"""
+
+from providers.azure.notices import AzureScheduledEvents, preemption_notice
+from providers.azure.prices import PriceQuote, RetailPriceCatalog, RetailPrices, parse_items
+from providers.azure.provider import AzureLaunchConfig, AzureProvider
+from providers.azure.regions import grid_zone
+
+__all__ = [
+    "AzureLaunchConfig",
+    "AzureProvider",
+    "AzureScheduledEvents",
+    "PriceQuote",
+    "RetailPriceCatalog",
+    "RetailPrices",
+    "grid_zone",
+    "parse_items",
+    "preemption_notice",
+]

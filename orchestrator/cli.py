@@ -180,10 +180,18 @@ def _parser() -> argparse.ArgumentParser:
     bp.add_argument("--data", type=Path, default=None,
                     help="shared traces (default $HELIOTROPE_TRACES or ../shared/data)")
     bp.add_argument("--zones", default=None, help="comma-separated zones")
-    bp.add_argument("--deadline-ratio", default=None, help="one value or a comma list")
-    bp.add_argument("--work-hours", type=float, default=None)
-    bp.add_argument("--cold-start-hours", type=float, default=None)
-    bp.add_argument("--checkpoint-gb", default=None, help="one value or a comma list")
+    sweep = "one value or a comma list (lists run their cross product)"
+    bp.add_argument("--deadline-ratio", default=None, help=sweep)
+    bp.add_argument("--work-hours", default=None, help=sweep)
+    bp.add_argument("--cold-start-hours", default=None, help=sweep)
+    bp.add_argument("--checkpoint-gb", default=None, help=sweep)
+    bp.add_argument("--slack-hours", default=None, help="cbl-v100: " + sweep)
+    bp.add_argument("--egress-usd-per-gb", default=None,
+                    help="one price for every cross-region checkpoint move")
+    bp.add_argument("--transfer-gbps", default=None,
+                    help="checkpoint copies take time at this bandwidth (Gbit/s)")
+    bp.add_argument("--timeline", default=None, metavar="JOB[@WINDOW]",
+                    help="print one job's per-tick placement per policy beside the oracle's")
     bp.add_argument("--start-ticks", default=None, help="comma-separated window starts")
     bp.add_argument("--drop-finishing-tick", action="store_true",
                     help="report SkyNomad's published convention")
@@ -436,25 +444,31 @@ def _bench_policies(args: argparse.Namespace) -> int:
 
     data = args.data or Path(os.environ.get("HELIOTROPE_TRACES", "../shared/data"))
 
-    def listed(value: str | None, kind: type) -> Any:
-        if value is None:
-            return None
-        items = [kind(v) for v in value.split(",") if v.strip()]
-        return items if len(items) > 1 else items[0]
-
+    # Values and comma lists go to the suite as given: it parses and checks them.
     overrides = {k: v for k, v in {
-        "zones": args.zones.split(",") if args.zones else None,
-        "deadline_ratio": listed(args.deadline_ratio, float),
+        "zones": args.zones,
+        "deadline_ratio": args.deadline_ratio,
         "work_hours": args.work_hours,
         "cold_start_hours": args.cold_start_hours,
-        "checkpoint_gb": listed(args.checkpoint_gb, float),
-        "start_ticks": [int(v) for v in args.start_ticks.split(",")] if args.start_ticks else None,
+        "checkpoint_gb": args.checkpoint_gb,
+        "slack_hours": args.slack_hours,
+        "egress_usd_per_gb": args.egress_usd_per_gb,
+        "transfer_gbps": args.transfer_gbps,
+        "start_ticks": args.start_ticks,
         "drop_finishing_tick": True if args.drop_finishing_tick else None,
-        "carbon_prices": args.carbon_prices,  # the suite parses and checks the list
+        "carbon_prices": args.carbon_prices,
         "windows": args.windows,
         "jobs_per_window": args.jobs_per_window,
         "seed": args.seed,
     }.items() if v is not None}
+    if args.timeline:
+        from orchestrator.replay.suites import suite_timelines
+
+        job, _, window = args.timeline.partition("@")
+        for timeline in suite_timelines(args.suite, data, args.policies.split(","), overrides,
+                                        job.strip(), window.strip() or None):
+            print(timeline.format() + "\n")
+        return 0
     with _progress() as bar:
         task = bar.add_task(f"bench {args.suite}", total=None)
 

@@ -195,6 +195,7 @@ class CostSettings:
 
     `egress_usd_per_gb` overrides the catalog's per-route prices for every cross-region
     move (a benchmark setting); `transfer_time` off makes checkpoint copies instant;
+    `transfer_gbps` overrides the catalog's per-route bandwidth for every cross-region copy;
     `bill_final_tick` bills the whole tick in which a job finishes.
     """
 
@@ -202,6 +203,7 @@ class CostSettings:
     egress_usd_per_gb: float | None = None
     transfer_time: bool = True
     bill_final_tick: bool = False
+    transfer_gbps: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -157,13 +157,25 @@ def move_cost(
         return MoveCost(0.0, 0.0)
     settings = settings or CostSettings()
     size = job.checkpoint_size_gb
-    per_gb = (
-        settings.egress_usd_per_gb
-        if settings.egress_usd_per_gb is not None
-        else catalog.egress_usd_per_gb(src, dst)
-    )
-    transfer_h = catalog.transfer_hours(size, src, dst) if settings.transfer_time else 0.0
-    return MoveCost(egress_usd=size * per_gb, transfer_h=transfer_h)
+    return MoveCost(egress_usd=size * egress_per_gb(src, dst, settings),
+                    transfer_h=size * transfer_h_per_gb(src, dst, settings))
+
+
+def egress_per_gb(src: Location, dst: Location, settings: CostSettings) -> float:
+    """USD per GB of a checkpoint copy between two different regions."""
+    if settings.egress_usd_per_gb is not None:
+        return settings.egress_usd_per_gb
+    return catalog.egress_usd_per_gb(src, dst)
+
+
+def transfer_h_per_gb(src: Location, dst: Location, settings: CostSettings) -> float:
+    """Hours per GB of a checkpoint copy between two different regions: 0 with transfer
+    time off, at `settings.transfer_gbps` where set, else the catalog's route bandwidth."""
+    if not settings.transfer_time:
+        return 0.0
+    if settings.transfer_gbps is not None:
+        return 8.0 / settings.transfer_gbps / 3600.0
+    return catalog.transfer_hours(1.0, src, dst)
 
 
 def lost_work_gpu_h(progress_gpu_h: float, checkpointed_gpu_h: float) -> float:

@@ -45,7 +45,6 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator import catalog
 from orchestrator.model import (
     BoolArray,
     Decision,
@@ -58,6 +57,7 @@ from orchestrator.model import (
     Snapshot,
 )
 from orchestrator.signals.forecast import forecast_mean
+from policies.costs import egress_per_gb, transfer_h_per_gb
 from policies.spot_lifetime import expected_lifetime_h
 
 _ACTIVE = (int(Phase.WAITING), int(Phase.STARTING), int(Phase.RUNNING))
@@ -259,7 +259,7 @@ class Heliotrope:
     def _move_matrices(self, snapshot: Snapshot) -> tuple[FloatArray, FloatArray]:
         """[src offer, dst offer]: egress USD per GB and transfer hours per GB."""
         settings = snapshot.settings
-        key = ("move", id(snapshot.offers), settings.egress_usd_per_gb, settings.transfer_time)
+        key = ("move", id(snapshot.offers), settings)
         if key not in self._memo:
             offers = snapshot.offers
             regions: dict[tuple[str, str], int] = {}
@@ -275,13 +275,8 @@ class Heliotrope:
                 for b, dst in enumerate(locs):
                     if a == b:
                         continue
-                    egress[a, b] = (
-                        settings.egress_usd_per_gb
-                        if settings.egress_usd_per_gb is not None
-                        else catalog.egress_usd_per_gb(src, dst)
-                    )
-                    if settings.transfer_time:
-                        transfer[a, b] = catalog.transfer_hours(1.0, src, dst)
+                    egress[a, b] = egress_per_gb(src, dst, settings)
+                    transfer[a, b] = transfer_h_per_gb(src, dst, settings)
             self._memo[key] = (egress[np.ix_(code, code)], transfer[np.ix_(code, code)])
         result: tuple[FloatArray, FloatArray] = self._memo[key]
         return result

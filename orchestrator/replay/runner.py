@@ -116,7 +116,10 @@ def run_policy(
     *,
     options: LoopOptions,
     progress: ProgressFn | None = None,
+    observe: Callable[[int, FleetState], None] | None = None,
 ) -> PolicyRun:
+    """Run `policy` over every tick of `grid` until all jobs are done; `observe(k, fleet)`
+    sees the fleet after each tick k (read it, do not keep it: it changes)."""
     if isinstance(policy, Oracle) and policy.hindsight is None:
         policy = policy.with_hindsight(Hindsight.of(grid))  # the oracle sees the realized grid
     clock = FakeClock(grid.start)
@@ -133,6 +136,8 @@ def run_policy(
         now = grid.time_of(k)
         clock.set(now)
         controller.tick(now)
+        if observe is not None:
+            observe(k, controller.fleet)
         times[k], usd[k], kg[k] = (
             now.timestamp(),
             controller.fleet.usd.sum(),

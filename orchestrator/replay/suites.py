@@ -16,14 +16,23 @@ Suites:
   cross-region move, no transfer time, continuous checkpoints (a preemption loses no work);
   windows start at ticks 0, 311, 622, 933, 1244, 1556. Every tick billed by default (the
   artifact's numbers with every tick billed: Optimal 574.11, exact oracle 573.04 USD).
-  `deadline_ratio` and `checkpoint_gb` may be lists: one setting per value (the paper's
-  deadline and checkpoint sweeps, whose published means are attached as anchors).
+  `deadline_ratio`, `checkpoint_gb`, `cold_start_hours` and `work_hours` may be lists: one
+  setting per point of their cross product (the paper's deadline and checkpoint sweeps,
+  whose published means are attached as anchors); `egress_usd_per_gb` and `transfer_gbps`
+  (copies take time at that bandwidth) change the move costs.
 - ``cbl-v100``: the 9 AWS p3.2xlarge (V100) zones of the Can't Be Late 2023-02-15 traces
   (Wu et al., NSDI'24), 195 s ticks, per-tick spot prices from the SkyNomad artifact,
   on-demand 3.06 USD/h. Jobs of 48 instance-hours (the Can't Be Late paper's job length)
   with 4 h and 22 h of slack, cold starts of 0.05 h and 0.2 h (4 settings), 6 windows a
   week apart; other costs as in ``skynomad-h100``. The trace's absolute start is taken as
-  2023-02-15T00:00Z (the files carry only the date).
+  2023-02-15T00:00Z (the files carry only the date). `work_hours`, `slack_hours` (or
+  `deadline_ratio` instead), `cold_start_hours` and `checkpoint_gb` may be lists.
+
+Every table also reports, per policy, the mean J / J(oracle) over the *non-trivial* windows
+(where the oracle's schedule is not one uninterrupted stay per job from its first tick: on
+the others every sensible policy is at the optimum and dilutes the mean) and the worst
+window's ratio. `suite_timelines` (CLI `--timeline JOB[@WINDOW]`) prints one job's
+placement tick by tick under each policy beside the oracle's.
 
 Billing (options of both suites): by default every tick is billed, the finishing tick whole
 (``CostSettings.bill_final_tick``). ``drop_finishing_tick`` reports SkyNomad's published
@@ -39,6 +48,8 @@ Carbon uses Electricity Maps yearly averages of each region's grid zone (locatio
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -54,7 +65,7 @@ import pandas as pd
 from orchestrator import catalog
 from orchestrator.errors import InputError, UnknownNameError
 from orchestrator.loop import LoopOptions
-from orchestrator.model import CostSettings, EventKind, JobSpec, Phase
+from orchestrator.model import CostSettings, EventKind, FleetState, JobSpec, Market, Phase
 from orchestrator.replay.runner import PolicyRun, run_policy
 from orchestrator.signals.grid import SignalGrid
 from orchestrator.signals.traces import Trace, empty_frame, make_manifest
@@ -122,7 +133,12 @@ class WindowResult:
     finished: int
     preemptions: int
     migrations: int
+    launches: int
     regret: float | None  # J / J(oracle) - 1 on this window
+    # The oracle's schedule here is one uninterrupted stay per job from its first tick (one
+    # launch, at once, never preempted): every sensible policy finds it, the window says
+    # little.
+    trivial: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +153,11 @@ class PolicySummary:
     mean_objective_usd_per_job: float
     deadlines_met: int
     regret: float | None  # sum J / sum J(oracle) - 1
+    windows: int = 0
+    nontrivial_windows: int = 0  # windows where the oracle's plan is not one stay per job
+    nontrivial_mean_ratio: float | None = None  # mean J / J(oracle) over those windows
+    worst_ratio: float | None = None  # the largest J / J(oracle) of any window
+    worst_window: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +190,10 @@ class SuiteResult:
                 "mean_kg_co2_per_job": _r(r.mean_kg_co2_per_job, 4),
                 "mean_objective_usd_per_job": _r(r.mean_objective_usd_per_job, 4),
                 "deadlines_met": r.deadlines_met, "deadlines_total": r.jobs,
-                "regret": _r(r.regret, 6),
+                "regret": _r(r.regret, 6), "windows": r.windows,
+                "nontrivial_windows": r.nontrivial_windows,
+                "nontrivial_mean_ratio": _r(r.nontrivial_mean_ratio, 6),
+                "worst_ratio": _r(r.worst_ratio, 6), "worst_window": r.worst_window,
             } for r in rows]
 
         return {
@@ -185,7 +209,8 @@ class SuiteResult:
                 "finishing_tick_usd_dropped": _r(w.finishing_tick_usd, 4),
                 "objective_usd": _r(w.objective_usd, 4), "deadlines_met": w.deadlines_met,
                 "finished": w.finished, "preemptions": w.preemptions,
-                "migrations": w.migrations, "regret": _r(w.regret, 6),
+                "migrations": w.migrations, "launches": w.launches,
+                "regret": _r(w.regret, 6), "trivial": w.trivial,
             } for w in self.windows],
             "anchors": {s: dict(a) for s, a in self.anchors.items()},
             "elapsed_s": round(self.elapsed_s, 3),
@@ -193,32 +218,39 @@ class SuiteResult:
 
     def format_table(self) -> str:
         """Plain-text tables: per setting and policy, then per window. A regret marked `*`
-        belongs to a policy (the oracle included) that missed deadlines: not comparable."""
+        belongs to a policy (the oracle included) that missed deadlines: not comparable.
+        `non-triv` is the mean J / J(oracle) over the windows where the oracle's plan is not
+        one uninterrupted stay per job (how many: `n`), `worst` the largest window's."""
         lines = [f"suite {self.suite}: {self.description}"]
         head = (f"{'setting':28s} {'policy':22s} {'USD/job':>10s} {'kgCO2/job':>10s} "
-                f"{'met':>7s} {'regret':>8s}")
+                f"{'met':>7s} {'regret':>8s} {'non-triv':>9s} {'n':>3s} {'worst':>7s} "
+                f"{'(window)':10s}")
+
+        def row(setting: str, r: PolicySummary) -> str:
+            missed = r.deadlines_met < r.jobs
+            return (f"{setting:28s} {r.policy:22s} {r.mean_usd_per_job:10.2f} "
+                    f"{r.mean_kg_co2_per_job:10.2f} {f'{r.deadlines_met}/{r.jobs}':>7s} "
+                    f"{_pct(r.regret, missed):>8s} {_x(r.nontrivial_mean_ratio):>9s} "
+                    f"{r.nontrivial_windows:3d} {_x(r.worst_ratio):>7s} {r.worst_window:10s}"
+                    ).rstrip()
+
         lines += ["", head, "-" * len(head)]
         for r in self.by_setting:
-            lines.append(f"{r.setting:28s} {r.policy:22s} {r.mean_usd_per_job:10.2f} "
-                         f"{r.mean_kg_co2_per_job:10.2f} {f'{r.deadlines_met}/{r.jobs}':>7s} "
-                         f"{_pct(r.regret, r.deadlines_met < r.jobs):>8s}")
+            lines.append(row(r.setting, r))
             for label, value in self.anchors.get(r.setting, {}).items():
                 if r.policy == ORACLE and label.startswith("SkyNomad Optimal"):
                     lines.append(f"{'':28s} {'  anchor: ' + label:22s} {value:10.2f}")
         if len(self.settings()) > 1:
             lines += ["", head, "-" * len(head)]
-            for r in self.summary:
-                lines.append(f"{'all':28s} {r.policy:22s} {r.mean_usd_per_job:10.2f} "
-                             f"{r.mean_kg_co2_per_job:10.2f} "
-                             f"{f'{r.deadlines_met}/{r.jobs}':>7s} "
-                             f"{_pct(r.regret, r.deadlines_met < r.jobs):>8s}")
+            lines += [row("all", r) for r in self.summary]
         head = (f"{'setting':28s} {'window':10s} {'policy':22s} {'USD':>10s} {'kgCO2':>9s} "
                 f"{'met':>5s} {'regret':>8s}")
         lines += ["", head, "-" * len(head)]
         for w in self.windows:
             lines.append(f"{w.setting:28s} {w.window:10s} {w.policy:22s} {w.usd:10.2f} "
                          f"{w.kg_co2:9.2f} {f'{w.deadlines_met}/{w.jobs}':>5s} "
-                         f"{_pct(w.regret, w.deadlines_met < w.jobs):>8s}")
+                         f"{_pct(w.regret, w.deadlines_met < w.jobs):>8s}"
+                         + ("  (trivial)" if w.trivial and w.policy == ORACLE else ""))
         if any(w.deadlines_met < w.jobs for w in self.windows):
             lines += ["", "* missed deadlines: regret not comparable"]
         extra = [(s, label, v) for s, a in self.anchors.items() for label, v in a.items()]
@@ -232,6 +264,10 @@ def _r(value: float | None, digits: int) -> float | None:
     if value is None or not math.isfinite(value):
         return None
     return round(value, digits)
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None or not math.isfinite(value) else f"{value:.3f}x"
 
 
 def _pct(value: float | None, missed: bool = False) -> str:
@@ -308,14 +344,12 @@ def run_case(case: SuiteCase, names: Sequence[str], oracle_levels: int = 16384,
     options = LoopOptions(cluster="bench", settings=case.settings)
     deadlines = np.array([j.deadline.timestamp() for j in case.jobs])
     rows: dict[str, WindowResult] = {}
+    trivial = False
     for k, n in enumerate(names):
         if step is not None:
             step(f"{case.setting} {case.window} {n}", k)
-        policy: Policy = (
-            Oracle(hindsight=Hindsight.of(grid), drop_finishing_tick=case.drop_finishing_tick,
-                   max_progress_levels=oracle_levels)
-            if n == ORACLE else make_policy(n))
-        run = run_policy(policy, case.jobs, grid, options=options)
+        run = run_policy(_case_policy(n, case, grid, oracle_levels), case.jobs, grid,
+                         options=options)
         f = run.fleet
         finished = f.phase == Phase.DONE
         met = finished & (f.finished_at_s <= deadlines + 1e-6)
@@ -330,10 +364,149 @@ def run_case(case: SuiteCase, names: Sequence[str], oracle_levels: int = 16384,
             objective_usd=usd + case.settings.carbon_usd_per_tonne * kg / 1000.0,
             deadlines_met=int(met.sum()), finished=int(finished.sum()),
             preemptions=int(f.preemptions.sum()), migrations=int(f.migrations.sum()),
-            regret=None)
-    base = rows[ORACLE].objective_usd if ORACLE in rows else math.nan
-    return [_with_regret(r, r.objective_usd / base - 1.0 if base > 0 else None)
+            launches=int(f.launches.sum()), regret=None)
+        if n == ORACLE:
+            trivial = _single_stays(run, case.jobs, grid)
+    oracle = rows.get(ORACLE)
+    base = oracle.objective_usd if oracle is not None else math.nan
+    return [dataclasses.replace(r, regret=r.objective_usd / base - 1.0 if base > 0 else None,
+                                trivial=trivial)
             for r in (rows[n] for n in names)]
+
+
+def _single_stays(run: PolicyRun, jobs: Sequence[JobSpec], grid: SignalGrid) -> bool:
+    """Whether every job ran as one uninterrupted stay from its first tick: launched once,
+    at once, never preempted."""
+    launches: dict[str, list[float]] = {}
+    for e in run.events:
+        if e.kind is EventKind.PREEMPTED:
+            return False
+        if e.kind is EventKind.LAUNCHED:
+            launches.setdefault(e.job_id, []).append(e.time_s)
+    return all(
+        len(launches.get(j.id, [])) == 1
+        and launches[j.id][0] <= max(j.start.timestamp(), grid.start_s) + grid.tick_s + 1e-6
+        for j in jobs)
+
+
+def _case_policy(name: str, case: SuiteCase, grid: SignalGrid, oracle_levels: int) -> Policy:
+    if name == ORACLE:
+        return Oracle(hindsight=Hindsight.of(grid), drop_finishing_tick=case.drop_finishing_tick,
+                      max_progress_levels=oracle_levels)
+    return make_policy(name)
+
+
+# --- timelines ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    """Where one job of one case was, tick by tick, under each policy (the oracle first).
+    `cells[k][p]`: `-` before its start, `idle`, `ZONE[ TYPE] spot|od` (`*`: cold start,
+    `!`: preempted in that tick), `done`."""
+
+    setting: str
+    window: str
+    job: str
+    start: datetime
+    tick_s: int
+    deadline_tick: int
+    policies: tuple[str, ...]
+    cells: tuple[tuple[str, ...], ...]
+    usd: tuple[float, ...]  # per policy, this job's dollars
+    met: tuple[bool, ...]  # per policy, whether this job met its deadline
+
+    def format(self) -> str:
+        """One row per run of ticks in which no policy's placement changes."""
+        width = max([14, *(len(c) for row in self.cells for c in row),
+                     *(len(p) for p in self.policies)])
+        lines = [f"timeline of job {self.job}, window {self.window}, {self.setting}: "
+                 f"{self.tick_s} s ticks from {self.start:%Y-%m-%d %H:%M} UTC, deadline at "
+                 f"tick {self.deadline_tick} (* cold start, ! preempted)",
+                 f"{'ticks':>11s}  " + " ".join(f"{p:{width}s}" for p in self.policies)]
+        k = 0
+        while k < len(self.cells):
+            end = k
+            while end + 1 < len(self.cells) and self.cells[end + 1] == self.cells[k]:
+                end += 1
+            ticks = f"{k}" if end == k else f"{k}-{end}"
+            lines.append(f"{ticks:>11s}  " + " ".join(f"{c:{width}s}" for c in self.cells[k]))
+            k = end + 1
+        lines.append(f"{'USD':>11s}  " + " ".join(f"{u:<{width}.2f}" for u in self.usd))
+        lines.append(f"{'deadline':>11s}  " + " ".join(
+            f"{'met' if m else 'MISSED':{width}s}" for m in self.met))
+        return "\n".join(lines)
+
+
+def suite_timelines(name: str, data_dir: Path, policies: Sequence[str],
+                    overrides: Mapping[str, Any] | None, job: str,
+                    window: str | None = None) -> list[Timeline]:
+    """The per-tick placement of job `job` under `policies` and the oracle, in every case of
+    suite `name` that has that job (only window `window`'s where given)."""
+    factory = SUITES.get(name)
+    if factory is None:
+        raise UnknownNameError("suite", name, list(SUITES))
+    names = tuple(dict.fromkeys([ORACLE, *(p.strip() for p in policies if p.strip())]))
+    for n in names:
+        if n != ORACLE:
+            make_policy(n)
+    suite = factory(Path(data_dir), dict(overrides or {}))
+    cases = [c for c in suite.cases if (window is None or c.window == window)
+             and any(j.id == job for j in c.jobs)]
+    if not cases:
+        known = sorted({f"{j.id}@{c.window}" for c in suite.cases for j in c.jobs})
+        raise InputError("", "--timeline", "JOB[@WINDOW] of a job of the suite",
+                         got=f"{job}@{window}" if window else job,
+                         fix="one of: " + ", ".join(known[:12])
+                         + (f" ... ({len(known)} in all)" if len(known) > 12 else ""))
+    return [_timeline(case, names, job, suite.oracle_levels) for case in cases]
+
+
+def _timeline(case: SuiteCase, names: Sequence[str], job: str, oracle_levels: int
+              ) -> Timeline:
+    grid = case_grid(case)
+    options = LoopOptions(cluster="bench", settings=case.settings)
+    j = next(i for i, spec in enumerate(case.jobs) if spec.id == job)
+    spec = case.jobs[j]
+    several_types = len({o.instance_type for o in grid.offers}) > 1
+    labels = [(o.zone or o.region) + (f" {o.instance_type}" if several_types else "")
+              + (" spot" if o.market is Market.SPOT else " od") for o in grid.offers]
+    columns: list[list[str]] = []
+    usd: list[float] = []
+    met: list[bool] = []
+    for n in names:
+        column: list[str] = []
+        seen = [0]
+
+        def observe(k: int, fleet: FleetState, column: list[str] = column,
+                    seen: list[int] = seen) -> None:
+            phase = Phase(int(fleet.phase[j]))
+            preempted = int(fleet.preemptions[j]) > seen[0]
+            seen[0] = int(fleet.preemptions[j])
+            if phase is Phase.PENDING:
+                cell = "-"
+            elif phase is Phase.DONE:
+                cell = "done"
+            elif phase is Phase.WAITING:
+                cell = "idle"
+            else:
+                cell = labels[int(fleet.offer[j])] + ("*" if phase is Phase.STARTING else "")
+            column.append(cell + (" !" if preempted else ""))
+
+        run = run_policy(_case_policy(n, case, grid, oracle_levels), case.jobs, grid,
+                         options=options, observe=observe)
+        columns.append(column)
+        usd.append(float(run.fleet.usd[j]))
+        met.append(bool(run.fleet.phase[j] == Phase.DONE
+                        and run.fleet.finished_at_s[j] <= spec.deadline.timestamp() + 1e-6))
+    n_ticks = max(len(c) for c in columns)
+    cells = tuple(tuple(c[k] if k < len(c) else "done" for c in columns)
+                  for k in range(n_ticks))
+    return Timeline(
+        setting=case.setting, window=case.window, job=job, start=grid.start,
+        tick_s=grid.tick_s,
+        deadline_tick=math.ceil((spec.deadline.timestamp() - grid.start_s) / grid.tick_s),
+        policies=tuple(names), cells=cells, usd=tuple(usd), met=tuple(met))
 
 
 _WORKER_SUITE: dict[str, Suite] = {}
@@ -398,16 +571,14 @@ def finishing_tick(run: PolicyRun, jobs: Sequence[JobSpec], grid: SignalGrid
     return usd, kg
 
 
-def _with_regret(row: WindowResult, regret: float | None) -> WindowResult:
-    return WindowResult(**{**{f: getattr(row, f) for f in row.__dataclass_fields__},
-                           "regret": regret})
-
-
 def _summarize(setting: str, policy: str, rows: list[WindowResult],
                oracle: list[WindowResult]) -> PolicySummary:
     jobs = sum(r.jobs for r in rows)
     j_sum = sum(r.objective_usd for r in rows)
     base = sum(r.objective_usd for r in oracle)
+    ratios = [(1.0 + r.regret, r) for r in rows if r.regret is not None]
+    hard = [x for x, r in ratios if not r.trivial]
+    worst = max(ratios, key=lambda x: x[0], default=None)
     return PolicySummary(
         setting=setting, policy=policy, jobs=jobs,
         mean_usd_per_job=sum(r.usd for r in rows) / jobs if jobs else math.nan,
@@ -415,6 +586,13 @@ def _summarize(setting: str, policy: str, rows: list[WindowResult],
         mean_objective_usd_per_job=j_sum / jobs if jobs else math.nan,
         deadlines_met=sum(r.deadlines_met for r in rows),
         regret=j_sum / base - 1.0 if base > 0 else None,
+        windows=len(rows),
+        nontrivial_windows=len(hard),
+        nontrivial_mean_ratio=sum(hard) / len(hard) if hard else None,
+        worst_ratio=worst[0] if worst else None,
+        worst_window=("" if worst is None else worst[1].window
+                      if len({r.setting for r in rows}) == 1
+                      else f"{worst[1].setting} {worst[1].window}"),
     )
 
 
@@ -461,6 +639,44 @@ def _one(suite: str, key: str, value: Any, *, minimum: float = 0.0) -> float:
     if len(values) != 1:
         raise InputError("", f"suite {suite!r} option {key!r}", "one number", got=repr(value))
     return values[0]
+
+
+def _move_settings(suite: str, opts: Mapping[str, Any], *, transfer_default: bool,
+                   bill_final_tick: bool = False, carbon_usd_per_tonne: float = 0.0
+                   ) -> CostSettings:
+    """Egress and transfer time of a checkpoint move: options `egress_usd_per_gb` (one price
+    for every cross-region move; None: the catalog's per route) and `transfer_gbps` (copies
+    take time at that bandwidth; None: the suite's default, `transfer_default`: False for
+    instant copies, True for the catalog's per-route bandwidth)."""
+    egress = opts.get("egress_usd_per_gb")
+    gbps = opts.get("transfer_gbps")
+    return CostSettings(
+        carbon_usd_per_tonne=carbon_usd_per_tonne,
+        egress_usd_per_gb=None if egress is None else _one(suite, "egress_usd_per_gb", egress),
+        transfer_time=gbps is not None or transfer_default,
+        transfer_gbps=None if gbps is None else _one(suite, "transfer_gbps", gbps,
+                                                     minimum=1e-9),
+        bill_final_tick=bill_final_tick)
+
+
+def _move_label(settings: CostSettings) -> str:
+    egress = ("egress at catalog prices" if settings.egress_usd_per_gb is None
+              else f"egress {settings.egress_usd_per_gb:g} USD/GB")
+    if not settings.transfer_time:
+        return egress + ", instant checkpoint copies"
+    if settings.transfer_gbps is None:
+        return egress + ", copies at catalog bandwidth"
+    return egress + f", copies at {settings.transfer_gbps:g} Gbit/s"
+
+
+def _list(values: Sequence[float], fmt: str = "{:g}") -> str:
+    return ", ".join(fmt.format(v) for v in values)
+
+
+def _setting_label(axes: Sequence[tuple[str, float, str, bool]], single: str) -> str:
+    """`name value unit` for each axis that varies (its flag), else `single`."""
+    parts = [f"{name} {value:g}{unit}" for name, value, unit, varies in axes if varies]
+    return ", ".join(parts) if parts else single
 
 
 def _billing(suite: str, opts: Mapping[str, Any]) -> tuple[bool, bool]:
@@ -524,22 +740,28 @@ SKYNOMAD_EVERY_TICK: Final[Mapping[str, float]] = MappingProxyType({
 _SKYNOMAD_DEFAULTS: Final[Mapping[str, Any]] = MappingProxyType({
     "zones": list(SKYNOMAD_ZONES), "deadline_ratio": 1.5, "work_hours": None,
     "cold_start_hours": 0.2, "checkpoint_gb": 50.0, "start_ticks": list(SKYNOMAD_STARTS),
-    "drop_finishing_tick": False, "bill_to_finish": False,
+    "drop_finishing_tick": False, "bill_to_finish": False, "egress_usd_per_gb": 0.02,
+    "transfer_gbps": None,
 })
 
 
 def skynomad_h100(data_dir: Path, overrides: Mapping[str, Any]) -> Suite:
-    """SkyNomad's H100 benchmark (module docstring); options in `_SKYNOMAD_DEFAULTS`."""
+    """SkyNomad's H100 benchmark (module docstring); options in `_SKYNOMAD_DEFAULTS`.
+    `deadline_ratio`, `checkpoint_gb`, `cold_start_hours` and `work_hours` may be lists:
+    one setting per point of their cross product."""
     name = "skynomad-h100"
     opts = _options(name, overrides, _SKYNOMAD_DEFAULTS)
     zones = _strings(opts["zones"])
     ratios = _floats(name, "deadline_ratio", opts["deadline_ratio"], minimum=1e-9)
     ckpts = _floats(name, "checkpoint_gb", opts["checkpoint_gb"])
-    cold_h = _one(name, "cold_start_hours", opts["cold_start_hours"])
+    colds = _floats(name, "cold_start_hours", opts["cold_start_hours"])
     starts = _ints(name, "start_ticks", opts["start_ticks"])
     drop, to_finish = _billing(name, opts)
-    work_override = (None if opts["work_hours"] is None
-                     else _one(name, "work_hours", opts["work_hours"], minimum=1e-9))
+    works: list[float | None] = (
+        [None] if opts["work_hours"] is None
+        else list(_floats(name, "work_hours", opts["work_hours"], minimum=1e-9)))
+    settings = _move_settings(name, opts, transfer_default=False,
+                              bill_final_tick=not to_finish)
     path = _require(data_dir, SKYNOMAD_FILE)
     raw = pd.read_csv(path)
     missing = sorted(set(zones) - set(raw["zone"]))
@@ -559,51 +781,62 @@ def skynomad_h100(data_dir: Path, overrides: Mapping[str, Any]) -> Suite:
     data_end = t0 + n_ticks * tick
     deadline = SKYNOMAD_DEADLINE_TICKS * tick
     deadline_h = deadline.total_seconds() / 3600.0
-    settings = CostSettings(egress_usd_per_gb=0.02, transfer_time=False,
-                            bill_final_tick=not to_finish)
     cases: list[SuiteCase] = []
     anchors: dict[str, dict[str, float]] = {}
     sweep = _skynomad_sweeps(data_dir)
-    default_shape = (zones == list(SKYNOMAD_ZONES) and starts == list(SKYNOMAD_STARTS)
-                     and cold_h == 0.2 and work_override is None)
-    for ratio in ratios:
-        for ckpt in ckpts:
-            work_h = work_override if work_override is not None else deadline_h / ratio
-            setting = f"ratio {ratio:g}, ckpt {ckpt:g} GB" if (
-                len(ratios) > 1 or len(ckpts) > 1) else f"work {work_h:.3f} h"
-            for s in starts:
-                start = t0 + s * tick
-                job = JobSpec(
-                    id=f"t{s}", work_gpu_hours=work_h, gpus=1, start=start,
-                    # With the work given, the deadline follows it (the paper's prose setting:
-                    # 100 h of work, ratio 1.5 -> 150 h); else the artifact's 311 ticks.
-                    deadline=start + (timedelta(hours=work_h * ratio)
-                                      if work_override is not None else deadline),
-                    checkpoint_size_gb=ckpt, cold_start_h=cold_h,
-                    home_region=_gcp_region(zones[0]), gpu_types=frozenset({"H100"}),
-                    throughput={"H100": 1.0}, checkpoint_interval_h=0.0)
-                cases.append(SuiteCase(
-                    setting=setting, window=f"t{s}", trace=trace, jobs=(job,),
-                    tick_s=SKYNOMAD_TICK_S, start=start,
-                    end=min(start + 2 * (job.deadline - start),
-                            max(data_end, job.deadline)),
-                    settings=settings, drop_finishing_tick=drop))
-            if default_shape and not to_finish:
-                found = _skynomad_anchor(sweep, ratio, ckpt, drop)
-                if found:
-                    anchors[setting] = found
+    default_world = (zones == list(SKYNOMAD_ZONES) and starts == list(SKYNOMAD_STARTS)
+                     and settings.egress_usd_per_gb == 0.02 and not settings.transfer_time)
+    for ratio, ckpt, cold_h, work_override in itertools.product(ratios, ckpts, colds, works):
+        work_h = work_override if work_override is not None else deadline_h / ratio
+        setting = _setting_label(
+            [("ratio", ratio, "", len(ratios) > 1 or len(ckpts) > 1),
+             ("ckpt", ckpt, " GB", len(ratios) > 1 or len(ckpts) > 1),
+             ("cold", cold_h, " h", len(colds) > 1), ("work", work_h, " h", len(works) > 1)],
+            f"work {work_h:.3f} h")
+        for s in starts:
+            start = t0 + s * tick
+            job = JobSpec(
+                id=f"t{s}", work_gpu_hours=work_h, gpus=1, start=start,
+                # With the work given, the deadline follows it (the paper's prose setting:
+                # 100 h of work, ratio 1.5 -> 150 h); else the artifact's 311 ticks.
+                deadline=start + (timedelta(hours=work_h * ratio)
+                                  if work_override is not None else deadline),
+                checkpoint_size_gb=ckpt, cold_start_h=cold_h,
+                home_region=_gcp_region(zones[0]), gpu_types=frozenset({"H100"}),
+                throughput={"H100": 1.0}, checkpoint_interval_h=0.0)
+            cases.append(SuiteCase(
+                setting=setting, window=f"t{s}", trace=trace, jobs=(job,),
+                tick_s=SKYNOMAD_TICK_S, start=start,
+                end=min(start + 2 * (job.deadline - start),
+                        max(data_end, job.deadline)),
+                settings=settings, drop_finishing_tick=drop))
+        if default_world and cold_h == 0.2 and work_override is None and not to_finish:
+            found = _skynomad_anchor(sweep, ratio, ckpt, drop)
+            if found:
+                anchors[setting] = found
+    if works == [None]:
+        shape = (f"deadline {deadline_h:.3f} h ({SKYNOMAD_DEADLINE_TICKS} ticks), work = "
+                 f"deadline / ratio {_list(ratios)} ("
+                 + _list([deadline_h / r for r in ratios], "{:.3f}") + " h)")
+    else:
+        shape = (f"work {_list([w for w in works if w is not None])} h, deadline = work x "
+                 f"ratio {_list(ratios)}")
     return Suite(
         name=name,
         description=("SkyNomad H100 (arXiv 2601.06520 artifact): GCP a3-highgpu-8g, "
-                     f"{len(zones)} zones, 600 s ticks, deadline 51.833 h, "
-                     f"{_billing_label(drop, to_finish)}"),
+                     f"{len(zones)} zones, 600 s ticks, {len(starts)} windows, {shape}, "
+                     f"cold start {_list(colds)} h, checkpoint {_list(ckpts)} GB, "
+                     f"{_move_label(settings)}, {_billing_label(drop, to_finish)}"),
         cases=tuple(cases),
-        config={"zones": zones, "deadline_ratio": ratios, "work_hours": work_override,
-                "cold_start_hours": cold_h, "checkpoint_gb": ckpts, "start_ticks": starts,
+        config={"zones": zones, "deadline_ratio": ratios,
+                "work_hours": None if works == [None] else works,
+                "cold_start_hours": colds, "checkpoint_gb": ckpts, "start_ticks": starts,
                 "drop_finishing_tick": drop, "bill_to_finish": to_finish,
                 "tick_s": SKYNOMAD_TICK_S,
-                "deadline_ticks": SKYNOMAD_DEADLINE_TICKS, "egress_usd_per_gb": 0.02,
-                "transfer_time": False, "checkpoint_interval_h": 0.0,
+                "deadline_ticks": SKYNOMAD_DEADLINE_TICKS,
+                "egress_usd_per_gb": settings.egress_usd_per_gb,
+                "transfer_time": settings.transfer_time,
+                "transfer_gbps": settings.transfer_gbps, "checkpoint_interval_h": 0.0,
                 "data": str(path)},
         anchors=anchors,
     )
@@ -690,21 +923,32 @@ _CBL_DEFAULTS: Final[Mapping[str, Any]] = MappingProxyType({
     "zones": list(CBL_ZONES), "work_hours": 48.0, "slack_hours": [4.0, 22.0],
     "cold_start_hours": [0.05, 0.2], "checkpoint_gb": 50.0,
     "start_ticks": [0, 3100, 6200, 9300, 12400, 15500], "drop_finishing_tick": False,
-    "bill_to_finish": False,
+    "bill_to_finish": False, "deadline_ratio": None, "egress_usd_per_gb": 0.02,
+    "transfer_gbps": None,
 })
 
 
 def cbl_v100(data_dir: Path, overrides: Mapping[str, Any]) -> Suite:
-    """Can't Be Late's AWS V100 traces with SkyNomad's spot prices (module docstring)."""
+    """Can't Be Late's AWS V100 traces with SkyNomad's spot prices (module docstring).
+    `work_hours`, `slack_hours` (or instead `deadline_ratio`: slack = work x (ratio - 1)),
+    `cold_start_hours` and `checkpoint_gb` may be lists: one setting per point of their
+    cross product."""
     name = "cbl-v100"
     opts = _options(name, overrides, _CBL_DEFAULTS)
     zones = _strings(opts["zones"])
-    work_h = _one(name, "work_hours", opts["work_hours"], minimum=1e-9)
-    slacks = _floats(name, "slack_hours", opts["slack_hours"])
+    works = _floats(name, "work_hours", opts["work_hours"], minimum=1e-9)
+    by_ratio = opts["deadline_ratio"] is not None
+    if by_ratio and overrides.get("slack_hours") is not None:
+        raise InputError("", f"suite {name!r} options", "slack_hours or deadline_ratio",
+                         got="both", fix="give the deadline one way")
+    slacks = (_floats(name, "deadline_ratio", opts["deadline_ratio"], minimum=1.0) if by_ratio
+              else _floats(name, "slack_hours", opts["slack_hours"]))
     colds = _floats(name, "cold_start_hours", opts["cold_start_hours"])
-    ckpt = _one(name, "checkpoint_gb", opts["checkpoint_gb"])
+    ckpts = _floats(name, "checkpoint_gb", opts["checkpoint_gb"])
     starts = _ints(name, "start_ticks", opts["start_ticks"])
     drop, to_finish = _billing(name, opts)
+    settings = _move_settings(name, opts, transfer_default=False,
+                              bill_final_tick=not to_finish)
     seg_path = _require(data_dir, CBL_SEGMENTS)
     price_path = _require(data_dir, CBL_PRICES)
     bad = sorted(set(zones) - set(CBL_ZONES))
@@ -717,40 +961,48 @@ def cbl_v100(data_dir: Path, overrides: Mapping[str, Any]) -> Suite:
     trace = _cbl_trace(data_dir, segments, prices, zones)
     tick = timedelta(seconds=CBL_TICK_S)
     data_end = CBL_START + n_ticks * tick
-    settings = CostSettings(egress_usd_per_gb=0.02, transfer_time=False,
-                            bill_final_tick=not to_finish)
     cases: list[SuiteCase] = []
-    for slack in slacks:
-        for cold in colds:
-            setting = f"slack {slack:g} h, cold {cold:g} h"
-            window = timedelta(hours=work_h + slack)
-            for s in starts:
-                start = CBL_START + s * tick
-                if start + window > data_end:
-                    raise InputError("", f"suite {name!r} option 'start_ticks'",
-                                     "windows inside the trace", got=s,
-                                     fix=f"start before tick {n_ticks} minus the window")
-                job = JobSpec(
-                    id=f"t{s}", work_gpu_hours=work_h, gpus=1, start=start,
-                    deadline=start + window, checkpoint_size_gb=ckpt, cold_start_h=cold,
-                    home_region=zones[0][:-1], gpu_types=frozenset({"V100"}),
-                    throughput={"V100": 1.0}, checkpoint_interval_h=0.0)
-                cases.append(SuiteCase(
-                    setting=setting, window=f"t{s}", trace=trace, jobs=(job,),
-                    tick_s=CBL_TICK_S, start=start,
-                    end=min(start + 2 * window, max(data_end, start + window)),
-                    settings=settings, drop_finishing_tick=drop))
+    for slack_or_ratio, cold, work_h, ckpt in itertools.product(slacks, colds, works, ckpts):
+        slack = work_h * (slack_or_ratio - 1.0) if by_ratio else slack_or_ratio
+        setting = (f"ratio {slack_or_ratio:g}" if by_ratio else f"slack {slack:g} h") + (
+            f", cold {cold:g} h" + (f", work {work_h:g} h" if len(works) > 1 else "")
+            + (f", ckpt {ckpt:g} GB" if len(ckpts) > 1 else ""))
+        window = timedelta(hours=work_h + slack)
+        for s in starts:
+            start = CBL_START + s * tick
+            if start + window > data_end:
+                raise InputError("", f"suite {name!r} option 'start_ticks'",
+                                 "windows inside the trace", got=s,
+                                 fix=f"start before tick {n_ticks} minus the window")
+            job = JobSpec(
+                id=f"t{s}", work_gpu_hours=work_h, gpus=1, start=start,
+                deadline=start + window, checkpoint_size_gb=ckpt, cold_start_h=cold,
+                home_region=zones[0][:-1], gpu_types=frozenset({"V100"}),
+                throughput={"V100": 1.0}, checkpoint_interval_h=0.0)
+            cases.append(SuiteCase(
+                setting=setting, window=f"t{s}", trace=trace, jobs=(job,),
+                tick_s=CBL_TICK_S, start=start,
+                end=min(start + 2 * window, max(data_end, start + window)),
+                settings=settings, drop_finishing_tick=drop))
+    deadline = (f"deadline = work x ratio {_list(slacks)}" if by_ratio
+                else f"slack {_list(slacks)} h")
     return Suite(
         name=name,
         description=(f"Can't Be Late AWS V100 (p3.2xlarge), {len(zones)} zones, 195 s ticks, "
-                     f"{work_h:g} h jobs, {_billing_label(drop, to_finish)}"),
+                     f"{len(starts)} windows, work {_list(works)} h, {deadline}, cold start "
+                     f"{_list(colds)} h, checkpoint {_list(ckpts)} GB, "
+                     f"{_move_label(settings)}, {_billing_label(drop, to_finish)}"),
         cases=tuple(cases),
-        config={"zones": zones, "work_hours": work_h, "slack_hours": slacks,
-                "cold_start_hours": colds, "checkpoint_gb": ckpt, "start_ticks": starts,
+        config={"zones": zones, "work_hours": works,
+                "slack_hours": None if by_ratio else slacks,
+                "deadline_ratio": slacks if by_ratio else None,
+                "cold_start_hours": colds, "checkpoint_gb": ckpts, "start_ticks": starts,
                 "drop_finishing_tick": drop, "bill_to_finish": to_finish,
                 "tick_s": CBL_TICK_S,
                 "on_demand_usd_per_hour": CBL_ON_DEMAND_USD_PER_HOUR,
-                "egress_usd_per_gb": 0.02, "transfer_time": False,
+                "egress_usd_per_gb": settings.egress_usd_per_gb,
+                "transfer_time": settings.transfer_time,
+                "transfer_gbps": settings.transfer_gbps,
                 "checkpoint_interval_h": 0.0, "trace_start": CBL_START.isoformat(),
                 "data": [str(seg_path), str(price_path)]},
     )
@@ -795,7 +1047,7 @@ def _cbl_trace(data_dir: Path, segments: pd.DataFrame, prices: pd.DataFrame,
 
 _CARBON_DEFAULTS: Final[Mapping[str, Any]] = MappingProxyType({
     "carbon_prices": [0.0, 50.0, 200.0], "windows": 10, "jobs_per_window": 20,
-    "window_days": 8.0, "seed": 0,
+    "window_days": 8.0, "seed": 0, "egress_usd_per_gb": None, "transfer_gbps": None,
 })
 # The oracle's progress grid for carbon-year: 4,096 levels instead of 16,384 gave the same J
 # to the cent on 8 jobs of the first window at 200 USD/t, 2.5x faster (docs/policies.md).
@@ -877,16 +1129,20 @@ def carbon_year(data_dir: Path, overrides: Mapping[str, Any]) -> Suite:
     cases = tuple(
         SuiteCase(setting=f"carbon {price:g} USD/t", window=label, trace=trace, jobs=jobs,
                   tick_s=1800, start=w_start, end=w_start + timedelta(days=days),
-                  settings=CostSettings(carbon_usd_per_tonne=price))
+                  settings=_move_settings(name, opts, transfer_default=True,
+                                          carbon_usd_per_tonne=price))
         for price in prices for label, w_start, jobs in windows)
     return Suite(
         name=name,
         description=(f"GCP A100/H100/L4, real prices and hourly carbon, 2023-05..2024-12, "
-                     f"{n_windows * per_window} jobs, carbon price "
-                     + ", ".join(f"{p:g}" for p in prices) + " USD/t"),
+                     f"{n_windows} windows of {days:g} days, {n_windows * per_window} jobs "
+                     f"(seed {seed}), 30-minute ticks, carbon price {_list(prices)} USD/t, "
+                     f"{_move_label(cases[0].settings)}"),
         cases=cases,
         config={"carbon_prices": prices, "windows": n_windows, "jobs_per_window": per_window,
                 "window_days": days, "seed": seed, "regions": regions,
+                "egress_usd_per_gb": cases[0].settings.egress_usd_per_gb,
+                "transfer_gbps": cases[0].settings.transfer_gbps,
                 "oracle_levels": CARBON_ORACLE_LEVELS,
                 "dropped_unpriced_gpu": sorted(f"{r} {i}" for r, i in unpriced_gpu)},
         oracle_levels=CARBON_ORACLE_LEVELS,

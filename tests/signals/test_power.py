@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from datetime import UTC, date, datetime, timedelta
 
 import pandas as pd
@@ -12,7 +11,6 @@ from orchestrator.signals.importers.power import EUR_TO_USD
 from orchestrator.signals.sources.errors import MalformedResponse
 from orchestrator.signals.sources.power import (
     EMISSION_FACTORS,
-    CaisoCurtailment,
     Eia930,
     Entsoe,
     balancing_area,
@@ -128,26 +126,6 @@ def test_caiso_spring_forward_day_has_23_hours() -> None:
     assert by_he[9] == 412 and rows[8].time == datetime(2024, 3, 10, 16, tzinfo=UTC)
 
 
-def test_caiso_fall_back_day_has_hour_ending_25(server: FixtureServer) -> None:
-    server.add(r"/20241103\.csv$", Reply.file("caiso_20241103.csv"))
-    frame = CaisoCurtailment(make_ctx(server)).read(
-        ["US-CAL-CISO"], datetime(2024, 11, 3, 7, tzinfo=UTC), datetime(2024, 11, 4, 7, 30,
-                                                                        tzinfo=UTC))
-    assert len(frame) == 25
-    assert frame["time"].is_unique
-    assert frame.iloc[-1]["value"] == 7 and frame.iloc[-1]["time"] == pd.Timestamp(
-        "2024-11-04T07:00Z")
-    assert set(frame["unit"]) == {"mw"} and set(frame["kind"]) == {"curtailment"}
-
-
-def test_caiso_missing_report_day_is_a_gap(server: FixtureServer) -> None:
-    server.add(r"/20241103\.csv$", Reply.file("caiso_20241103.csv"))
-    frame = CaisoCurtailment(make_ctx(server)).read(
-        ["US-CAL-CISO"], datetime(2024, 11, 2, 8, tzinfo=UTC), datetime(2024, 11, 3, 23,
-                                                                        tzinfo=UTC))
-    assert len(frame) > 0 and frame["time"].min() >= pd.Timestamp("2024-11-03T07:00Z")
-
-
 @pytest.mark.parametrize(
     ("text", "match"),
     [
@@ -163,9 +141,13 @@ def test_caiso_malformed(text: str, match: str) -> None:
         parse_caiso_report(text, date(2024, 3, 10))
 
 
-def test_caiso_without_a_location_fails_clearly(server: FixtureServer) -> None:
+def test_entsoe_server_error_is_retried_through_entsoe_py(server: FixtureServer) -> None:
+    server.add(r"^/$", Reply(503, "busy"), Reply(503, "busy"),
+               Reply.file("entsoe_a44_DE_dst.xml"))
     ctx = make_ctx(server)
-    ctx.base_urls = {}
-    frame, errors = CaisoCurtailment(ctx).read_partial(["US-CAL-CISO"], NOW, NOW)
-    assert frame.empty and "HELIOTROPE_CAISO_CURTAILMENT_URL" in str(errors["US-CAL-CISO"])
-    assert math.isnan(float("nan"))
+    waits: list[float] = []
+    ctx.sleep = waits.append
+    start = datetime(2024, 3, 29, 23, tzinfo=UTC)
+    frame = Entsoe(ctx).read(["DE"], start, start + timedelta(hours=47))
+    assert len(frame) == 47 and len(server.requests) == 3 and len(waits) == 2
+    assert server.requests[0].headers.get("user-agent", "").startswith("entsoe-py")

@@ -1,12 +1,15 @@
 """Curtailment, wholesale power prices and generation mix.
 
-- `Entsoe`: ENTSO-E Transparency Platform day-ahead prices (document A44), XML; prices in
+- `Entsoe`: ENTSO-E Transparency Platform day-ahead prices (document A44), fetched with
+  entsoe-py's raw client (the ``entsoe`` extra) and validated here as XML; prices in
   EUR/MWh converted to USD at a fixed, documented rate; negative prices kept (a curtailment
   proxy). Bidding zones are mapped to Electricity Maps zone ids by `ZONE_TO_EIC`.
 - `Eia930`: EIA-930 hourly net generation by fuel type (API v2, paginated) for US balancing
   areas, turned into a production-based average intensity with `EMISSION_FACTORS`.
-- `CaisoCurtailment`: CAISO's daily wind and solar curtailment report (hour ending, Pacific
-  time) as CSV rows, summed per hour into ``curtailment_mw`` for US-CAL-CISO.
+- `parse_caiso_report`: CAISO's daily wind and solar curtailment table (hour ending,
+  Pacific time) in its CSV form, summed per hour into ``curtailment_mw`` for US-CAL-CISO.
+  The live source, `isos.CaisoCurtailment`, reads CAISO's own daily report through
+  gridstatus.
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ from orchestrator.model import SignalKind
 from orchestrator.signals.importers.power import (
     CAISO_ZONE,
     EUR_TO_USD,
-    PACIFIC,
     caiso_hour_start_utc,
 )
 from orchestrator.signals.sources.base import (
@@ -40,7 +42,13 @@ from orchestrator.signals.sources.base import (
     decode_json,
     validate,
 )
-from orchestrator.signals.sources.errors import MalformedResponse, RequestRejected, short
+from orchestrator.signals.sources.errors import MalformedResponse, short
+from orchestrator.signals.sources.http import (
+    CONNECT_TIMEOUT_S,
+    READ_TIMEOUT_S,
+    REDACTOR,
+)
+from orchestrator.signals.sources.library import call, require
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +58,7 @@ HOUR: Final = timedelta(hours=1)
 
 ENTSOE_DEFAULT_URL: Final = "https://web-api.tp.entsoe.eu/api"
 ENTSOE_TOKEN_ENV: Final = "ENTSOE_TOKEN"
+ENTSOE_EXTRA: Final = "entsoe"
 ENTSOE_CHUNK: Final = timedelta(days=31)
 # Electricity Maps zone id -> ENTSO-E bidding zone (EIC code), from the ENTSO-E area codes
 # (Transparency Platform "Areas" list, as entsoe-py's mappings carry them).
@@ -228,34 +237,56 @@ class Entsoe(KeyedSource):
     def covers(self, key: str) -> bool:
         return key in ZONE_TO_EIC
 
+    def _client(self, token: str) -> Any:
+        entsoe = require(self.name, "entsoe", ENTSOE_EXTRA)
+        return entsoe.EntsoeRawClient(
+            api_key=token, session=_rebased_session(self.url, entsoe.entsoe.URL),
+            retry_count=1, retry_delay=0, timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S))
+
     def _read_key(self, key: str, start: datetime, end: datetime) -> list[Obs]:
         eic = ZONE_TO_EIC.get(key)
         if eic is None:
             raise MalformedResponse(self.name, "key", f"no ENTSO-E bidding zone for {key!r}")
         token = self.ctx.credential(self.name, ENTSOE_TOKEN_ENV)
+        REDACTOR.add([token])  # entsoe-py sends it in the query string and logs its params
+        client = self._client(token)
+        no_data = require(self.name, "entsoe.exceptions", ENTSOE_EXTRA).NoMatchingDataError
         out: list[Obs] = []
         lo = start.replace(minute=0, second=0, microsecond=0)
         while lo < end:
             hi = min(lo + ENTSOE_CHUNK, end)
-            body = self.ctx.http.get(
-                self.name,
-                self.url,
-                params={
-                    "securityToken": token,
-                    "documentType": "A44",
-                    "in_Domain": eic,
-                    "out_Domain": eic,
-                    "periodStart": lo.strftime("%Y%m%d%H00"),
-                    "periodEnd": hi.strftime("%Y%m%d%H00"),
-                },
-                secrets=(token,),
-                what=f"day-ahead prices {key}",
-                auth_hint=f"check ${ENTSOE_TOKEN_ENV}",
-            ).body
-            out.extend(parse_entsoe_prices(body, key, eur_to_usd=self.eur_to_usd,
-                                           source=self.name))
+
+            def once(lo: datetime = lo, hi: datetime = hi) -> str:
+                try:
+                    text: str = client.query_day_ahead_prices(
+                        eic, start=pd.Timestamp(lo), end=pd.Timestamp(hi))
+                except no_data:  # "No matching data found" (reason 999): an empty answer
+                    return ""
+                return text
+
+            body = call(self.name, f"day-ahead prices {key}", once, sleep=self.ctx.sleep,
+                        hint=f"check ${ENTSOE_TOKEN_ENV}")
+            if body:
+                out.extend(parse_entsoe_prices(body, key, eur_to_usd=self.eur_to_usd,
+                                               source=self.name))
             lo = hi
         return out
+
+
+def _rebased_session(base_url: str, library_url: str) -> Any:
+    """A requests session that sends entsoe-py's requests (made to the module-level URL it
+    read at import) to `base_url` instead (a mirror, a test server)."""
+    import requests
+
+    class Rebased(requests.Session):
+        def request(self, method: str | bytes, url: str | bytes, *args: Any,
+                    **kwargs: Any) -> requests.Response:
+            target = str(url)
+            if target.rstrip("/") == library_url.rstrip("/"):
+                target = base_url
+            return super().request(method, target, *args, **kwargs)
+
+    return Rebased()  # entsoe-py sets its own User-Agent on it
 
 
 # -- EIA-930 ------------------------------------------------------------------------------
@@ -527,53 +558,8 @@ def parse_caiso_report(
     ]
 
 
-class CaisoCurtailment(KeyedSource):
-    """CAISO wind and solar curtailment, one report per Pacific-time day, read as CSV from
-    ``{base}/{YYYYMMDD}.csv`` (the report table: date, hour ending, type, reason, fuel,
-    curtailed MWh, curtailed MW). A day without a report (404) is a gap, not an error."""
-
-    name: ClassVar[str] = "caiso-curtailment"
-    kind: ClassVar[SignalKind] = SignalKind.CURTAILMENT
-    history: ClassVar[bool] = True
-    back: ClassVar[timedelta] = timedelta(days=2)  # the report for a day comes the next day
-
-    def __init__(self, ctx: SourceContext) -> None:
-        super().__init__(ctx)
-        self.url = ctx.base_url(self.name, "")
-
-    def covers(self, key: str) -> bool:
-        return key == CAISO_ZONE
-
-    def _read_key(self, key: str, start: datetime, end: datetime) -> list[Obs]:
-        if key != CAISO_ZONE:
-            raise MalformedResponse(self.name, "key", f"only {CAISO_ZONE!r} is covered")
-        if not self.url:
-            raise RequestRejected(
-                self.name, "report location", 0,
-                "set HELIOTROPE_CAISO_CURTAILMENT_URL to where the daily report CSVs are "
-                "published (see docs/signals.md)",
-            )
-        day = start.astimezone(PACIFIC).date()
-        last = end.astimezone(PACIFIC).date()
-        out: list[Obs] = []
-        while day <= last:
-            try:
-                body = self.ctx.http.get(
-                    self.name, f"{self.url}/{day:%Y%m%d}.csv", what=f"report {day}"
-                ).body
-            except RequestRejected as exc:
-                if exc.status != 404:
-                    raise
-                logger.info("%s: no report for %s", self.name, day)
-            else:
-                out.extend(parse_caiso_report(body, day, self.name))
-            day += timedelta(days=1)
-        return out
-
-
 __all__ = [
     "ZONE_TO_EIC",
-    "CaisoCurtailment",
     "Eia930",
     "Entsoe",
     "balancing_area",

@@ -18,6 +18,10 @@ class CorruptCheckpoint(PermanentError):
         self.file = file
         self.reason = reason
 
+    def __reduce__(self) -> tuple[type[CorruptCheckpoint], tuple[str, str, str]]:
+        # picklable, so that it crosses processes (torch.distributed gathers it)
+        return (CorruptCheckpoint, (self.uri, self.file, self.reason))
+
 
 class CheckpointExists(PermanentError):
     """A different checkpoint is already published at this job and step; nothing was changed."""

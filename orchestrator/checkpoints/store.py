@@ -190,26 +190,108 @@ class CheckpointStore:
         and nothing becomes visible."""
         mf.check_job_id(job_id)
         mf.check_step(step)
+        self._check_now(now_s)
+        meta = mf.as_str_dict(metadata)
+        directory = self._open_unpublished(job_id, step)
+        entries: dict[str, mf.FileEntry] = {}
+        try:
+            if callable(files):
+                files(self._write_fn(directory, entries))
+            else:
+                write_fn = self._write_fn(directory, entries)
+                for name, data in files.items():
+                    with write_fn(name) as out:
+                        out.write(data)
+            return self._publish_entries(job_id, step, directory, entries, now_s, meta)
+        except BaseException:
+            self._discard_unpublished(directory)
+            raise
+
+    def write_part(
+        self, job_id: str, step: int, files: Callable[[WriteFn], None]
+    ) -> dict[str, mf.FileEntry]:
+        """Write some of the files of a checkpoint that several processes write together
+        (ranks of a distributed job, each with names of its own), and return their manifest
+        entries; nothing becomes visible until one process calls `publish` with the entries
+        of every part. Raises `CheckpointExists` if the step is already published. On an
+        error the files already written stay until `discard_unpublished` or `retain`."""
+        mf.check_job_id(job_id)
+        mf.check_step(step)
+        entries: dict[str, mf.FileEntry] = {}
+        files(self._write_fn(self._open_unpublished(job_id, step), entries))
+        return entries
+
+    def publish(
+        self,
+        job_id: str,
+        step: int,
+        entries: Mapping[str, mf.FileEntry],
+        *,
+        now_s: float,
+        metadata: Mapping[str, str] | None = None,
+    ) -> CheckpointRef:
+        """Publish the checkpoint whose files were written by `write_part` calls (in any
+        processes): check that every listed file is there at its listed size, then write the
+        manifest, atomically. Files of the directory that `entries` does not list are left
+        out of the checkpoint. Raises `CheckpointExists` if the step is already published
+        and CorruptCheckpoint (publishing nothing) if a listed file is missing or of
+        another size."""
+        mf.check_job_id(job_id)
+        mf.check_step(step)
+        self._check_now(now_s)
+        meta = mf.as_str_dict(metadata)
+        directory = self._dir_path(job_id, step)
+        uri = self._dir_uri(job_id, step)
+        if self._fs.exists(f"{directory}/{mf.MANIFEST_NAME}"):
+            raise self._exists(job_id, step)
+        for name, entry in sorted(entries.items()):
+            mf.check_file_name(name)
+            try:
+                size = self._fs.size(f"{directory}/{name}")
+            except FileNotFoundError as exc:
+                raise CorruptCheckpoint(uri, name, "missing: its part was not written") from exc
+            if size != entry.size_bytes:
+                raise CorruptCheckpoint(
+                    uri, name, f"size differs (part wrote {entry.size_bytes} bytes, file {size})")
+        return self._publish_entries(job_id, step, directory, dict(entries), now_s, meta)
+
+    def discard_unpublished(self, job_id: str, step: int) -> None:
+        """Remove the files of an unpublished checkpoint (best effort; a published one is
+        left alone): what a failed multi-process write leaves behind."""
+        mf.check_job_id(job_id)
+        mf.check_step(step)
+        self._discard_unpublished(self._dir_path(job_id, step))
+
+    @staticmethod
+    def _check_now(now_s: float) -> None:
         if not isinstance(now_s, int | float) or not math.isfinite(now_s):
             raise InputError("checkpoint store", "now_s", "a finite time in seconds",
                              got=repr(now_s))
-        meta = mf.as_str_dict(metadata)
+
+    def _exists(self, job_id: str, step: int) -> CheckpointExists:
+        return CheckpointExists(
+            f"{self._dir_uri(job_id, step)}: a checkpoint of job {job_id} at step {step} is "
+            "already published; a published checkpoint is never rewritten"
+        )
+
+    def _open_unpublished(self, job_id: str, step: int) -> str:
+        """The directory of a checkpoint about to be written (made if need be)."""
         directory = self._dir_path(job_id, step)
-        manifest_path = f"{directory}/{mf.MANIFEST_NAME}"
-        if self._fs.exists(manifest_path):
-            raise CheckpointExists(
-                f"{self._dir_uri(job_id, step)}: a checkpoint of job {job_id} at step {step} is "
-                "already published; a published checkpoint is never rewritten"
-            )
+        if self._fs.exists(f"{directory}/{mf.MANIFEST_NAME}"):
+            raise self._exists(job_id, step)
         self._fs.makedirs(directory, exist_ok=True)
-        entries: dict[str, mf.FileEntry] = {}
+        return directory
+
+    def _write_fn(self, directory: str, entries: dict[str, mf.FileEntry]) -> WriteFn:
+        lock = threading.Lock()
 
         @contextmanager
         def write_fn(name: str) -> Iterator[FileWriter]:
             mf.check_file_name(name)
-            if name in entries:
-                raise InputError("checkpoint store", "file name", "each name written once",
-                                 got=repr(name))
+            with lock:
+                if name in entries:
+                    raise InputError("checkpoint store", "file name", "each name written once",
+                                     got=repr(name))
             path = f"{directory}/{name}"
             if "/" in name:
                 self._fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
@@ -220,24 +302,21 @@ class CheckpointStore:
                     yield writer
                 finally:
                     writer.close()
-            entries[name] = mf.FileEntry(writer.size_bytes, writer.chunk_bytes,
-                                         writer.digests())
+            with lock:
+                entries[name] = mf.FileEntry(writer.size_bytes, writer.chunk_bytes,
+                                             writer.digests())
 
-        try:
-            if callable(files):
-                files(write_fn)
-            else:
-                for name, data in files.items():
-                    with write_fn(name) as out:
-                        out.write(data)
-            if not entries:
-                raise InputError("checkpoint store", "files", "at least one file", got="none")
-            manifest = mf.Manifest(job_id, step, float(now_s), entries, meta)
-            blob = manifest.encode()
-            self._publish(directory, blob)
-        except BaseException:
-            self._discard_unpublished(directory)
-            raise
+        return write_fn
+
+    def _publish_entries(
+        self, job_id: str, step: int, directory: str, entries: dict[str, mf.FileEntry],
+        now_s: float, meta: dict[str, str],
+    ) -> CheckpointRef:
+        if not entries:
+            raise InputError("checkpoint store", "files", "at least one file", got="none")
+        manifest = mf.Manifest(job_id, step, float(now_s), entries, meta)
+        blob = manifest.encode()
+        self._publish(directory, blob)
         ref = CheckpointRef(
             uri=self._dir_uri(job_id, step), job_id=job_id, step=step,
             created_at_s=manifest.created_at_s, size_bytes=manifest.size_bytes,

@@ -24,15 +24,28 @@ background thread serializes and writes it. The next checkpoint waits for the pr
 write. A write that fails with an I/O or transient error is logged and retried at the next
 due step (up to 3 in a row); a failure of the preemption or final checkpoint raises.
 
-One process checkpoints a job (in a multi-process job, only the process that owns the
-whole state, e.g. rank 0 of data-parallel training, should use a ResumableRun).
+Distributed jobs (DDP, FSDP2; inside torch.distributed, after `init_process_group`): every
+rank makes its own ResumableRun, at the same point of the script, and calls the same
+methods with the same steps. A notice seen by any rank (a signal to one process, the
+node's notice file, the cloud's metadata) is agreed by all ranks: every
+`agree_every_steps` steps the ranks all-reduce their flags on a gloo group of their own,
+issued without waiting and collected at the next `step_done` (so the agreement runs while
+that step computes), and at every step where a checkpoint is due by steps. All ranks then
+checkpoint the same step and exit 0 together. Checkpoints are sharded
+(torch.distributed.checkpoint, see `orchestrator.training.sharded`): each rank writes its
+shards, rank 0 publishes the manifest, and `restore()` on every rank loads the newest one
+that verifies on all of them, whatever world size wrote it. Every rank gets back its own
+RNG states and `data_state` when the world size is unchanged; at another world size each
+rank gets those of the same rank if it existed, else rank 0's (`restored_world_size`
+tells the script which case it is). Async checkpointing is single-process only (a
+distributed run writes synchronously, and says so once).
 
 Environment (each overridden by the matching argument):
 HELIOTROPE_JOB_ID, HELIOTROPE_CHECKPOINT_URI, HELIOTROPE_CHECKPOINT_STORAGE_OPTIONS (JSON
 object for fsspec), HELIOTROPE_CHECKPOINT_EVERY_STEPS, HELIOTROPE_CHECKPOINT_EVERY_MINUTES
 (neither set: every 30 minutes), HELIOTROPE_CHECKPOINT_ASYNC (1/0), HELIOTROPE_NOTICE_SOURCE
 (aws | gcp | local), HELIOTROPE_METADATA_URL, HELIOTROPE_NOTICE_POLL_S,
-HELIOTROPE_PREEMPT_FILE.
+HELIOTROPE_PREEMPT_FILE, HELIOTROPE_NOTICE_AGREE_EVERY_STEPS (distributed runs; default 1).
 """
 
 from __future__ import annotations
@@ -49,6 +62,10 @@ from types import FrameType
 from typing import Any, Final
 
 import torch
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from orchestrator.checkpoints import (
     CheckpointExists,
@@ -58,6 +75,7 @@ from orchestrator.checkpoints import (
     WriteFn,
 )
 from orchestrator.errors import InputError, PermanentError, TransientError
+from orchestrator.training.gang import Agreement, Gang
 from orchestrator.training.notices import (
     FileNotices,
     NoticeSource,
@@ -67,6 +85,13 @@ from orchestrator.training.notices import (
     poll_interval_from_env,
 )
 from orchestrator.training.rng import capture_rng, restore_rng
+from orchestrator.training.sharded import (
+    SHARDED_FORMAT,
+    SafeLoadPlanner,
+    StoreReader,
+    StoreWriter,
+    rank_file,
+)
 from orchestrator.training.state_io import FORMAT, load_state_files, map_tensors, save_state_files
 
 logger = logging.getLogger(__name__)
@@ -100,6 +125,7 @@ class ResumableRun:
         notice_sources: Sequence[NoticeSource] | None = None,
         handle_signals: bool = True,
         exit_on_preemption: bool = True,
+        agree_every_steps: int | None = None,
         environ: Mapping[str, str] | None = None,
         wall_clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
@@ -129,7 +155,18 @@ class ResumableRun:
             self.every_minutes = DEFAULT_EVERY_MINUTES
         self.async_checkpoint = (async_checkpoint if async_checkpoint is not None
                                  else _env_bool(env, "HELIOTROPE_CHECKPOINT_ASYNC"))
+        self.agree_every_steps = agree_every_steps if agree_every_steps is not None else (
+            _env_number(env, "HELIOTROPE_NOTICE_AGREE_EVERY_STEPS", int) or 1)
+        if self.agree_every_steps <= 0:
+            raise InputError("ResumableRun", "agree_every_steps", "an integer > 0",
+                             got=self.agree_every_steps)
         self.exit_on_preemption = exit_on_preemption
+        self._gang = Gang.current()
+        """The ranks of a distributed job (None in a single process)."""
+        if self._gang is not None and self.async_checkpoint:
+            logger.warning("async checkpointing is single-process only: rank %d of %d writes "
+                           "its shards synchronously", self._gang.rank, self._gang.world_size)
+            self.async_checkpoint = False
         self._wall_clock = wall_clock
         self._monotonic = monotonic
 
@@ -140,6 +177,8 @@ class ResumableRun:
         self.stall_s: list[float] = []
         """Seconds `step_done` blocked the loop for each checkpoint it started."""
         self.preempted: PreemptionNotice | None = None
+        self.restored_world_size: int | None = None
+        """World size of the run that wrote the restored checkpoint (1: single process)."""
 
         self._notice: PreemptionNotice | None = None
         self._notice_event = threading.Event()
@@ -155,6 +194,7 @@ class ResumableRun:
         self._buffers_ready: Future[list[torch.Tensor]] | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._pending: Future[CheckpointRef | None] | None = None
+        self._agreement: Agreement | None = None
 
         sources = (list(notice_sources) if notice_sources is not None
                    else [s for s in [notice_source_from_env(env)] if s is not None])
@@ -190,34 +230,122 @@ class ResumableRun:
     def restore(self) -> int:
         """Load the newest checkpoint that verifies (falling back past corrupt ones) into
         the model, optimizer, scheduler and RNGs; set `data_state`; return the number of
-        steps already done (0 with no checkpoint)."""
+        steps already done (0 with no checkpoint). In a distributed run, every rank calls
+        it and all load the same checkpoint."""
+        if self._gang is not None:
+            return self._restore_gang(self._gang)
         for ref in reversed(self.store.list(self.job_id)):
             try:
-                tree = self._load(ref)
+                if self.store.metadata(ref).get("format") == SHARDED_FORMAT:
+                    self._load_sharded(ref, None)
+                else:
+                    self._apply(ref, self._load(ref))
             except CorruptCheckpoint as exc:
                 logger.warning("checkpoint %s is corrupt, trying the previous one: %s",
                                ref.uri, exc)
                 self._corrupt[ref.step] = ref
                 continue
-            self.model.load_state_dict(tree["model"])
-            self.optimizer.load_state_dict(tree["optimizer"])
-            if self.scheduler is not None and tree.get("scheduler") is not None:
-                self.scheduler.load_state_dict(tree["scheduler"])
-            restore_rng(tree["rng"])
-            self.data_state = tree["data_state"] if tree["data_state"] is not None else {}
-            self.restored_from = self.last_checkpoint = ref
-            self._ckpt_step = ref.step
-            self._restored = True
-            self._ckpt_mono = self._monotonic()
-            logger.info("restored job %s from %s: resuming at step %d", self.job_id, ref.uri,
-                        ref.step)
-            return ref.step
+            return self._restored_at(ref)
+        return self._restored_at(None)
+
+    def _apply(self, ref: CheckpointRef, tree: Any) -> None:
+        self.model.load_state_dict(tree["model"])
+        self.optimizer.load_state_dict(tree["optimizer"])
+        if self.scheduler is not None and tree.get("scheduler") is not None:
+            self.scheduler.load_state_dict(tree["scheduler"])
+        restore_rng(tree["rng"])
+        self.data_state = tree["data_state"] if tree["data_state"] is not None else {}
+        self.restored_world_size = 1
+
+    def _restored_at(self, ref: CheckpointRef | None) -> int:
         self._restored = True
-        self._ckpt_step = 0
         self._ckpt_mono = self._monotonic()
-        logger.info("job %s: no checkpoint in %s, starting at step 0", self.job_id,
-                    self.store.root_uri)
-        return 0
+        if ref is None:
+            self._ckpt_step = 0
+            logger.info("job %s: no checkpoint in %s, starting at step 0", self.job_id,
+                        self.store.root_uri)
+            return 0
+        self.restored_from = self.last_checkpoint = ref
+        self._ckpt_step = ref.step
+        logger.info("restored job %s from %s: resuming at step %d", self.job_id, ref.uri,
+                    ref.step)
+        return ref.step
+
+    def _restore_gang(self, gang: Gang) -> int:
+        refs: list[CheckpointRef] = gang.broadcast(
+            self.store.list(self.job_id) if gang.is_leader else None)
+        for ref in reversed(refs):
+            corrupt: BaseException | None = None
+            failed: BaseException | None = None
+            try:
+                fmt = self.store.metadata(ref).get("format")
+                if fmt != SHARDED_FORMAT:
+                    failed = PermanentError(
+                        f"{ref.uri}: written by a single-process run ({fmt}); a distributed run "
+                        "restores sharded checkpoints only: resume it in one process first, "
+                        "or start the job afresh")
+            except CorruptCheckpoint as exc:
+                corrupt = exc
+            except Exception as exc:
+                failed = exc
+            if self._agreed_failure(gang, ref, corrupt, failed):
+                continue
+            try:
+                self._load_sharded(ref, gang)
+            except CorruptCheckpoint as exc:
+                corrupt = exc
+            except Exception as exc:
+                failed = exc
+            if self._agreed_failure(gang, ref, corrupt, failed):
+                continue
+            return self._restored_at(ref)
+        return self._restored_at(None)
+
+    def _agreed_failure(
+        self, gang: Gang, ref: CheckpointRef, corrupt: BaseException | None,
+        failed: BaseException | None,
+    ) -> bool:
+        """Whether `ref` is corrupt on any rank (all ranks then try the previous one);
+        raises on every rank if it failed otherwise on any."""
+        any_corrupt, any_failed = gang.agree([corrupt is not None, failed is not None])
+        if any_failed:
+            if failed is not None:
+                raise failed
+            raise PermanentError(f"{ref.uri}: could not be restored on another rank (its "
+                                 "log says why)")
+        if any_corrupt:
+            logger.warning("checkpoint %s is corrupt%s, trying the previous one: %s", ref.uri,
+                           "" if corrupt is not None else " on another rank", corrupt)
+            self._corrupt[ref.step] = ref
+        return any_corrupt
+
+    def _load_sharded(self, ref: CheckpointRef, gang: Gang | None) -> None:
+        """Load a sharded checkpoint (a collective in a distributed run, as it is for DCP)."""
+        saved_world = int(self.store.metadata(ref).get("world_size", "1"))
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        state = {"model": model_sd, "optimizer": optim_sd}
+        try:
+            dcp_load(state, storage_reader=StoreReader(self.store, ref),
+                     planner=SafeLoadPlanner(),
+                     process_group=gang.group if gang is not None else None)
+        except CheckpointException as exc:
+            raise _unwrap(exc, ref) from None
+        set_state_dict(self.model, self.optimizer, model_state_dict=model_sd,
+                       optim_state_dict=optim_sd)
+        rank = gang.rank if gang is not None else 0
+        world = gang.world_size if gang is not None else 1
+        name = rank_file(rank if rank < saved_world else 0)
+        extras = load_state_files(lambda n: self.store.open_file(ref, n), name=name)
+        if not isinstance(extras, dict) or extras.get("format") != SHARDED_FORMAT:
+            raise PermanentError(f"{ref.uri}/{name}: not a ResumableRun rank file")
+        if self.scheduler is not None and extras.get("scheduler") is not None:
+            self.scheduler.load_state_dict(extras["scheduler"])
+        restore_rng(extras["rng"])
+        self.data_state = extras["data_state"] if extras["data_state"] is not None else {}
+        self.restored_world_size = saved_world
+        if saved_world != world:
+            logger.info("job %s: checkpoint %s was written by %d ranks, restored into %d",
+                        self.job_id, ref.uri, saved_world, world)
 
     def _load(self, ref: CheckpointRef) -> Any:
         try:
@@ -250,6 +378,9 @@ class ResumableRun:
         for source in self._inline_sources:
             if not self._notice_event.is_set() and (notice := source.poll()) is not None:
                 self.notify_preemption(notice)
+        if self._gang is not None:
+            self._gang_step(self._gang, completed, data_state)
+            return
         if self._notice_event.is_set():
             self._preempt(completed, data_state)
             return
@@ -261,13 +392,39 @@ class ResumableRun:
         if self._notice_event.is_set():  # arrived while checkpointing
             self._preempt(completed, data_state)
 
+    def _gang_step(self, gang: Gang, completed: int, data_state: Mapping[str, Any] | None) -> None:
+        """`step_done` of a distributed run: act on what all ranks agreed."""
+        notice = time_due = False
+        if self._agreement is not None:  # issued at the previous step_done, on every rank
+            notice, time_due = self._agreement.result()
+            self._agreement = None
+        step_due = self._due_steps(completed)
+        if step_due and not notice:  # the checkpoint syncs the ranks anyway: agree now
+            notice, now_due = gang.agree([self._notice_event.is_set(),
+                                          self._due_time(completed)])
+            time_due = time_due or now_due
+        if notice:
+            if self._notice is None:
+                self._notice = PreemptionNotice("gang", "a notice on another rank")
+            self._preempt(completed, data_state)
+            return
+        if step_due or (time_due and completed > (self._ckpt_step or 0)):
+            self._checkpoint(completed, data_state, reason="periodic", sync=True)
+        if completed % self.agree_every_steps == 0:
+            self._agreement = gang.start_agree([self._notice_event.is_set(),
+                                                self._due_time(completed)])
+
     def _due(self, completed: int) -> bool:
+        return self._due_steps(completed) or self._due_time(completed)
+
+    def _due_steps(self, completed: int) -> bool:
         last = self._ckpt_step if self._ckpt_step is not None else 0
-        if completed <= last:
-            return False
-        if self.every_steps is not None and completed - last >= self.every_steps:
-            return True
-        return (self.every_minutes is not None
+        return (self.every_steps is not None and completed > last
+                and completed - last >= self.every_steps)
+
+    def _due_time(self, completed: int) -> bool:
+        last = self._ckpt_step if self._ckpt_step is not None else 0
+        return (self.every_minutes is not None and completed > last
                 and self._monotonic() - self._ckpt_mono >= self.every_minutes * 60.0)
 
     def finish(self) -> CheckpointRef | None:
@@ -320,6 +477,15 @@ class ResumableRun:
     ) -> None:
         critical = reason != "periodic"
         started = time.perf_counter()
+        if self._gang is not None:
+            self._ckpt_step, self._ckpt_mono = completed, self._monotonic()
+            try:
+                self._write_sharded(self._gang, completed, data_state, reason)
+            except _RETRYABLE as exc:
+                self._write_failed(exc, critical)
+            finally:
+                self.stall_s.append(time.perf_counter() - started)
+            return
         self._collect_pending(block=True)  # one write at a time; reuses its buffers after
         tree = self._state_tree(completed, data_state)
         self._ckpt_step, self._ckpt_mono = completed, self._monotonic()
@@ -423,6 +589,61 @@ class ResumableRun:
         self._failures = 0
         return ref
 
+    def _write_sharded(
+        self, gang: Gang, completed: int, data_state: Mapping[str, Any] | None, reason: str
+    ) -> CheckpointRef:
+        """Every rank writes its part; rank 0 publishes; every rank gets the same outcome
+        (the ref, or the same error type: TransientError when retrying may help)."""
+        stale = self._corrupt.pop(completed, None)  # the same on every rank (restore agreed)
+        if stale is not None:
+            if gang.is_leader:
+                self.store.quarantine(stale)
+            gang.barrier()
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        extras = {
+            "format": SHARDED_FORMAT, "step": completed, "rank": gang.rank,
+            "world_size": gang.world_size, "rng": capture_rng(),
+            "data_state": dict(data_state) if data_state is not None else None,
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+        }
+
+        def extra(open_file: WriteFn) -> None:
+            save_state_files(extras, open_file, name=rank_file(gang.rank))
+
+        writer = StoreWriter(self.store, self.job_id, completed, extra=extra)
+        try:
+            dcp_save({"model": model_sd, "optimizer": optim_sd}, storage_writer=writer,
+                     process_group=gang.group)
+        except CheckpointException as exc:  # raised on every rank
+            if gang.is_leader:
+                self.store.discard_unpublished(self.job_id, completed)
+            raise _unwrap(exc, None) from None
+        parts = gang.gather(writer.entries)
+        outcome: tuple[str, Any] | None = None
+        if gang.is_leader:
+            entries = {name: entry for part in parts for name, entry in part.items()}
+            metadata = {"format": SHARDED_FORMAT, "reason": reason, "torch": torch.__version__,
+                        "world_size": str(gang.world_size)}
+            try:
+                published = self.store.publish(self.job_id, completed, entries,
+                                               now_s=self._wall_clock(), metadata=metadata)
+                outcome = ("ok", published)
+            except Exception as exc:
+                self.store.discard_unpublished(self.job_id, completed)
+                kind = "transient" if isinstance(exc, _RETRYABLE) else "permanent"
+                outcome = (kind, f"{type(exc).__name__}: {exc}")
+        outcome = gang.broadcast(outcome)
+        assert outcome is not None
+        if outcome[0] == "transient":
+            raise TransientError(f"publishing the checkpoint of step {completed}: {outcome[1]}")
+        if outcome[0] != "ok":
+            raise PermanentError(f"publishing the checkpoint of step {completed}: {outcome[1]}")
+        ref: CheckpointRef = outcome[1]
+        self.last_checkpoint = ref
+        self.checkpoints.append(ref)
+        self._failures = 0
+        return ref
+
     def _write_failed(self, exc: BaseException, critical: bool) -> None:
         self._failures += 1
         # due again from the last checkpoint that made it: retried at the next step_done
@@ -453,6 +674,9 @@ class ResumableRun:
             return
         self._closed = True
         try:
+            if self._agreement is not None:  # every rank issued it: every rank collects it
+                agreement, self._agreement = self._agreement, None
+                agreement.result()
             self._collect_pending(block=True)
         finally:
             if self._pool is not None:
@@ -475,6 +699,24 @@ class ResumableRun:
             self.close()
         except Exception:
             logger.exception("while closing after an error")
+
+
+def _unwrap(exc: BaseException, ref: CheckpointRef | None) -> Exception:
+    """What a DCP CheckpointException (raised on every rank, carrying each failed rank's
+    exception) means for the caller: the CorruptCheckpoint if a rank read a corrupt file,
+    a TransientError if every failure was an I/O or transient error, else a
+    PermanentError."""
+    failures: dict[int, Any] = getattr(exc, "failures", {}) or {}
+    errors = [(rank, pair[0] if isinstance(pair, tuple) else pair)
+              for rank, pair in sorted(failures.items())]
+    for _rank, error in errors:
+        if isinstance(error, CorruptCheckpoint):
+            return error
+    summary = "; ".join(f"rank {rank}: {type(e).__name__}: {e}" for rank, e in errors[:4])
+    where = f"{ref.uri}: " if ref is not None else ""
+    if errors and all(isinstance(e, _RETRYABLE) for _r, e in errors):
+        return TransientError(f"{where}sharded checkpoint I/O failed ({summary})")
+    return PermanentError(f"{where}sharded checkpoint failed ({summary or exc})")
 
 
 def _env_str(env: Mapping[str, str], name: str, what: str) -> str:

@@ -39,6 +39,7 @@ import pandas as pd
 from orchestrator.model import SignalKind
 from orchestrator.signals.sources.base import KeyedSource, Obs, SourceContext, check_time
 from orchestrator.signals.sources.errors import MalformedResponse, RequestRejected, short
+from orchestrator.signals.sources.http import REDACTOR
 from orchestrator.signals.sources.library import call, require
 
 logger = logging.getLogger(__name__)
@@ -62,6 +63,7 @@ class IsoSpec:
     tz: str
     credentials: tuple[str, ...] = ()
     terms: str = ""
+    location_column: str = "Location"  # PJM names hubs by pnode id ("Location Id")
 
 
 ISO_SPECS: Final[Mapping[str, IsoSpec]] = {
@@ -73,9 +75,10 @@ ISO_SPECS: Final[Mapping[str, IsoSpec]] = {
                           terms="SPP public data (marketplace)"),
     "miso-prices": IsoSpec("MISO", "US-MIDW-MISO", "MINN.HUB", "EST",
                            terms="MISO public market reports"),
-    "pjm-prices": IsoSpec("PJM", "US-MIDA-PJM", "DOMINION HUB", "US/Eastern",
+    "pjm-prices": IsoSpec("PJM", "US-MIDA-PJM", "34964545", "US/Eastern",  # DOMINION HUB
                           credentials=("PJM_API_KEY",),
-                          terms="PJM Data Miner terms (registered key)"),
+                          terms="PJM Data Miner terms (registered key)",
+                          location_column="Location Id"),
     "nyiso-prices": IsoSpec("NYISO", "US-NY-NYIS", "N.Y.C.", "US/Eastern",
                             terms="NYISO public data"),
     "isone-prices": IsoSpec("ISONE", "US-NE-ISNE", ".H.INTERNAL_HUB", "US/Eastern",
@@ -126,12 +129,12 @@ def _need(frame: object, columns: tuple[str, ...], source: str, what: str) -> pd
 
 
 def lmp_obs(frame: object, location: str, zone: str, source: str, what: str = "lmp",
-            price_col: str = "LMP") -> list[Obs]:
+            price_col: str = "LMP", location_col: str = "Location") -> list[Obs]:
     """The hub's rows of a gridstatus LMP frame -> USD/MWh per interval start (UTC), valid
     until the interval's end. NaN (the ISO left the price out) stays NaN; an infinite or
     non-numeric price, a naive time or a repeated interval is malformed."""
-    f = _need(frame, ("Interval Start", "Interval End", "Location", price_col), source, what)
-    f = f[f["Location"].astype(str) == location]
+    f = _need(frame, ("Interval Start", "Interval End", location_col, price_col), source, what)
+    f = f[f[location_col].astype(str) == location]
     if f.empty:
         return []
     starts = _times(f, "Interval Start", source, what)
@@ -200,9 +203,10 @@ class _GridstatusSource(KeyedSource):
     def _client(self) -> Any:
         gs = require(self.name, "gridstatus", GRID_EXTRA)
         creds = [self.ctx.credential(self.name, env) for env in self.spec.credentials]
+        REDACTOR.add(creds)  # gridstatus logs PJM's request headers at INFO
         cls = getattr(gs, self.spec.iso)
         if self.spec.iso == "PJM":
-            return cls(api_key=creds[0])
+            return cls(api_key=creds[0], retries=0)  # retries are ours (library.call)
         return cls()
 
     def _day(self, what: str, fetch: Callable[[], pd.DataFrame]) -> pd.DataFrame | None:
@@ -238,6 +242,8 @@ class IsoPrices(_GridstatusSource):
         elif iso == "NYISO":
             frame = client.get_lmp(day, market="DAY_AHEAD_HOURLY", locations=[self.location],
                                    location_type="zone")
+        elif iso == "PJM":
+            frame = client.get_lmp(day, market="DAY_AHEAD_HOURLY", locations=[self.location])
         elif iso == "Ercot":
             frame = client.get_spp(day, market="DAY_AHEAD_HOURLY", locations=[self.location],
                                    location_type="Trading Hub")
@@ -257,7 +263,7 @@ class IsoPrices(_GridstatusSource):
                               lambda ts=ts: self._fetch(client, ts))  # type: ignore[misc]
             if frame is not None:
                 out.extend(lmp_obs(frame, self.location, key, self.name, f"lmp {day}",
-                                   price_col))
+                                   price_col, self.spec.location_column))
         return out
 
 

@@ -7,6 +7,7 @@ tenacity through the injected sleep (so tests never sleep):
 - ``requests.HTTPError`` with a status: 401/403 -> `AuthFailed`, 429/5xx ->
   `SourceUnavailable` (retried), other 4xx -> `RequestRejected`;
 - ``requests.Timeout`` / ``ConnectionError`` -> `SourceUnavailable` (retried);
+- the same of urllib (``pandas.read_csv(url)``, which gridstatus' MISO uses);
 - an exception whose text says ``HTTP <status>`` (gridstatus' CAISO report does that)
   -> as its status;
 - anything else (``KeyError``, ``ValueError`` of a parser, ...) -> `MalformedResponse`
@@ -93,10 +94,16 @@ def _status_error(source: str, what: str, status: int, hint: str) -> HeliotropeE
 
 def classify(exc: BaseException, source: str, what: str, hint: str = "") -> HeliotropeError:
     """The error of ours that `exc` (raised by a library call) stands for."""
+    import urllib.error
+
     import requests
 
     if isinstance(exc, HeliotropeError):
         return exc
+    if isinstance(exc, urllib.error.HTTPError):  # pandas.read_csv(url) goes through urllib
+        return _status_error(source, what, int(exc.code), hint)
+    if isinstance(exc, urllib.error.URLError | TimeoutError | ConnectionError):
+        return SourceUnavailable(source, what, type(exc).__name__)
     if isinstance(exc, requests.HTTPError):
         response = exc.response
         status = int(response.status_code) if response is not None else 0
@@ -107,7 +114,10 @@ def classify(exc: BaseException, source: str, what: str, hint: str = "") -> Heli
         return SourceUnavailable(source, what, "timed out")
     if isinstance(exc, requests.RequestException):
         return SourceUnavailable(source, what, type(exc).__name__)
-    m = _HTTP_STATUS.search(str(exc)) if isinstance(exc, ValueError | RuntimeError) else None
+    text = str(exc) if isinstance(exc, ValueError | RuntimeError) else ""
+    if text.startswith("Error: Failed after"):  # gridstatus PJM: throttled or timed out
+        return SourceUnavailable(source, what, "throttled or timed out")
+    m = _HTTP_STATUS.search(text)
     if m is not None:
         return _status_error(source, what, int(m.group(1)), hint)
     return MalformedResponse(source, what, f"the client library failed ({type(exc).__name__})")

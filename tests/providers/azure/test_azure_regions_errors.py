@@ -1,0 +1,57 @@
+"""Region -> grid zone, and ARM error codes -> failure kinds."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator import catalog
+from providers.azure import errors, regions
+from providers.base import FailureKind
+
+
+def test_extra_regions_do_not_restate_the_catalog() -> None:
+    assert not set(regions.EXTRA_REGIONS) & set(catalog.regions("azure"))
+    assert set(regions.known_regions()) == {*catalog.regions("azure"), *regions.EXTRA_REGIONS}
+    assert all(info.grid_zone for info in regions.EXTRA_REGIONS.values())
+    assert all(info.continent in catalog.CONTINENTS for info in regions.EXTRA_REGIONS.values())
+
+
+@pytest.mark.parametrize(
+    ("region", "zone"),
+    [("eastus", "US-MIDA-PJM"), ("eastus-2", "US-MIDA-PJM"), ("japaneast", "JP-TK"),
+     ("NorwayEast", "NO-NO1"), ("atlantis", None)],
+)
+def test_grid_zone(region: str, zone: str | None) -> None:
+    assert regions.grid_zone(region) == zone
+
+
+@pytest.mark.parametrize(
+    ("codes", "message", "status", "kind"),
+    [
+        (["AllocationFailed"], "", None, FailureKind.CAPACITY),
+        (["ZonalAllocationFailed"], "", None, FailureKind.CAPACITY),
+        (["OverconstrainedAllocationRequest"], "", None, FailureKind.CAPACITY),
+        (["SkuNotAvailable"], "", 409, FailureKind.CAPACITY),
+        (["OperationNotAllowed"], "exceeding approved Total Regional Cores quota", 409,
+         FailureKind.QUOTA),
+        (["OperationNotAllowed", "QuotaExceeded"], "", 409, FailureKind.QUOTA),
+        (["OperationNotAllowed"], "VM is being deleted", 409, FailureKind.INVALID),
+        (["TooManyRequests"], "", 429, FailureKind.TRANSIENT),
+        ([], "", 503, FailureKind.TRANSIENT),
+        (["AuthorizationFailed"], "", 403, FailureKind.AUTH),
+        (["LinkedAuthorizationFailed"], "", 403, FailureKind.AUTH),
+        (["InvalidAuthenticationToken"], "", 401, FailureKind.AUTH),
+        (["InvalidParameter"], "", 400, FailureKind.INVALID),
+        (["ResourceGroupNotFound"], "", 404, FailureKind.INVALID),
+        (["SomethingNew"], "", None, FailureKind.TRANSIENT),
+    ],
+)
+def test_classify(codes: list[str], message: str, status: int | None, kind: FailureKind) -> None:
+    assert errors.classify(codes, message, status) is kind
+
+
+def test_a_missing_credential_is_auth_and_names_the_docs() -> None:
+    from azure.core.exceptions import ClientAuthenticationError
+
+    failure = errors.failure_from_exception(ClientAuthenticationError("no token"))
+    assert failure.kind is FailureKind.AUTH and "docs/providers.md" in failure.message

@@ -448,60 +448,50 @@ def _locked(trace_dir: Path) -> Iterator[None]:
 
 
 def _open_store() -> Any:
-    """The state store of ``$HELIOTROPE_HOME``, as `LocalWorld.open_store` opens it, without
-    building the world."""
-    from orchestrator.live.world import home, load_settings
-    from orchestrator.state import open_store
+    """The state store of ``$HELIOTROPE_HOME``, as the CLI opens it, without building the
+    world."""
+    from orchestrator.live.world import open_configured_store
 
-    url = (
-        load_settings().db_url
-        or os.environ.get("HELIOTROPE_DB_URL")
-        or f"sqlite:///{home() / 'heliotrope.db'}"
-    )
-    return open_store(url)
+    return open_configured_store()
 
 
 # -- rebalance -----------------------------------------------------------------------------
 
 
 def rebalance(settings: TaskSettings, *, require_polled: bool = False) -> dict[str, Any]:
-    """One controller tick over the local world: ``heliotrope controller run --once``.
+    """One controller tick over the configured world: ``heliotrope controller run --once``.
 
-    Raises `Skip` instead of acting when the signals the policy would decide on are stale:
-    the scenario clock is past the end of the world's signal grid, or a series the signals
-    DAG polled for the world's regions is past its validity or older than
-    ``signal_max_age_s`` (`stale_signals`; with `require_polled`, having none is stale too).
-    Returns the tick's events and the fleet afterwards."""
+    The tick accrues, observes and reconciles whatever the signals; when the signals the
+    policy would decide on are stale (the world's view says so: nothing polled is fresh, or
+    a scenario's grid has ended) it decides nothing, records why, and this raises `Skip`
+    with the reason. With `require_polled`, a trace directory the signals DAG never wrote
+    to is a reason to skip as well (`stale_signals`). Returns the tick's events and the
+    fleet afterwards."""
     from orchestrator.live import commands
-    from orchestrator.live.world import local_world
+    from orchestrator.live.world import configured_world
 
     with heliotrope_home(settings):
-        world = local_world()
+        world = configured_world()
         now = world.clock.now()
-        grid_end = world.grid.time_of(world.grid.n_ticks)
-        if now >= grid_end:
-            raise Skip(
-                f"signals are stale: the live world's signals end at {grid_end:%Y-%m-%d %H:%M} "
-                f"UTC and its clock reads {now:%Y-%m-%d %H:%M} UTC; extend `days` in "
-                f"{settings.home / 'config.yaml'}"
-            )
-        regions = {f"{o.cloud}:{o.region}" for o in world.grid.offers}
-        stale = stale_signals(settings, regions=regions, require=require_polled)
-        if stale:
-            raise Skip(
-                "signals are stale: "
-                + "; ".join(stale[:10])
-                + (f" (+{len(stale) - 10} more)" if len(stale) > 10 else "")
-            )
+        if require_polled:
+            regions = {f"{o.cloud}:{o.region}" for o in world.offers}
+            stale = stale_signals(settings, regions=regions, require=True)
+            if stale:
+                raise Skip("signals are stale: " + "; ".join(stale[:10])
+                           + (f" (+{len(stale) - 10} more)" if len(stale) > 10 else ""))
         store = world.open_store()
         try:
             live = commands.live_controller(world, store, locked=True)
             events = live.tick()
             fleet = live.fleet_table()
+            held = live.controller.held if live.controller is not None else ""
         finally:
             store.close()
     for e in events:
         logger.info("%s %s %s %s", e.job_id, e.kind.value, e.offer_id, e.detail)
+    if held:
+        raise Skip(f"{held}; nothing was decided (accrual and reconcile ran; see "
+                   f"`heliotrope events JOB`)")
     return {
         "time": now.isoformat(),
         "events": [

@@ -327,17 +327,17 @@ def _jobs_submit(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     from orchestrator.live.commands import jobs_table
-    from orchestrator.live.world import local_world
+    from orchestrator.live.world import open_configured_store
 
-    _print_rows(jobs_table(local_world().open_store()), args.json, "Fleet")
+    _print_rows(jobs_table(open_configured_store()), args.json, "Fleet")
     return 0
 
 
 def _jobs_show(args: argparse.Namespace) -> int:
     from orchestrator.live.commands import events_table, jobs_table
-    from orchestrator.live.world import local_world
+    from orchestrator.live.world import open_configured_store
 
-    store = local_world().open_store()
+    store = open_configured_store()
     rows = [r for r in jobs_table(store) if r["job"] == args.job]
     if not rows:
         raise InputError(
@@ -353,9 +353,9 @@ def _jobs_show(args: argparse.Namespace) -> int:
 
 def _events(args: argparse.Namespace) -> int:
     from orchestrator.live.commands import events_table
-    from orchestrator.live.world import local_world
+    from orchestrator.live.world import open_configured_store
 
-    store = local_world().open_store()
+    store = open_configured_store()
     if args.job not in {r.id for r in store.load()[0].jobs}:
         raise InputError(
             "", "JOB", "a submitted job", got=repr(args.job), fix="see `heliotrope jobs list`"

@@ -3,9 +3,14 @@
 `Controller.tick(now)` is the only loop there is: replay drives it with a fake clock and
 the simulated provider, the live controller and Airflow with real ones. Per tick it
 
-1. accrues dollars, energy, carbon and progress since the previous tick (`accounting`);
-2. copies outside state in: preemptions and other provider events;
-3. freezes a `Snapshot` and asks the policy for a `Decision`;
+1. accrues dollars, energy, carbon and progress since the previous tick (`accounting`), on
+   the signals in force at the start of the interval;
+2. copies outside state in: preemptions and other provider events, and (when the provider
+   lists instances) a reconcile of the fleet against what the provider runs;
+3. reads the signals at `now` from its `SignalView` (a precomputed grid in replay, the
+   state store's polled samples live), freezes a `Snapshot` and asks the policy for a
+   `Decision`; when the view says its signals are stale it holds instead (nothing is
+   launched or moved) and records why;
 4. plans actions against the actual fleet (`planner`, pure) and executes them
    (`executor`, idempotent by request id);
 5. applies the resulting events to the fleet and records them.
@@ -36,13 +41,19 @@ from orchestrator.model import (
     Snapshot,
 )
 from orchestrator.planner import plan
+from orchestrator.reconcile import reconcile
 from orchestrator.signals.grid import SignalGrid
 from orchestrator.signals.history import SignalHistory
+from orchestrator.signals.view import SignalFrame, SignalView, as_view
 from policies.base import Policy
 from policies.costs import JobOfferFit
 from providers.base import ComputeProvider, EventType, ProviderEvent
 
 logger = logging.getLogger(__name__)
+
+# A cloud may not list an instance for a while after launching it (eventual consistency):
+# reconcile declares a job's instance gone only this long after the launch.
+RECONCILE_GRACE_S = 300.0
 
 
 class EventSink(Protocol):
@@ -68,6 +79,9 @@ class LoopOptions:
     progress_from_provider: bool = False
     # Environment and command for launched jobs (live providers run them).
     entrypoint: tuple[str, ...] = ()
+    # Compare the fleet with `provider.list_instances(cluster)` every tick (live): an
+    # instance that is gone is a preemption. Replay's simulated provider reports its own.
+    reconcile: bool = False
 
 
 class Controller:
@@ -76,7 +90,7 @@ class Controller:
     def __init__(
         self,
         jobs: Sequence[JobSpec],
-        grid: SignalGrid,
+        signals: SignalView | SignalGrid,
         provider: ComputeProvider,
         policy: Policy,
         sink: EventSink,
@@ -86,7 +100,10 @@ class Controller:
         launch_env: LaunchEnv | None = None,
     ) -> None:
         self.jobs = tuple(jobs)
-        self.grid = grid
+        self.view = as_view(signals)
+        self.offers = self.view.offers
+        self._frames: dict[float, SignalFrame] = {}  # the newest two (now, the last tick)
+        self.held: str = ""  # why the last tick held (stale signals), "" when it decided
         self.provider = provider
         self.policy = policy
         self.sink = sink
@@ -94,32 +111,39 @@ class Controller:
         self.mover = mover
         self.launch_env = launch_env
         self.fleet = FleetState.empty(len(self.jobs))
-        self.fit = JobOfferFit.build(self.jobs, grid.offers)
+        self.fit = JobOfferFit.build(self.jobs, self.offers)
         self.instance_of: list[InstanceId | None] = [None] * len(self.jobs)
         self._index = {job.id: j for j, job in enumerate(self.jobs)}
-        self._offer_ix = {o.id: k for k, o in enumerate(grid.offers)}
+        self._offer_ix = {o.id: k for k, o in enumerate(self.offers)}
         self._work = np.array([job.work_gpu_hours for job in self.jobs])
         self._ckpt_s = np.array([job.checkpoint_interval_h * 3600.0 for job in self.jobs])
         self._start_s = np.array([job.start.timestamp() for job in self.jobs])
-        self._spot = np.array([o.market is Market.SPOT for o in grid.offers])
+        self._spot = np.array([o.market is Market.SPOT for o in self.offers])
         self._last_s: float | None = None
         self.busy: set[int] = set()  # jobs an external mover is migrating: no new intents
         self.progress_seen_s: dict[int, float] = {}
+        self._launched_s: dict[int, float] = {}  # launches of this process, for reconcile
         self._handlers = {
             EventType.PREEMPTED: self._on_preempted,
             EventType.PROGRESS: self._on_progress,
             EventType.COMPLETED: self._on_completed,
             EventType.FAILED: self._on_failed,
         }
-        for name in (
-            "usd_per_hour",
-            "spot_capacity",
-            "carbon_g_per_kwh",
-            "carbon_marginal_g_per_kwh",
-            "curtailing",
-            "carbon_hourly_known",
-        ):
-            getattr(grid, name).flags.writeable = False
+
+    @property
+    def grid(self) -> SignalGrid:
+        """The grid of the newest frame (in replay: the whole grid)."""
+        return self.frame_at(max(self._frames) if self._frames else 0.0).grid
+
+    def frame_at(self, now_s: float) -> SignalFrame:
+        """The view's frame at `now_s`. The newest two are kept: the next tick accrues
+        over the interval since this one on the signals of this one."""
+        frame = self._frames.get(now_s)
+        if frame is None:
+            frame = self._frames[now_s] = self.view.frame(now_s)
+            for old in sorted(self._frames)[:-2]:
+                del self._frames[old]
+        return frame
 
     @property
     def all_done(self) -> bool:
@@ -128,7 +152,6 @@ class Controller:
     def tick(self, now: datetime) -> list[Event]:
         now = utc(now)
         now_s = now.timestamp()
-        k = self._grid_tick(now_s)
         events: list[Event] = []
         if self._last_s is not None:
             events += self._accrue(self._last_s, now_s)
@@ -136,8 +159,16 @@ class Controller:
         self.fleet.phase[(self.fleet.phase == Phase.PENDING) & (self._start_s <= now_s)] = (
             Phase.WAITING
         )
-
-        snapshot = self._snapshot(now, now_s, k)
+        frame = self.frame_at(now_s)
+        k = frame.k
+        snapshot = self._snapshot(now, now_s, frame)
+        if frame.stale:
+            events += self._hold(now_s, "; ".join(frame.stale))
+            self._last_s = now_s
+            if events:
+                self.sink.record(events)
+            return events
+        self.held = ""
         decision = self.policy(snapshot)
         actions, refusals = plan(snapshot, decision, k, busy=self.busy)
         for j, reason in refusals:
@@ -153,7 +184,7 @@ class Controller:
             launch_env=self.launch_env,
             entrypoint=self.options.entrypoint,
         ):
-            events.append(self._apply(event))
+            events.append(self._apply(self._explained(event, snapshot, frame)))
         self._last_s = now_s
         if events:
             self.sink.record(events)
@@ -177,13 +208,50 @@ class Controller:
         return events
 
     # -- steps ---------------------------------------------------------------------------
-    def _grid_tick(self, now_s: float) -> int:
-        k = int((now_s - self.grid.start_s + 1e-6) // self.grid.tick_s)
-        return min(max(k, 0), self.grid.n_ticks - 1)
+    def _hold(self, now_s: float, reason: str) -> list[Event]:
+        """Stale signals: decide nothing. Each unfinished job gets one HELD event with the
+        reason when the hold begins or its reason changes."""
+        if reason == self.held:
+            return []
+        self.held = reason
+        logger.warning("holding: %s", reason)
+        return [
+            self._stamp(Event(now_s, job.id, EventKind.HELD, "", reason), j)
+            for j, job in enumerate(self.jobs)
+            if self.fleet.phase[j] != Phase.DONE and self._start_s[j] <= now_s
+        ]
+
+    def _explained(self, event: Event, snapshot: Snapshot, frame: SignalFrame) -> Event:
+        """A launch (or the start of a move) with the signals it was decided on: the
+        destination's price, capacity, carbon and curtailment (and the source offer's, for a
+        move), and where each came from, so `heliotrope explain` can say why."""
+        if event.kind not in (EventKind.LAUNCHED, EventKind.MIGRATION) or not event.offer_id:
+            return event
+        if event.kind is EventKind.MIGRATION and "planned" not in event.detail.lower():
+            return event
+        o = self._offer_ix.get(event.offer_id)
+        if o is None:
+            return event
+        j = self._index[event.job_id]
+        data = dict(event.data)
+        data.update(_signal_values("dst", snapshot, o))
+        src = int(snapshot.fleet.offer[j])
+        if src < 0:
+            src = int(snapshot.fleet.checkpoint_offer[j])
+        if src >= 0:
+            data.update(_signal_values("src", snapshot, src))
+        data["carbon_usd_per_tonne"] = float(snapshot.settings.carbon_usd_per_tonne)
+        detail = event.detail
+        if frame.basis is not None:
+            b = frame.basis
+            detail += (f" | price {b.describe(o, 'price')}; capacity "
+                       f"{b.describe(o, 'capacity')}; carbon {b.describe(o, 'carbon')}")
+        return dataclasses.replace(event, data=data, detail=detail)
 
     def _accrue(self, t0_s: float, t1_s: float) -> list[Event]:
-        k = self._grid_tick(t0_s)
-        g = self.grid
+        frame = self.frame_at(t0_s)
+        k = frame.k
+        g = frame.grid
         row = SignalRow(
             g.usd_per_hour[k],
             g.carbon_g_per_kwh[k],
@@ -221,7 +289,13 @@ class Controller:
 
     def _observe(self, now_s: float) -> list[Event]:
         events = []
-        for pe in self.provider.poll_events():
+        observed = list(self.provider.poll_events())
+        if self.options.reconcile:
+            listed = self.provider.list_instances(cluster=self.options.cluster)
+            young = {j for j, t in self._launched_s.items() if now_s - t < RECONCILE_GRACE_S}
+            observed += reconcile(self.jobs, self.instance_of, listed, now_s,
+                                  skip=self.busy | young)
+        for pe in observed:
             j = self._index.get(pe.job_id)
             if j is None or self.instance_of[j] != pe.instance_id:
                 continue  # not one of ours, or an instance we already let go
@@ -244,7 +318,7 @@ class Controller:
             now_s,
             self.jobs[j].id,
             EventKind.PREEMPTED,
-            self.grid.offers[offer].id,
+            self.offers[offer].id,
             pe.detail,
             {"lost_gpu_h": float(lost)},
             instance_id=pe.instance_id,
@@ -270,7 +344,7 @@ class Controller:
             now_s,
             self.jobs[j].id,
             EventKind.FINISHED,
-            self.grid.offers[offer].id,
+            self.offers[offer].id,
             "the job exited successfully",
             instance_id=pe.instance_id,
         )
@@ -282,13 +356,13 @@ class Controller:
             now_s,
             self.jobs[j].id,
             EventKind.TERMINATED,
-            self.grid.offers[offer].id,
+            self.offers[offer].id,
             f"failed: {pe.detail[-300:]}",
             instance_id=pe.instance_id,
         )
 
-    def _snapshot(self, now: datetime, now_s: float, k: int) -> Snapshot:
-        g = self.grid
+    def _snapshot(self, now: datetime, now_s: float, frame: SignalFrame) -> Snapshot:
+        g, k = frame.grid, frame.k
         held = self.fleet.offer >= 0
         used = np.bincount(
             self.fleet.offer[held],
@@ -329,7 +403,7 @@ class Controller:
         elif event.kind is EventKind.LAUNCHED:
             o = self._offer_ix[event.offer_id]
             src = int(f.checkpoint_offer[j])
-            if src >= 0 and self.grid.offers[src].zone != self.grid.offers[o].zone:
+            if src >= 0 and self.offers[src].zone != self.offers[o].zone:
                 f.migrations[j] += 1
             egress = float(event.data.get("egress_usd", 0.0))
             f.egress_usd[j] += egress
@@ -341,6 +415,7 @@ class Controller:
             f.phase[j] = Phase.STARTING
             f.launches[j] += 1
             self.instance_of[j] = event.instance_id or None
+            self._launched_s[j] = event.time_s
         return self._stamp(event, j)
 
     def _release(self, j: int) -> None:
@@ -362,3 +437,13 @@ class Controller:
             "progress_gpu_h": float(f.progress_gpu_h[j]),
         }
         return dataclasses.replace(event, data=data)
+
+
+def _signal_values(prefix: str, snapshot: Snapshot, o: int) -> dict[str, float]:
+    """The signals of offer `o` in a snapshot, as event data (``dst_usd_per_hour``, ...)."""
+    return {
+        f"{prefix}_usd_per_hour": float(snapshot.usd_per_hour[o]),
+        f"{prefix}_spot_capacity": float(snapshot.spot_capacity[o]),
+        f"{prefix}_g_co2_per_kwh": float(snapshot.carbon_g_per_kwh[o]),
+        f"{prefix}_curtailing": float(bool(snapshot.curtailing[o])),
+    }

@@ -281,6 +281,7 @@ class EventKind(StrEnum):
     FINISHED = "finished"
     REJECTED = "rejected"  # an intent the planner refused, or a launch the provider refused
     MIGRATION = "migration"  # a live migration changed phase (detail: from -> to)
+    HELD = "held"  # the controller decided nothing: its signals are stale (detail: why)
 
 
 @dataclass(frozen=True, slots=True)

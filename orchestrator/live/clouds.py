@@ -52,7 +52,7 @@ from orchestrator import catalog
 from orchestrator.clock import Clock, SystemClock
 from orchestrator.errors import HeliotropeError, InputError
 from orchestrator.live.controller import LiveController
-from orchestrator.live.world import home
+from orchestrator.live.world import LiveSettings, World, home
 from orchestrator.loop import LoopOptions
 from orchestrator.model import Market, Offer, OfferId, SignalKind
 from orchestrator.signals.grid import WORLD_AVG_G_PER_KWH, SignalGrid
@@ -520,6 +520,50 @@ def cloud_world(
     grid = build_grid(usable, quotes, start=start, tick_s=settings.tick_s, days=settings.days,
                       spot_capacity=settings.spot_capacity, carbon=carbon)
     return CloudWorld(settings, multi, grid, clock, quotes, carbon)
+
+
+def clouds_world(
+    live: LiveSettings,
+    settings: CloudSettings,
+    *,
+    clock: Clock | None = None,
+    access: CloudAccess | None = None,
+) -> World:
+    """The configured clouds as a live world: their offers (those in a region with a
+    checkpoint store and a quoted price), on the wall clock, deciding on the state store's
+    polled signals with the quotes as the price prior. Progress is modelled from throughput
+    (the controller cannot see inside a cloud job)."""
+    from orchestrator.live.world import World, list_priors
+
+    clock = clock or SystemClock()
+    providers = make_providers(settings, clock=clock, access=access)
+    multi = MultiProvider(list(providers.values()))
+    offers = multi.offers()
+    quotes = multi.quotes()
+    no_store = sorted({f"{o.cloud}:{o.region}" for o in offers
+                       if settings.store_uri(o.cloud, o.region) is None})
+    if no_store:
+        logger.warning("no checkpoint store for %s: their offers are left out (add them to "
+                       "`checkpoints:`)", ", ".join(no_store))
+    usable = tuple(o for o in offers
+                   if settings.store_uri(o.cloud, o.region) is not None and o.id in quotes)
+    if not usable:
+        raise InputError("clouds settings", "providers", "at least one offer with a price "
+                         "and a checkpoint store", got="none",
+                         fix="run `heliotrope providers check` and fill `checkpoints:`")
+    priors = list_priors(usable, live.spot_capacity,
+                         {k: q.usd_per_hour for k, q in quotes.items()})
+
+    def store_uri(offer: Offer) -> str:
+        uri = settings.store_uri(offer.cloud, offer.region)
+        if uri is None:  # only offers with a store are in the world: a bug if it happens
+            raise InputError("clouds settings", "checkpoints", f"a store for {offer.cloud}:"
+                             f"{offer.region}", got="none")
+        return uri
+
+    return World(live, multi, usable, clock, priors, store_uri=store_uri,
+                 progress_from_provider=False, entrypoint=tuple(settings.entrypoint),
+                 extra={"cluster": settings.cluster, "quotes": quotes})
 
 
 # -- `heliotrope offers` ----------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """What the live CLI commands do: submit, list, show, status, events, migrate, preempt, run.
 
-Every command works on the same home (`$HELIOTROPE_HOME`, default ~/.heliotrope): the state
-store, the local provider's regions, the scenario clock. Read commands print a table, or
+Every command works on the same home (`$HELIOTROPE_HOME`, default ~/.heliotrope) and the
+world its config.yaml names (`configured_world`): the state store, the providers and their
+offers, the signal view, the clock. Read commands print a table, or
 JSON with `--json`. A manual migration goes through the same planner, executor and
 migration machine as the policy's, as one controller tick whose policy is the request.
 """
@@ -17,8 +18,7 @@ from orchestrator.errors import InputError, TransientError
 from orchestrator.jobs import load_jobs
 from orchestrator.live.controller import LiveController
 from orchestrator.live.fleet_lock import FleetLock
-from orchestrator.live.world import LocalWorld, local_world
-from orchestrator.loop import LoopOptions
+from orchestrator.live.world import World, configured_world
 from orchestrator.migration import Limits
 from orchestrator.model import Decision, Intent, Market, Phase, Snapshot
 from orchestrator.state import StateStore
@@ -30,7 +30,7 @@ MIGRATE_TRIES = 5  # ticks `migrate` tries while a running controller's commits 
 
 
 def live_controller(
-    world: LocalWorld, store: StateStore, policy: Policy | None = None, *, locked: bool = False
+    world: World, store: StateStore, policy: Policy | None = None, *, locked: bool = False
 ) -> LiveController:
     """The live controller of `world`. `locked`: take the fleet lock each tick, so that of
     several running controllers (CLI, Airflow workers) one acts at a time; a one-off tick
@@ -40,13 +40,14 @@ def live_controller(
         store=store,
         provider=world.provider,
         policy=policy or make_policy(settings.policy),
-        grid=world.grid,
+        grid=world.view(store),
         clock=world.clock,
         store_uri=world.store_uri,
-        options=LoopOptions(cluster=settings.cluster, progress_from_provider=True),
-        reclaim_spot=True,
-        limits=scaled_limits(settings.speed),
+        options=world.options(),
+        reclaim_spot=world.local is not None,
+        limits=scaled_limits(settings.speed) if settings.scenario else None,
         lock=FleetLock(world.db_url()) if locked else None,
+        capacity_backoff_s=settings.capacity_backoff_s,
     )
 
 
@@ -68,7 +69,7 @@ def scaled_limits(speed: float) -> Limits:
 
 
 def submit(path: Path) -> list[str]:
-    world = local_world()
+    world = configured_world()
     specs = load_jobs(path, trace_start=world.clock.now())
     with_command = [s for s in specs if not s.command]
     if with_command:
@@ -136,9 +137,10 @@ def migrate(
 ) -> dict[str, Any]:
     """Plan (and unless `dry_run`, start) a move of `job_id` to `region`. Refuses, naming
     why, a move that would miss the deadline or break the budget, unless `force`."""
-    world = local_world()
+    world = configured_world()
     store = world.open_store()
     live = live_controller(world, store)
+    live.reload()
     controller = live._sync()
     index = {job.id: j for j, job in enumerate(controller.jobs)}
     if job_id not in index:
@@ -163,26 +165,25 @@ def migrate(
             fix="wait for it to finish",
         )
     now = world.clock.now()
-    k = min(
-        max(int((now.timestamp() - world.grid.start_s) // world.grid.tick_s), 0),
-        world.grid.n_ticks - 1,
-    )
+    frame = controller.frame_at(now.timestamp())
+    price = frame.grid.usd_per_hour[frame.k]
+    offers = controller.offers
     current = int(fleet.offer[j])
     want = (
         Market(market)
         if market
-        else (world.grid.offers[current].market if current >= 0 else Market.ON_DEMAND)
+        else (offers[current].market if current >= 0 else Market.ON_DEMAND)
     )
     candidates = [
         o
-        for o, offer in enumerate(world.grid.offers)
+        for o, offer in enumerate(offers)
         if offer.region == region
         and offer.market is want
         and controller.fit.rate[j, o] > 0
-        and not math.isnan(world.grid.usd_per_hour[k, o])
+        and not math.isnan(price[o])
     ]
     if not candidates:
-        regions = sorted({o.region for o in world.grid.offers})
+        regions = sorted({o.region for o in offers})
         raise InputError(
             "",
             "--to",
@@ -190,17 +191,17 @@ def migrate(
             got=f"{region} ({want.value})",
             fix="pick another region or --market",
         )
-    dst = min(candidates, key=lambda o: world.grid.usd_per_hour[k, o])
-    offer = world.grid.offers[dst]
+    dst = min(candidates, key=lambda o: price[o])
+    offer = offers[dst]
     src_k = current if current >= 0 else int(fleet.checkpoint_offer[j])
-    src = world.grid.offers[src_k].location if src_k >= 0 else None
+    src = offers[src_k].location if src_k >= 0 else None
     move = move_cost(job, src, offer.location, controller.options.settings)
     rate = float(controller.fit.rate[j, dst])
     remaining = max(0.0, job.work_gpu_hours - float(fleet.progress_gpu_h[j]))
     hours = job.cold_start_h + move.transfer_h + remaining / rate
     finish = now.timestamp() + hours * 3600.0
     usd_to_finish = (
-        hours * float(world.grid.usd_per_hour[k, dst]) * int(controller.fit.instances[j, dst])
+        hours * float(price[dst]) * int(controller.fit.instances[j, dst])
         + move.egress_usd
     )
     refusals = []
@@ -235,7 +236,7 @@ def migrate(
     # A running controller commits every tick, so ours may be refused (VersionConflict:
     # nothing of it was written). Then tick again from what the store holds now.
     for _ in range(MIGRATE_TRIES):
-        live.reload(accrue=False)  # with the manual policy, from the store
+        live.reload()  # with the manual policy, from the store
         refused = live.conflicts
         live.tick()
         if live.conflicts == refused:
@@ -248,7 +249,12 @@ def migrate(
 
 
 def preempt(job_id: str) -> str:
-    world = local_world()
+    world = configured_world()
+    if world.local is None:
+        raise InputError("", "preempt", "a local world (world: local in config.yaml)",
+                         got=f"world: {world.settings.world}",
+                         fix="preempt is a local stand-in for a spot reclaim; on a cloud, "
+                             "stop the instance there or use `heliotrope migrate`")
     store = world.open_store()
     loaded, _ = store.load()
     row = loaded.rows.get(job_id)
@@ -258,7 +264,7 @@ def preempt(job_id: str) -> str:
         )
     if row is None or not row.instance_id:
         raise InputError("", "JOB", "a job that holds an instance", got=f"{job_id} holds none")
-    if not world.provider.preempt(row.instance_id, notice_s=2.0):
+    if not world.local.preempt(row.instance_id, notice_s=2.0):
         raise InputError("", "JOB", "an instance this provider runs", got=row.instance_id)
     return row.instance_id
 
@@ -271,7 +277,7 @@ def run(
     max_ticks: int | None = None,
     on_tick: Any = None,
 ) -> LiveController:
-    world = local_world()
+    world = configured_world()
     live = live_controller(world, world.open_store(), locked=True)
     live.run(
         once=once,

@@ -1,13 +1,19 @@
 """The live controller: `loop.Controller` over a state store, a provider and real time.
 
 Per tick:
-1. if another writer committed since our last commit, reload jobs, rows and open
-   migrations from the store (new submissions, a manual `heliotrope migrate`);
+1. if another writer committed since our last commit, reload jobs, rows, open migrations
+   and the time the fleet is accrued until from the store (new submissions, a manual
+   `heliotrope migrate`, another controller's tick): a one-shot tick (Airflow), a restarted
+   and a continuous controller accrue the same for the same period;
 2. advance open migrations (`MigrationDriver.step`);
 3. optionally reclaim spot instances the scenario says are gone (the local provider's
    stand-in for a cloud's spot reclaim);
-4. `Controller.tick(now)`: accrue, observe, decide, plan, act;
-5. commit the tick's events, the per-job rows that changed (against the rows as loaded or
+4. `Controller.tick(now)`: accrue, observe and reconcile, read the signal view, decide,
+   plan, act;
+5. write what the controller observed itself as signal samples (a refused spot launch or
+   a preemption: no capacity at that offer for `capacity_backoff_s`), which the live view
+   reads back like any polled signal;
+6. commit the tick's events, the per-job rows that changed (against the rows as loaded or
    last committed) and migration records with the
    version read in 1. A `VersionConflict` means another controller acted: nothing of ours
    is written, and the next tick starts from the store again.
@@ -22,7 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 from orchestrator import failpoints
 from orchestrator.clock import Clock
@@ -31,9 +37,17 @@ from orchestrator.live.driver import MigrationDriver, StoreUri
 from orchestrator.live.fleet_lock import FleetLock
 from orchestrator.loop import Controller, EventLog, LoopOptions
 from orchestrator.migration import Limits
-from orchestrator.model import Event, JobSpec, Market, Offer, Phase
+from orchestrator.model import Event, EventKind, JobSpec, Market, Offer, Phase, SignalKind
 from orchestrator.signals.grid import SignalGrid
-from orchestrator.state import JobRow, StateStore, fleet_from_rows, rows_from_fleet
+from orchestrator.signals.sources.keys import spot_key
+from orchestrator.signals.view import OBSERVED_SOURCE, SignalView, as_view
+from orchestrator.state import (
+    JobRow,
+    SignalSample,
+    StateStore,
+    fleet_from_rows,
+    rows_from_fleet,
+)
 from policies.base import Policy
 from providers.base import ComputeProvider
 
@@ -47,19 +61,22 @@ class LiveController:
         store: StateStore,
         provider: ComputeProvider,
         policy: Policy,
-        grid: SignalGrid,
+        grid: SignalView | SignalGrid,
         clock: Clock,
         store_uri: StoreUri,
         options: LoopOptions,
         reclaim_spot: bool = False,
         limits: Limits | None = None,
         lock: FleetLock | None = None,
+        capacity_backoff_s: float = 0.0,
     ) -> None:
         self.store = store
         self.provider = provider
         self.policy = policy
-        self.grid = grid
+        self.view = as_view(grid)
+        self.offers = self.view.offers
         self.clock = clock
+        self.capacity_backoff_s = capacity_backoff_s
         self.store_uri = store_uri
         self.options = options
         self.reclaim_spot = reclaim_spot
@@ -75,7 +92,6 @@ class LiveController:
         self.controller: Controller | None = None
         self._stored: dict[str, JobRow] = {}  # the rows as the store holds them
         self.version = -1
-        self._last_s: float | None = None
         self.ticks = 0
         self.commits = 0  # ticks whose commit the store accepted
         self.conflicts = 0  # ticks refused with VersionConflict (another writer acted)
@@ -87,20 +103,16 @@ class LiveController:
             "HELIOTROPE_REGION": offer.region,
         }
 
-    def reload(self, *, accrue: bool = True) -> None:
-        """Rebuild the controller (and its policy's view) from the store at the next tick.
-        With ``accrue=False`` that tick accounts no elapsed time: a one-off tick beside a
-        running controller, which accounts it."""
+    def reload(self) -> None:
+        """Rebuild the controller (and its policy's view) from the store at the next tick;
+        it accrues from the time the store says the fleet is accrued until."""
         self.controller = None
-        if not accrue:
-            self._last_s = None
 
     # -- the loop ---------------------------------------------------------------------------
     def tick(self) -> list[Event]:
         now = self.clock.now()
         if self.lock is not None and not self.lock.try_acquire():
             self.controller = None  # the leader changes the fleet: reload on taking over
-            self._last_s = now.timestamp()
             self.standby_ticks += 1
             self.ticks += 1
             return []
@@ -109,8 +121,8 @@ class LiveController:
         if self.reclaim_spot:
             self._reclaim(now)
         events += controller.tick(now)
-        self._last_s = now.timestamp()
-        self._commit(controller, events)
+        self._observed(events)
+        self._commit(controller, events, now.timestamp())
         self.ticks += 1
         return events
 
@@ -146,10 +158,10 @@ class LiveController:
         if self.controller is not None and version == self.version:
             return self.controller
         loaded, version = self.store.load()
-        fleet, instance_of = fleet_from_rows(loaded.jobs, loaded.rows, self.grid.offers)
+        fleet, instance_of = fleet_from_rows(loaded.jobs, loaded.rows, self.offers)
         controller = Controller(
             loaded.jobs,
-            self.grid,
+            self.view,
             self.provider,
             self.policy,
             EventLog(),
@@ -157,7 +169,7 @@ class LiveController:
             mover=self.driver,
             launch_env=self.launch_env,
         )
-        controller.restore(fleet, instance_of, self._last_s)
+        controller.restore(fleet, instance_of, loaded.accrued_until_s)
         if self.controller is not None:  # keep what the old one learned this run
             old = {job.id: j for j, job in enumerate(self.controller.jobs)}
             for j, job in enumerate(loaded.jobs):
@@ -168,15 +180,43 @@ class LiveController:
         self._stored = dict(loaded.rows)
         return controller
 
-    def _commit(self, controller: Controller, events: Sequence[Event]) -> None:
+    def _observed(self, events: Sequence[Event]) -> None:
+        """What this tick learned about spot capacity, as samples: a spot launch refused for
+        capacity, or a preemption, means none at that offer for `capacity_backoff_s`."""
+        if self.capacity_backoff_s <= 0:
+            return
+        by_id = {o.id: o for o in self.offers}
+        samples = []
+        for e in events:
+            offer = by_id.get(e.offer_id)
+            if offer is None or offer.market is not Market.SPOT:
+                continue
+            refused = e.kind is EventKind.REJECTED and e.detail.startswith("capacity")
+            if not (refused or e.kind is EventKind.PREEMPTED):
+                continue
+            when = datetime.fromtimestamp(e.time_s, UTC)
+            samples.append(SignalSample(
+                time=when,
+                key=spot_key(offer.cloud, offer.region, offer.zone, offer.instance_type),
+                kind=SignalKind.SPOT_AVAILABILITY, value=0.0, unit="instances",
+                source=OBSERVED_SOURCE, observed_at=when,
+                valid_until=when + timedelta(seconds=self.capacity_backoff_s)))
+        if samples:
+            try:
+                self.store.append_samples(samples)
+            except TransientError as exc:  # the next refusal will say it again
+                logger.warning("could not record observed capacity: %s", exc)
+
+    def _commit(self, controller: Controller, events: Sequence[Event], now_s: float) -> None:
         rows = rows_from_fleet(
-            controller.jobs, controller.fleet, self.grid.offers, controller.instance_of
+            controller.jobs, controller.fleet, self.offers, controller.instance_of
         )
         changed = {k: r for k, r in rows.items() if r != self._stored.get(k)}
         migrations = self.driver.drain_records()
         try:
             self.version = self.store.commit(
                 events, changed, expected_version=self.version, migrations=migrations,
+                accrued_until_s=now_s,
             )
             self.commits += 1
             self._stored.update(changed)
@@ -189,21 +229,22 @@ class LiveController:
             failpoints.hit("migration.after", record.phase)
 
     def _reclaim(self, now: datetime) -> None:
-        """Stop spot instances whose offer has no capacity at this tick of the scenario."""
+        """Stop spot instances whose offer has no capacity now (the local provider's
+        stand-in for a cloud reclaiming spot), by the signals the policy reads."""
         controller = self.controller
         preempt = getattr(self.provider, "preempt", None)
         if controller is None or preempt is None:
             return
-        k = min(
-            max(int((now.timestamp() - self.grid.start_s) // self.grid.tick_s), 0),
-            self.grid.n_ticks - 1,
-        )
+        frame = controller.frame_at(now.timestamp())
+        if frame.stale:
+            return
+        capacity = frame.grid.spot_capacity[frame.k]
         for j, instance in enumerate(controller.instance_of):
             o = int(controller.fleet.offer[j])
             if instance is None or o < 0 or j in controller.busy:
                 continue
-            offer = self.grid.offers[o]
-            if offer.market is Market.SPOT and not self.grid.spot_capacity[k, o] > 0:
+            offer = self.offers[o]
+            if offer.market is Market.SPOT and not capacity[o] > 0:
                 logger.info("spot capacity gone at %s: preempting %s", offer.id, instance)
                 preempt(instance, notice_s=1.0)
 
@@ -218,7 +259,7 @@ class LiveController:
                 {
                     "job": job.id,
                     "phase": Phase(int(c.fleet.phase[j])).name.lower(),
-                    "where": self.grid.offers[o].id if o >= 0 else "",
+                    "where": self.offers[o].id if o >= 0 else "",
                     "progress": float(c.fleet.progress_gpu_h[j] / job.work_gpu_hours),
                     "usd": float(c.fleet.usd[j]),
                     "kg_co2": float(c.fleet.kg_co2[j]),

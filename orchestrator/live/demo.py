@@ -104,7 +104,9 @@ def run_demo(out: Path, *, steps: int = 240) -> int:
         shutil.rmtree(live_home)
     live_home.mkdir(parents=True)
     os.environ["HELIOTROPE_HOME"] = str(live_home)
-    (live_home / "config.yaml").write_text(yaml.safe_dump({"speed": 600.0, "days": 3}))
+    (live_home / "config.yaml").write_text(
+        yaml.safe_dump({"signals": "scenario", "speed": 600.0, "days": 3})
+    )
     jobs_file = live_home / "jobs.yaml"
     jobs_file.write_text(yaml.safe_dump(demo_jobs(steps)))
 

@@ -1,63 +1,112 @@
-"""The live world on this machine: the local provider priced by the built-in scenario.
+"""The configured world: which providers, offers, signal view, clock and carbon price a live
+entry point runs. Every live command and DAG asks `configured_world()`; none builds its own.
 
-Four "regions" (directories under `$HELIOTROPE_HOME/local`) take the names, prices, spot
-capacity and grid carbon of four scenario regions on two clouds and two continents, one
-single-GPU instance type each (L4), so the same policy that replays the scenario decides
-where the local jobs run. Scenario time runs `speed` times faster than the wall clock.
+`$HELIOTROPE_HOME/config.yaml` (every field optional; docs/deploy.md):
 
-Settings come from `$HELIOTROPE_HOME/config.yaml` when it exists (every field optional):
-
-    db_url: sqlite:////home/me/.heliotrope/heliotrope.db
-    seed: 0
+    world: local                 # local (this machine's provider) | clouds (clouds: below)
+    db_url: sqlite:////home/me/.heliotrope/heliotrope.db   # else $HELIOTROPE_DB_URL
+    policy: heliotrope
+    carbon_usd_per_tonne: 200    # the carbon price the policy weighs (0: cost only)
+    tick_s: 600                  # spacing of the signal history rows
+    interval_s: 600              # seconds between ticks of `controller run`
+    signals: polled              # polled: the state store's samples, on the wall clock
+                                 # scenario: the built-in scenario at `speed`x (demo, tests)
+    max_age: {price_s: 21600, capacity_s: 7200, carbon_s: 7200, curtailment_s: 7200}
+    capacity_backoff_s: 1800     # a refused spot launch: no capacity there for this long
+    spot_capacity: 4             # prior: spot instances assumed obtainable per offer
+    capacity: 4                  # local world: instances per local region
+    cluster: heliotrope-local
+    seed: 0                      # scenario only: seed, start, days, speed
     start: 2024-04-02T06:00:00Z
     days: 7
     speed: 600
-    policy: heliotrope
-    interval_s: 600          # scenario seconds between ticks
-    capacity: 4              # instances per local region
+    clouds: {providers: [aws, gcp], aws: {...}, gcp: {...}, checkpoints: {...}}
+                                 # world: clouds (or clouds_file: clouds.yaml, the default)
+
+The local world: four "regions" (directories under `$HELIOTROPE_HOME/local`) take the
+names and single-GPU instance types (L4) of four cloud regions on two continents, so the
+polled signals of those regions (prices, spot placement, grid carbon) are what it decides
+on, and the same policy that replays a trace decides where the local jobs run.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
+import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from orchestrator import catalog
 from orchestrator.clock import Clock, ScaledClock, SystemClock
 from orchestrator.errors import InputError
-from orchestrator.model import Offer
+from orchestrator.loop import LoopOptions
+from orchestrator.model import CostSettings, Market, Offer
 from orchestrator.signals.grid import SignalGrid
-from orchestrator.signals.scenario import generate
+from orchestrator.signals.view import GridView, MaxAges, Priors, SignalView, StoreSignalView
 from orchestrator.state import StateStore, open_store
+from providers.base import ComputeProvider
 from providers.local import LocalProvider
-from providers.sim import realize_spot
 
-# (region, instance type): L4 machines in four scenario regions.
+if TYPE_CHECKING:
+    from orchestrator.live.clouds import CloudAccess, CloudSettings
+
+# (region, instance type): L4 machines in four regions on two clouds.
 LOCAL_REGIONS: tuple[tuple[str, str], ...] = (
     ("us-east-1", "g6.xlarge"),
     ("eu-north-1", "g6.xlarge"),
     ("us-central1", "g2-standard-4"),
     ("europe-west4", "g2-standard-4"),
 )
+CONFIG_FILE = "config.yaml"
+MAX_CONFIG_BYTES = 1 << 20
+
+
+class MaxAgeSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    price_s: float = Field(default=6 * 3600.0, gt=0, allow_inf_nan=False)
+    capacity_s: float = Field(default=2 * 3600.0, gt=0, allow_inf_nan=False)
+    carbon_s: float = Field(default=2 * 3600.0, gt=0, allow_inf_nan=False)
+    curtailment_s: float = Field(default=2 * 3600.0, gt=0, allow_inf_nan=False)
+
+    def ages(self) -> MaxAges:
+        return MaxAges(self.price_s, self.capacity_s, self.carbon_s, self.curtailment_s)
 
 
 class LiveSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    world: Literal["local", "clouds"] = "local"
     db_url: str | None = None
+    policy: str = "heliotrope"
+    carbon_usd_per_tonne: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    tick_s: int = Field(default=600, gt=0)
+    interval_s: float = Field(default=600.0, gt=0, allow_inf_nan=False)
+    signals: Literal["polled", "scenario"] = "polled"
+    max_age: MaxAgeSettings = Field(default_factory=MaxAgeSettings)
+    capacity_backoff_s: float = Field(default=1800.0, ge=0, allow_inf_nan=False)
+    spot_capacity: float = Field(default=4.0, ge=0, allow_inf_nan=False)
+    lookback_h: float = Field(default=168.0, gt=0, le=24 * 60, allow_inf_nan=False)
+    capacity: int = Field(default=4, ge=1)
+    cluster: str = Field(default="heliotrope-local", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
     seed: int = 0
     start: datetime = datetime(2024, 4, 2, 6, tzinfo=UTC)
     days: float = Field(default=7.0, gt=0, le=60)
-    speed: float = Field(default=600.0, gt=0)
-    policy: str = "heliotrope"
-    interval_s: float = Field(default=600.0, gt=0)
-    capacity: int = Field(default=4, ge=1)
-    cluster: str = "heliotrope-local"
+    speed: float = Field(default=600.0, gt=0, allow_inf_nan=False)
+    clouds: dict[str, Any] | None = None
+    clouds_file: Path | None = None
+
+    @property
+    def scenario(self) -> bool:
+        return self.signals == "scenario"
 
 
 def home() -> Path:
@@ -65,45 +114,191 @@ def home() -> Path:
 
 
 def load_settings(path: Path | None = None) -> LiveSettings:
-    path = path or home() / "config.yaml"
-    if not path.is_file():
+    path = path or home() / CONFIG_FILE
+    if not path.exists():
         return LiveSettings()
+    if not path.is_file():
+        raise InputError(str(path), "", "a YAML file", got="a directory",
+                         fix="remove it or point $HELIOTROPE_HOME elsewhere")
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
-        return LiveSettings.model_validate(raw)
-    except (yaml.YAMLError, ValidationError) as exc:
-        raise InputError(
-            str(path),
-            "",
-            "valid live settings (see orchestrator/live/world.py)",
-            got=str(exc).splitlines()[0],
-        ) from exc
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise InputError(str(path), "", f"at most {MAX_CONFIG_BYTES} bytes",
+                             got=f"{path.stat().st_size} bytes")
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise InputError(str(path), "", "valid UTF-8 YAML",
+                         got=str(exc).splitlines()[0][:200]) from exc
+    if not isinstance(raw, dict):
+        raise InputError(str(path), "", "a mapping of settings (docs/deploy.md)",
+                         got=type(raw).__name__)
+    try:
+        settings = LiveSettings.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "(file)"
+        raise InputError(str(path), where, "valid live settings (docs/deploy.md)",
+                         got=str(first.get("msg", ""))[:200]) from exc
+    if settings.clouds_file is not None and not settings.clouds_file.is_absolute():
+        settings = settings.model_copy(update={"clouds_file": path.parent / settings.clouds_file})
+    return settings
 
 
 @dataclass(frozen=True)
-class LocalWorld:
-    settings: LiveSettings
-    grid: SignalGrid
-    provider: LocalProvider
-    clock: Clock
+class World:
+    """What a live entry point runs: the provider, its offers, the signals, the clock."""
 
-    def store_uri(self, offer: Offer) -> str:
-        return self.provider.checkpoint_uri(offer.region)
+    settings: LiveSettings
+    provider: ComputeProvider
+    offers: tuple[Offer, ...]
+    clock: Clock
+    priors: Priors
+    store_uri: Callable[[Offer], str]
+    grid: SignalGrid | None = None  # the scenario's, when signals: scenario
+    progress_from_provider: bool = True
+    entrypoint: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def cluster(self) -> str:
+        return str(self.extra.get("cluster", self.settings.cluster))
 
     def db_url(self) -> str:
-        return (
-            self.settings.db_url
-            or os.environ.get("HELIOTROPE_DB_URL")
-            or f"sqlite:///{home() / 'heliotrope.db'}"
-        )
+        return db_url(self.settings)
 
     def open_store(self) -> StateStore:
-        url = self.db_url()
-        return open_store(url)
+        return open_store(self.db_url())
+
+    def view(self, store: StateStore) -> SignalView:
+        """The policy's signals: the scenario's grid, or the store's polled samples."""
+        if self.grid is not None:
+            return GridView(self.grid)
+        return StoreSignalView(store, self.offers, tick_s=self.settings.tick_s,
+                               priors=self.priors, max_ages=self.settings.max_age.ages(),
+                               lookback_s=self.settings.lookback_h * 3600.0)
+
+    def options(self) -> LoopOptions:
+        return LoopOptions(
+            cluster=self.cluster,
+            settings=CostSettings(carbon_usd_per_tonne=self.settings.carbon_usd_per_tonne),
+            progress_from_provider=self.progress_from_provider,
+            entrypoint=self.entrypoint,
+            reconcile=True,
+        )
+
+    @property
+    def local(self) -> LocalProvider | None:
+        """The local provider, when this world runs on this machine."""
+        return self.provider if isinstance(self.provider, LocalProvider) else None
 
 
-def local_world(settings: LiveSettings | None = None, *, clock: Clock | None = None) -> LocalWorld:
+LocalWorld = World  # the name earlier code used
+
+
+def db_url(settings: LiveSettings) -> str:
+    """The state store's URL: the settings', else $HELIOTROPE_DB_URL, else the home's
+    SQLite file."""
+    return (
+        settings.db_url
+        or os.environ.get("HELIOTROPE_DB_URL")
+        or f"sqlite:///{home() / 'heliotrope.db'}"
+    )
+
+
+def open_configured_store() -> StateStore:
+    """The configured state store, without building the world (read-only commands)."""
+    return open_store(db_url(load_settings()))
+
+
+def configured_world(
+    settings: LiveSettings | None = None,
+    *,
+    clock: Clock | None = None,
+    access: CloudAccess | None = None,
+) -> World:
+    """The world `$HELIOTROPE_HOME/config.yaml` names."""
     settings = settings or load_settings()
+    if settings.world == "clouds":
+        from orchestrator.live.clouds import clouds_world
+
+        return clouds_world(settings, cloud_settings(settings), clock=clock, access=access)
+    return local_world(settings, clock=clock)
+
+
+def cloud_settings(settings: LiveSettings) -> CloudSettings:
+    from orchestrator.live.clouds import CloudSettings, load_cloud_settings
+
+    if settings.clouds is not None:
+        raw = {"cluster": settings.cluster, **settings.clouds}
+        try:
+            return CloudSettings.model_validate(raw)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in ("clouds", *first.get("loc", ())))
+            raise InputError(str(home() / CONFIG_FILE), where, "valid cloud settings "
+                             "(docs/providers.md)", got=str(first.get("msg", ""))[:200]) from exc
+    return load_cloud_settings(settings.clouds_file)
+
+
+def local_world(settings: LiveSettings | None = None, *, clock: Clock | None = None) -> World:
+    settings = settings or load_settings()
+    grid = _scenario_grid(settings) if settings.scenario else None
+    offers = grid.offers if grid is not None else local_offers()
+    if clock is None:
+        clock = (ScaledClock(SystemClock(), settings.start, settings.speed,
+                             real_origin=_real_origin()) if settings.scenario else SystemClock())
+    regions = sorted({o.region for o in offers})
+    provider = LocalProvider(
+        home() / "local",
+        cluster=settings.cluster,
+        offers=offers,
+        capacity={r: settings.capacity for r in regions},
+        clock=clock,
+        grace_s=15.0,
+    )
+    priors = list_priors(offers, settings.spot_capacity if not settings.scenario
+                         else float(settings.capacity))
+    return World(settings, provider, tuple(offers), clock, priors,
+                 store_uri=lambda o: provider.checkpoint_uri(o.region), grid=grid)
+
+
+def local_offers() -> tuple[Offer, ...]:
+    """The local world's offers (the scenario's, for the four regions, without its signals)."""
+    from orchestrator.signals.scenario import generate
+
+    trace = generate(0, 1.0)
+    wanted = set(LOCAL_REGIONS)
+    start = datetime(2024, 4, 1, tzinfo=UTC)
+    grid = SignalGrid.build(trace, start, datetime(2024, 4, 1, 1, tzinfo=UTC), 3600,
+                            keep_offer=lambda o: (o.region, o.instance_type) in wanted)
+    return grid.offers
+
+
+def list_priors(offers: tuple[Offer, ...] | list[Offer], spot_capacity: float,
+                quotes: dict[str, float] | None = None) -> Priors:
+    """Priors for a world's offers: the quoted or catalog on-demand list price; for spot,
+    the quote, else the list price less the low end of the cloud's published discount range
+    (`scenario.SPOT_DISCOUNT`: a conservative guess, never the cheapest); the assumed spot
+    capacity; each zone's yearly carbon (the scenario's Electricity Maps 2024 figures)."""
+    from orchestrator.signals.scenario import GRID_ZONES, SPOT_DISCOUNT
+
+    usd = np.full(len(offers), math.nan)
+    for i, o in enumerate(offers):
+        quoted = (quotes or {}).get(o.id)
+        listed = catalog.on_demand_usd_per_hour(o.cloud, o.instance_type)
+        if quoted is not None:
+            usd[i] = quoted
+        elif listed is not None:
+            low = SPOT_DISCOUNT.get(o.cloud, (0.0, 0.0))[0] if o.market is Market.SPOT else 0.0
+            usd[i] = listed * (1.0 - low)
+    cap = np.where([o.market is Market.SPOT for o in offers], float(spot_capacity), np.inf)
+    yearly = {z: float(g.yearly_g) for z, g in GRID_ZONES.items()}
+    return Priors(usd, cap.astype(np.float64), yearly)
+
+
+def _scenario_grid(settings: LiveSettings) -> SignalGrid:
+    from orchestrator.signals.scenario import generate
+    from providers.sim import realize_spot
+
     trace = generate(settings.seed, settings.days + 1.0, start=_day(settings.start))
     wanted = set(LOCAL_REGIONS)
     end = settings.start.timestamp() + settings.days * 86400.0
@@ -114,20 +309,7 @@ def local_world(settings: LiveSettings | None = None, *, clock: Clock | None = N
         600,
         keep_offer=lambda o: (o.region, o.instance_type) in wanted,
     )
-    grid = realize_spot(grid, settings.seed)
-    clock = clock or ScaledClock(
-        SystemClock(), settings.start, settings.speed, real_origin=_real_origin()
-    )
-    regions = sorted({o.region for o in grid.offers})
-    provider = LocalProvider(
-        home() / "local",
-        cluster=settings.cluster,
-        offers=grid.offers,
-        capacity={r: settings.capacity for r in regions},
-        clock=clock,
-        grace_s=15.0,
-    )
-    return LocalWorld(settings, grid, provider, clock)
+    return realize_spot(grid, settings.seed)
 
 
 def _real_origin() -> datetime:

@@ -85,11 +85,13 @@ class StateStore(Protocol):
         ...
 
     def commit(self, events: Sequence[Event], rows: Mapping[JobId, JobRow], *,
-               expected_version: int, migrations: Sequence[MigrationRecord] = ()) -> int:
+               expected_version: int, migrations: Sequence[MigrationRecord] = (),
+               accrued_until_s: float | None = None) -> int:
         """Atomically append `events`, write `rows` (pass only changed ones; each written
-        row's version goes up by one), save `migrations`, and bump the fleet version from
-        `expected_version`; return the new version. `VersionConflict` if the version is no
-        longer `expected_version` (nothing written)."""
+        row's version goes up by one), save `migrations`, record until when the fleet is
+        accrued (`accrued_until_s`, when given; `load` returns it), and bump the fleet
+        version from `expected_version`; return the new version. `VersionConflict` if the
+        version is no longer `expected_version` (nothing written)."""
         ...
 
     def claim_jobs(self, n: int) -> AbstractContextManager[JobClaim]:
@@ -136,6 +138,11 @@ class StateStore(Protocol):
                 end_s: float) -> list[SignalSample]:
         """Samples of `kind` for `keys` (None: all) with start_s <= time < end_s, ordered by
         time, key, source, observed_at."""
+        ...
+
+    def observed_samples(self, start_s: float, end_s: float) -> list[SignalSample]:
+        """Samples of every kind observed in start_s <= observed_at < end_s, by observation
+        (what a live view learns between two ticks)."""
         ...
 
     def close(self) -> None: ...

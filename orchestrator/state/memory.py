@@ -55,6 +55,7 @@ class MemoryStateStore:
         self._migrations: dict[str, MigrationRecord] = {}
         self._samples: dict[tuple[Any, ...], SignalSample] = {}
         self._version = 0
+        self._accrued_until_s: float | None = None
         self._claimed: set[JobId] = set()
 
     def __repr__(self) -> str:
@@ -96,6 +97,7 @@ class MemoryStateStore:
                 migrations=tuple(self._open()),
                 submitted_at=dict(self._submitted_at),
                 status=dict.fromkeys(self._jobs, "active"),
+                accrued_until_s=self._accrued_until_s,
             ), self._version
 
     def _known(self, ids: set[JobId]) -> None:
@@ -116,7 +118,8 @@ class MemoryStateStore:
                         raise open_migration_conflict(m, other)
 
     def commit(self, events: Sequence[Event], rows: Mapping[JobId, JobRow], *,
-               expected_version: int, migrations: Sequence[MigrationRecord] = ()) -> int:
+               expected_version: int, migrations: Sequence[MigrationRecord] = (),
+               accrued_until_s: float | None = None) -> int:
         check_migrations(migrations)
         with self._lock:
             if self._version != expected_version:
@@ -129,6 +132,8 @@ class MemoryStateStore:
             self._apply(events, rows)
             for m in migrations:
                 self._migrations[m.id] = m
+            if accrued_until_s is not None:
+                self._accrued_until_s = float(accrued_until_s)
             self._version += 1
             return self._version
 
@@ -220,6 +225,12 @@ class MemoryStateStore:
                      if s.kind is kind and start <= s.time < end
                      and (wanted is None or s.key in wanted)]
         return sorted(found, key=sample_sort_key)
+
+    def observed_samples(self, start_s: float, end_s: float) -> list[SignalSample]:
+        start, end = from_s(start_s), from_s(end_s)
+        with self._lock:
+            found = [s for s in self._samples.values() if start <= s.observed_at < end]
+        return sorted(found, key=lambda s: s.observed_at)
 
 
 class MemoryJobClaim:

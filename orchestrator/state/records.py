@@ -162,6 +162,7 @@ class LoadedFleet:
     migrations: tuple[MigrationRecord, ...]
     submitted_at: Mapping[JobId, datetime]
     status: Mapping[JobId, str]
+    accrued_until_s: float | None = None  # the fleet is accounted up to here (None: never)
 
 
 # -- conversions ----------------------------------------------------------------------------

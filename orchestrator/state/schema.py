@@ -155,6 +155,7 @@ signal_samples = sa.Table(
     sa.Column("observed_at", UTCDateTime(), nullable=False),
     sa.Column("valid_until", UTCDateTime(), nullable=True),
     sa.UniqueConstraint("kind", "key", "time", "source", "observed_at"),
+    sa.Index("ix_signal_samples_observed_at", "observed_at"),  # the live view's reads
 )
 
 #: One row (id 1): the fleet version, bumped by every commit (compare-and-swap).
@@ -162,4 +163,7 @@ meta = sa.Table(
     "meta", metadata,
     sa.Column("id", sa.Integer(), primary_key=True, autoincrement=False),
     sa.Column("version", sa.BigInteger(), nullable=False),
+    # Until when the fleet's dollars, energy, carbon and progress are accrued (POSIX s):
+    # a one-shot tick (Airflow), a restarted and a continuous controller accrue alike.
+    sa.Column("accrued_until_s", sa.Float(), nullable=True),
 )

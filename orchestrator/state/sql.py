@@ -483,7 +483,11 @@ class SqlStateStore:
     def load(self) -> tuple[LoadedFleet, int]:
         decode = _json_decoder()
         with self._read() as conn:
-            version = self._version(conn)
+            meta = conn.execute(sa.select(t.meta.c.version, t.meta.c.accrued_until_s)
+                                .where(t.meta.c.id == 1)).one_or_none()
+            if meta is None:
+                raise PermanentError("state store has no meta row: run `upgrade()`")
+            version = int(meta.version)
             job_rows = conn.execute(_JOBS_SELECT).mappings().all()
             state = conn.execute(sa.select(t.job_state)).mappings().all()
             migs = conn.execute(sa.select(t.migrations).where(_OPEN)
@@ -494,18 +498,23 @@ class SqlStateStore:
                 migrations=tuple(_migration(r) for r in migs),
                 submitted_at={r["id"]: r["submitted_at"] for r in job_rows},
                 status={r["id"]: r["status"] for r in job_rows},
+                accrued_until_s=meta.accrued_until_s,
             )
         return fleet, version
 
     def commit(self, events: Sequence[Event], rows: Mapping[JobId, JobRow], *,
-               expected_version: int, migrations: Sequence[MigrationRecord] = ()) -> int:
+               expected_version: int, migrations: Sequence[MigrationRecord] = (),
+               accrued_until_s: float | None = None) -> int:
         check_migrations(migrations)
         new = expected_version + 1
+        values: dict[str, Any] = {"version": new}
+        if accrued_until_s is not None:
+            values["accrued_until_s"] = float(accrued_until_s)
         ids = {e.job_id for e in events} | set(rows) | {m.job_id for m in migrations}
         with self._write(ids, migrations) as conn:
             res = conn.execute(sa.update(t.meta)
                                .where(t.meta.c.id == 1, t.meta.c.version == expected_version)
-                               .values(version=new))
+                               .values(**values))
             if res.rowcount != 1:
                 actual = self._version(conn)
                 raise VersionConflict(f"fleet version is {actual}, not {expected_version}: "
@@ -648,6 +657,14 @@ class SqlStateStore:
             stmt = stmt.where(s.key.in_(list(keys)))
         with self._read() as conn:
             rows = conn.execute(stmt.order_by(s.time, s.key, s.source, s.observed_at))
+            return [_sample(r) for r in rows.mappings()]
+
+    def observed_samples(self, start_s: float, end_s: float) -> list[SignalSample]:
+        s = t.signal_samples.c
+        stmt = sa.select(t.signal_samples).where(
+            s.observed_at >= from_s(start_s), s.observed_at < from_s(end_s))
+        with self._read() as conn:
+            rows = conn.execute(stmt.order_by(s.observed_at, s.id))
             return [_sample(r) for r in rows.mappings()]
 
 

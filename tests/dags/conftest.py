@@ -97,6 +97,9 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A fresh Heliotrope home (`$HELIOTROPE_HOME`), with no Variable overriding it."""
     path = tmp_path / "home"
     path.mkdir()
+    # The DAG plumbing runs on the built-in scenario (tests/dags/test_live_signals.py runs
+    # the polled world).
+    (path / "config.yaml").write_text("signals: scenario\n")
     monkeypatch.setenv("HELIOTROPE_HOME", str(path))
     monkeypatch.delenv("AIRFLOW_VAR_HELIOTROPE", raising=False)
     yield path

@@ -56,7 +56,7 @@ def test_rebalance_ticks_the_controller(dags: dict[str, Any], submitted: str) ->
 def test_rebalance_skips_on_stale_signals_with_the_reason(
     dags: dict[str, Any], submitted: str, home: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    (home / "config.yaml").write_text(yaml.safe_dump({"days": 1}))
+    (home / "config.yaml").write_text(yaml.safe_dump({"days": 1, "signals": "scenario"}))
     (home / "clock.json").write_text(json.dumps({"real_origin": "2020-01-01T00:00:00+00:00"}))
     _, tis = run(dags["heliotrope_rebalance"])
     assert tis["tick"][0] == "skipped"

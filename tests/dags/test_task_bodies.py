@@ -290,7 +290,7 @@ def test_rebalance_is_one_controller_tick(submitted: str, home: Path) -> None:
 
 
 def test_rebalance_skips_when_the_scenario_signals_have_ended(submitted: str, home: Path) -> None:
-    (home / "config.yaml").write_text(yaml.safe_dump({"days": 1}))
+    (home / "config.yaml").write_text(yaml.safe_dump({"days": 1, "signals": "scenario"}))
     # Scenario time began an hour ago at 600x: 25 days in, past the 1-day signal grid.
     origin = datetime.now(UTC) - timedelta(hours=1)
     (home / "clock.json").write_text(json.dumps({"real_origin": origin.isoformat()}))

@@ -77,7 +77,7 @@ class Home:
         self.db_url = f"sqlite:///{root / 'heliotrope.db'}"
         self.settings = LiveSettings(
             db_url=self.db_url, policy="on-demand", speed=SPEED, interval_s=INTERVAL_S,
-            capacity=1, days=1,
+            capacity=1, days=1, signals="scenario",
         )
         root.mkdir(parents=True)
         (root / "config.yaml").write_text(

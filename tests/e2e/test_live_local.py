@@ -73,7 +73,7 @@ def test_a_move_survives_a_controller_restart_in_every_phase(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, crash_in: str
 ) -> None:
     monkeypatch.setenv("HELIOTROPE_HOME", str(tmp_path / "home"))
-    settings = LiveSettings(days=2)
+    settings = LiveSettings(days=2, signals="scenario")
     clock = FakeClock(settings.start)
     world = local_world(settings, clock=clock)
     store = world.open_store()

@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
-EXTRAS ?= dev,torch,airflow,aws,gcp,entsoe
+EXTRAS ?= dev,torch,airflow,aws,gcp,entsoe,azure,k8s
 PYTEST_ARGS ?=
 
 .PHONY: setup demo test lint bench e2e airflow clean

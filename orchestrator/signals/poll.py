@@ -54,7 +54,15 @@ from orchestrator.signals.sources.http import REDACTOR, HttpClient
 from orchestrator.signals.sources.isos import ISO_SPECS, PRICE_SOURCES, CaisoCurtailment
 from orchestrator.signals.sources.power import Eia930, Entsoe
 from orchestrator.signals.sources.tracemap import samples_to_rows
-from orchestrator.signals.traces import COLUMNS, Trace, make_manifest, read_trace, write_trace
+from orchestrator.signals.traces import (
+    COLUMNS,
+    SIDE_TABLES,
+    Trace,
+    make_manifest,
+    read_trace,
+    write_side_table,
+    write_trace,
+)
 from orchestrator.signals.traces import empty_frame as empty_table
 
 if TYPE_CHECKING:
@@ -393,7 +401,8 @@ def _tables(samples: pd.DataFrame, notes: list[str]) -> dict[str, pd.DataFrame]:
     rows = samples_to_rows(samples, GRID_PRIORITY)
     offers = (build_offers(rows.candidates, notes) if len(rows.candidates)
               else empty_table("offers"))
-    return {"offers": offers, "prices": rows.prices, "spot": rows.spot, "grid": rows.grid}
+    return {"offers": offers, "prices": rows.prices, "spot": rows.spot, "grid": rows.grid,
+            "forecasts": rows.forecasts, "spot_signals": rows.spot_signals}  # side tables
 
 
 def record(
@@ -446,6 +455,8 @@ def record(
     samples.to_parquet(tmp, index=False)
     tmp.replace(out / SAMPLES_FILE)
     write_trace(trace, out)
+    for name in SIDE_TABLES:  # forecasts, spot_signals: rebuilt from the samples log alone
+        write_side_table(fresh[name], name, out)
     return trace
 
 

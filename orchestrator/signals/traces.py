@@ -322,3 +322,126 @@ def _check_values(frame: pd.DataFrame, table: str, where: str) -> None:
                 "a carbon intensity >= 0",
                 got=float(frame["value"].iloc[row]),
             )
+
+
+# -- side tables: published forecasts and spot risk signals ------------------------------
+#
+# Optional files next to the five tables (a trace without them reads as before; `Trace`
+# does not hold them). They keep what the recorder saw that the change-log tables cannot:
+#
+# - ``forecasts.parquet``: forecasts the sources publish (Electricity Maps, WattTime, UK
+#   ESO), one row per issue and target hour: issued_at (when Heliotrope read it, so a
+#   replay at time t may use only rows with issued_at <= t: no peeking), time (the start of
+#   the hour or interval forecast), grid_zone, metric (one of `GRID_METRICS`), value,
+#   source (``electricitymaps``, ``watttime``, ``uk-carbon``).
+# - ``spot_signals.parquet``: a change log of AWS spot risk signals per instance type:
+#   time, cloud, region, zone ('' = the region), instance_type, metric, value, source.
+#   Metrics (`SPOT_METRICS`): ``interruption_pct_max`` (Spot Advisor: the upper bound of the
+#   band of monthly interruption frequency as the JSON gives it, %: 5, 11, 16, 22, or
+#   100 for ">20%"),
+#   ``savings_pct`` (Spot Advisor: saving over on-demand, %), ``placement_score`` (EC2
+#   GetSpotPlacementScores, 1..10, per zone). A row holds until the next row of the same
+#   key; NaN = unknown (the recorder writes one at a sample's valid_until).
+
+SPOT_METRICS: Final = ("interruption_pct_max", "savings_pct", "placement_score")
+SIDE_TABLES: Final[Mapping[str, Mapping[str, str]]] = {
+    "forecasts": {
+        "issued_at": "time",
+        "time": "time",
+        "grid_zone": "str",
+        "metric": "str",
+        "value": "float",
+        "source": "str",
+    },
+    "spot_signals": {
+        "time": "time",
+        "cloud": "str",
+        "region": "str",
+        "zone": "str",
+        "instance_type": "str",
+        "metric": "str",
+        "value": "float",
+        "source": "str",
+    },
+}
+_SIDE_METRICS: Final[Mapping[str, tuple[str, ...]]] = {
+    "forecasts": GRID_METRICS,
+    "spot_signals": SPOT_METRICS,
+}
+
+
+def empty_side_table(name: str) -> pd.DataFrame:
+    return _coerce_side(pd.DataFrame({c: [] for c in SIDE_TABLES[name]}), name, "<memory>")
+
+
+def _coerce_side(frame: pd.DataFrame, name: str, where: str) -> pd.DataFrame:
+    spec = SIDE_TABLES[name]
+    missing = [c for c in spec if c not in frame.columns]
+    if missing:
+        raise InputError(where, f"column {missing[0]!r}", f"columns {list(spec)}",
+                         got=list(frame.columns), fix=f"add the {missing[0]!r} column")
+    out: dict[str, Any] = {}
+    for col, kind in spec.items():
+        series = frame[col]
+        try:
+            if kind == "time":
+                out[col] = pd.to_datetime(series, utc=True)
+            elif kind == "str":
+                out[col] = series.fillna("").astype(str)
+            else:
+                out[col] = pd.to_numeric(series).astype(np.float64)
+        except (ValueError, TypeError) as exc:
+            raise InputError(where, f"column {col!r}", f"{kind} values",
+                             got=str(exc)[:120]) from exc
+    result = pd.DataFrame(out, index=frame.index).reset_index(drop=True)
+    for col, kind in spec.items():
+        if kind == "time" and result[col].isna().any():
+            row = _first_bad_row(result[col].isna())
+            raise InputError(where, f"row {row}, column {col!r}", "a UTC timestamp", got="empty")
+    bad = ~result["metric"].isin(_SIDE_METRICS[name])
+    if bad.any():
+        row = _first_bad_row(bad)
+        raise InputError(where, f"row {row}, column 'metric'", f"one of {_SIDE_METRICS[name]}",
+                         got=repr(result["metric"].iloc[row]))
+    return result
+
+
+def write_side_table(frame: pd.DataFrame, name: str, out: Path) -> Path | None:
+    """Write side table `name` into trace directory `out` (validated first); an empty frame
+    removes the file. Returns the path written, or None."""
+    checked = _coerce_side(frame, name, f"<{name}>")
+    path = out / f"{name}.parquet"
+    if checked.empty:
+        path.unlink(missing_ok=True)
+        return None
+    out.mkdir(parents=True, exist_ok=True)
+    order = [c for c in ("issued_at", "time") if c in checked.columns]
+    tmp = out / f"{name}.parquet.tmp"
+    checked.sort_values(order, kind="stable").reset_index(drop=True).to_parquet(tmp, index=False)
+    tmp.replace(path)
+    return path
+
+
+def read_side_table(path: Path, name: str) -> pd.DataFrame:
+    """Side table `name` of the trace directory `path` (empty when the trace has none)."""
+    file = path / f"{name}.parquet"
+    if not file.is_file():
+        return empty_side_table(name)
+    try:
+        raw = pd.read_parquet(file)
+    except Exception as exc:  # pyarrow raises many types for a damaged file
+        raise InputError(str(file), "", "a readable Parquet file", got=type(exc).__name__) from exc
+    return _coerce_side(raw, name, str(file))
+
+
+def forecasts_as_of(forecasts: pd.DataFrame, at: Any) -> pd.DataFrame:
+    """What was known at `at` of the published forecasts: rows issued at or before `at`,
+    of each (source, grid_zone, metric, time) the latest issue. Nothing issued later is
+    visible (a replay may not peek)."""
+    when = pd.Timestamp(at)
+    when = when.tz_localize("UTC") if when.tzinfo is None else when.tz_convert("UTC")
+    seen = forecasts[forecasts["issued_at"] <= when]
+    latest = seen.sort_values("issued_at", kind="stable").drop_duplicates(
+        ["source", "grid_zone", "metric", "time"], keep="last")
+    return latest.sort_values(["source", "grid_zone", "metric", "time"],
+                              kind="stable").reset_index(drop=True)

@@ -6,9 +6,13 @@
   `priority` wins;
 - prices: ``usd_per_hour`` samples, keys `keys.price_key`;
 - spot: ``instances`` samples as capacity; AWS placement scores as capacity 1 (score >= 7,
-  "likely"), 0 (score <= 3) or NaN (in between: unknown). Spot Advisor bands and savings,
-  WattTime's percentile index and every ``-forecast`` sample have no trace column: they stay
-  in the samples log and the state store;
+  "likely"), 0 (score <= 3) or NaN (in between: unknown);
+- spot_signals (side table, `traces.SIDE_TABLES`): Spot Advisor ``interruption_pct_max`` and
+  ``savings_pct`` per region and instance type, and the raw ``placement_score`` per zone,
+  as change logs closed with NaN at valid_until;
+- forecasts (side table): every ``-forecast`` sample of a grid unit, one row per issue
+  (``issued_at`` = when it was read) and target time, the source without the suffix.
+  WattTime's percentile index has no trace column (samples log and state store only);
 - offers: candidates from the price keys (zone '' -> a region-level candidate), for
   `importers.offers.build_offers`.
 
@@ -30,7 +34,14 @@ import pandas as pd
 
 from orchestrator.signals.importers._common import empty_candidates
 from orchestrator.signals.sources.base import FORECAST_SUFFIX
-from orchestrator.signals.traces import COLUMNS, MARKETS, empty_frame
+from orchestrator.signals.traces import (
+    COLUMNS,
+    MARKETS,
+    SIDE_TABLES,
+    SPOT_METRICS,
+    empty_frame,
+    empty_side_table,
+)
 
 GRID_METRIC: Final[Mapping[tuple[str, str], str]] = {
     ("carbon", "g_co2_per_kwh"): "carbon_avg_g_per_kwh",
@@ -48,6 +59,9 @@ class TraceRows:
     spot: pd.DataFrame = field(default_factory=lambda: empty_frame("spot"))
     grid: pd.DataFrame = field(default_factory=lambda: empty_frame("grid"))
     candidates: pd.DataFrame = field(default_factory=empty_candidates)
+    forecasts: pd.DataFrame = field(default_factory=lambda: empty_side_table("forecasts"))
+    spot_signals: pd.DataFrame = field(
+        default_factory=lambda: empty_side_table("spot_signals"))
 
 
 def _collapse_and_close(
@@ -78,6 +92,7 @@ def samples_to_rows(samples: pd.DataFrame, priority: Sequence[str] = ()) -> Trac
     out = TraceRows()
     if samples.empty:
         return out
+    out.forecasts = forecast_rows(samples)
     s = samples[~samples["source"].astype(str).str.endswith(FORECAST_SUFFIX)]
     s = s[s["time"].notna()].copy()
     for col in ("time", "observed_at", "valid_until"):
@@ -129,4 +144,42 @@ def samples_to_rows(samples: pd.DataFrame, priority: Sequence[str] = ()) -> Trac
             sp = sp[(sp["zone"] != "") & (sp["cloud"] != "")]
             sp = _collapse_and_close(sp, ["cloud", "zone", "instance_type"])
             out.spot = sp.rename(columns={"value": "capacity"})[list(COLUMNS["spot"])]
+
+    # spot risk signals
+    rk = s[(kind == "spot_availability") & unit.isin(list(SPOT_METRICS))]
+    if len(rk):
+        parts = rk["key"].astype(str).str.split("/", expand=True)
+        if parts.shape[1] == 4:
+            rk = rk.assign(cloud=parts[0], region=parts[1], zone=parts[2],
+                           instance_type=parts[3], metric=rk["unit"].astype(str))
+            rk = rk[(rk["cloud"] != "") & (rk["instance_type"] != "")]
+            rk = _collapse_and_close(rk, ["cloud", "region", "zone", "instance_type", "metric"])
+            out.spot_signals = rk[list(SIDE_TABLES["spot_signals"])].reset_index(drop=True)
     return out
+
+
+def forecast_rows(samples: pd.DataFrame) -> pd.DataFrame:
+    """The ``-forecast`` samples of grid units as rows of the forecasts side table: issued
+    when read (``observed_at``), of each (source, zone, metric, time, issue) the last."""
+    src = samples["source"].astype(str)
+    f = samples[src.str.endswith(FORECAST_SUFFIX) & samples["time"].notna()]
+    if f.empty:
+        return empty_side_table("forecasts")
+    metric = pd.Series([GRID_METRIC.get((str(k), str(u)), "")
+                        for k, u in zip(f["kind"], f["unit"], strict=True)],
+                       index=f.index, dtype="object")
+    f = f[(metric != "").to_numpy()]
+    if f.empty:
+        return empty_side_table("forecasts")
+    rows = pd.DataFrame({
+        "issued_at": pd.to_datetime(f["observed_at"], utc=True),
+        "time": pd.to_datetime(f["time"], utc=True),
+        "grid_zone": f["key"].astype(str),
+        "metric": metric[f.index],
+        "value": f["value"].astype(float),
+        "source": f["source"].astype(str).str.removesuffix(FORECAST_SUFFIX),
+    })
+    rows = rows.drop_duplicates(["source", "grid_zone", "metric", "time", "issued_at"],
+                                keep="last")
+    return rows.sort_values(["issued_at", "time", "grid_zone"], kind="stable").reset_index(
+        drop=True)

@@ -183,24 +183,25 @@ class GridView:
 class _Series:
     """One (signal, key, source): samples ordered by when they became known."""
 
-    known_s: FloatArray  # max(time, observed_at)
+    known_s: FloatArray  # max(time, observed_at); ties: by time, the newest last
     observed_s: FloatArray
     valid_until_s: FloatArray  # inf: no limit
     value: FloatArray
+    time_s: FloatArray
 
     def merge(self, other: _Series) -> _Series:
         cols = [np.concatenate([a, b]) for a, b in zip(self.cols(), other.cols(), strict=True)]
-        order = np.lexsort((cols[1], cols[0]))
+        order = np.lexsort((cols[4], cols[0]))
         merged = [c[order] for c in cols]
         keep = np.ones(len(order), dtype=bool)
-        if len(order) > 1:  # the same observation twice (a re-read window): keep one
+        if len(order) > 1:  # the same sample twice (a re-read window): keep one
             same = ((np.diff(merged[0]) == 0) & (np.diff(merged[1]) == 0)
-                    & (np.diff(merged[3]) == 0))
+                    & (np.diff(merged[4]) == 0))
             keep[1:] = ~same
         return _Series(*(c[keep] for c in merged))
 
-    def cols(self) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
-        return self.known_s, self.observed_s, self.valid_until_s, self.value
+    def cols(self) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
+        return self.known_s, self.observed_s, self.valid_until_s, self.value, self.time_s
 
     def drop_before(self, t_s: float) -> _Series:
         """Forget samples observed before `t_s`, keeping the last one before it (it may
@@ -225,7 +226,7 @@ SeriesKey = tuple[str, str, str]  # (signal, key, source)
 
 def series_from_samples(samples: Iterable[SignalSample]) -> dict[SeriesKey, _Series]:
     """Group samples into series (forecasts and units no signal reads are left out)."""
-    cols: dict[SeriesKey, list[tuple[float, float, float, float]]] = {}
+    cols: dict[SeriesKey, list[tuple[float, float, float, float, float]]] = {}
     for s in samples:
         if s.source.endswith(FORECAST_SUFFIX):
             continue
@@ -238,13 +239,12 @@ def series_from_samples(samples: Iterable[SignalSample]) -> dict[SeriesKey, _Ser
                 0.0 if value <= PLACEMENT_UNLIKELY else math.nan)
         t, o = s.time.timestamp(), s.observed_at.timestamp()
         vu = s.valid_until.timestamp() if s.valid_until is not None else math.inf
-        cols.setdefault((signal, s.key, s.source), []).append((max(t, o), o, vu, value))
+        cols.setdefault((signal, s.key, s.source), []).append((max(t, o), o, vu, value, t))
     out = {}
     for key, rows in cols.items():
         a = np.array(rows, dtype=np.float64)
-        order = np.lexsort((a[:, 1], a[:, 0]))
-        a = a[order]
-        out[key] = _Series(a[:, 0].copy(), a[:, 1].copy(), a[:, 2].copy(), a[:, 3].copy())
+        a = a[np.lexsort((a[:, 4], a[:, 0]))]
+        out[key] = _Series(*(a[:, i].copy() for i in range(5)))
     return out
 
 
@@ -456,19 +456,19 @@ class StoreSignalView:
         return SignalFrame(grid, grid.n_ticks - 1, stale, basis)
 
     def _stale(self, now_s: float, basis: SignalBasis) -> tuple[str, ...]:
-        """Polled signals exist but none counts now: the poller stopped. (Nothing ever
-        polled is not stale: the priors are all there is, and the basis says so.)"""
+        """Signals were polled but none of them counts now: the poller stopped. (A signal
+        never polled is not stale: its prior is all there is, and the basis says so.)"""
         polled = [(k, s) for k, s in self._series.items() if k[2] != OBSERVED_SOURCE]
         if not polled:
             return ()
-        if any(not basis.source[sig][o].startswith("prior")
-               for sig in ("price", "carbon") for o in range(len(self._offers))):
+        kinds = {k[0] for k, _ in polled}
+        if any(not src.startswith("prior") for sig in kinds for src in basis.source[sig]):
             return ()
-        newest = max(float(s.observed_s[-1]) for _, s in polled)
-        return (f"signals are stale: the newest polled sample was observed "
-                f"{_age_words(now_s - newest)} ago, past every max age (price "
+        newest = datetime.fromtimestamp(max(float(s.observed_s[-1]) for _, s in polled), UTC)
+        return (f"signals are stale: nothing polled counts any more (the newest sample was "
+                f"observed at {newest:%Y-%m-%d %H:%M} UTC; max age: price "
                 f"{_age_words(self.max_ages.price_s)}, carbon "
-                f"{_age_words(self.max_ages.carbon_s)})",)
+                f"{_age_words(self.max_ages.carbon_s)}): is the signals DAG running?",)
 
 
 def _age_words(seconds: float) -> str:

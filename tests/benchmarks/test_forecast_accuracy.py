@@ -1,14 +1,25 @@
 """Which carbon forecast to use (issue #3): mean absolute error of persistence, seasonal
 naive and the level-corrected blend, 1-24 h ahead, on the real Electricity Maps hourly
-traces of 2023 (16 zones). Prints MAE per method and its ratio to persistence."""
+traces of 2023 (16 zones). Prints MAE per method and its ratio to persistence.
+
+And the forecasts the sources publish (issue #18): per source (Electricity Maps, WattTime)
+the MAE of its forecasts beside the seasonal-naive rule issued at the same times, on the
+same target times (`orchestrator.signals.sources.skill`). Real numbers need a samples log
+polled over days: ``HELIOTROPE_FORECAST_SAMPLES=traces/live/samples.parquet make bench``;
+without it the recorded test answers are scored (made-up values: a check of the pipeline,
+not of the sources)."""
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from orchestrator.signals.forecast import forecast
+from orchestrator.signals.sources.skill import forecast_skill
 from tests.conftest import shared_data_dir
 
 pytestmark = pytest.mark.bench
@@ -40,3 +51,26 @@ def test_carbon_forecast_accuracy() -> None:
     for method, errs in errors.items():
         mae = np.mean(errs)
         print(f"  {method:15s} MAE {mae:7.2f} gCO2/kWh  x{mae / base:5.3f} of persistence")
+
+
+def test_published_forecasts_beside_seasonal_naive() -> None:
+    given = os.environ.get("HELIOTROPE_FORECAST_SAMPLES", "")
+    if given:
+        from orchestrator.signals.poll import read_samples
+
+        path = Path(given)
+        samples = read_samples(path.parent if path.is_file() else path)
+        what = f"samples log {path}"
+    else:
+        from tests.signals.forecast_samples import recorded_forecast_samples
+
+        samples = recorded_forecast_samples()
+        what = "recorded test answers (made-up values: checks the pipeline, not the sources)"
+    skills = forecast_skill(samples)
+    if not skills:
+        pytest.skip(f"no forecast with a later observation in {what}")
+    print(f"\npublished carbon forecasts vs seasonal naive, same issue times and hours, {what}")
+    for s in skills:
+        print(f"  {s.source:16s} {s.metric:27s} zones {','.join(s.zones):14s} "
+              f"issues {s.issues:4d} n {s.n:6d}  MAE {s.mae_source:7.2f}  "
+              f"seasonal naive {s.mae_seasonal_naive:7.2f}  x{s.ratio:5.3f}")

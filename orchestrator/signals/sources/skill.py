@@ -77,7 +77,7 @@ def forecast_skill(samples: pd.DataFrame, *, history: timedelta = HISTORY,
         for (zone, issued), rows in fc.groupby(["grid_zone", "issued_at"], sort=True):
             seen = obs[(obs["source"] == source) & (obs["grid_zone"] == zone)
                        & (obs["metric"] == metric)]
-            got = _score_issue(rows, seen, pd.Timestamp(issued), history, period)
+            got = _score_issue(rows, seen, pd.Timestamp(str(issued)), history, period)
             if got is None:
                 continue
             e_src, e_naive = got

@@ -125,6 +125,11 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--json", action="store_true")
     ev.set_defaults(handler=_events)
 
+    ex = sub.add_parser("explain", help="why a job runs where it does: each decision and "
+                                        "the signals it was made on")
+    ex.add_argument("job")
+    ex.set_defaults(handler=_explain)
+
     mg = sub.add_parser("migrate", help="move a job to another region, through the same machine")
     mg.add_argument("job")
     mg.add_argument("--to", required=True, metavar="REGION")
@@ -361,6 +366,15 @@ def _events(args: argparse.Namespace) -> int:
             "", "JOB", "a submitted job", got=repr(args.job), fix="see `heliotrope jobs list`"
         )
     _print_rows(events_table(store, args.job), args.json, f"Events of {args.job}")
+    return 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from orchestrator.live.commands import explain
+    from orchestrator.live.world import open_configured_store
+
+    lines = explain(open_configured_store(), args.job)
+    print("\n".join(lines) if lines else f"{args.job}: no placement decision yet")
     return 0
 
 

@@ -287,3 +287,49 @@ def run(
         on_tick=on_tick,
     )
     return live
+
+
+def explain(store: StateStore, job_id: str) -> list[str]:
+    """Each placement decision of a job in words: where it went, why (the policy's reason),
+    and the signals it was decided on; for a move, how the signals of the place it left
+    changed since it went there (``carbon rose 300 -> 900 g/kWh``)."""
+    from datetime import UTC, datetime
+
+    if job_id not in {j.id for j in store.load()[0].jobs}:
+        raise InputError("", "JOB", "a submitted job", got=repr(job_id),
+                         fix="see `heliotrope jobs list`")
+    lines: list[str] = []
+    last: dict[str, float] = {}
+    for e in store.history(job_id):
+        when = datetime.fromtimestamp(e.time_s, UTC).strftime("%Y-%m-%d %H:%M UTC")
+        if e.kind.value == "held":
+            lines.append(f"{when}  held: {e.detail}")
+            continue
+        if "dst_usd_per_hour" not in e.data:
+            continue
+        reason, _, signals = e.detail.partition(" | ")
+        d = e.data
+        verb = "moved to" if e.kind.value == "migration" else "launched on"
+        text = [f"{when}  {verb} {e.offer_id}: {reason}"]
+        carbon_price = d.get("carbon_usd_per_tonne", 0.0)
+        text.append(f"    there: {d['dst_usd_per_hour']:.3f} USD/h, "
+                    f"{d['dst_g_co2_per_kwh']:.0f} g/kWh"
+                    + (", curtailing" if d.get("dst_curtailing") else "")
+                    + f", carbon priced at {carbon_price:g} USD/t")
+        if signals:
+            text.append(f"    from: {signals}")
+        if "src_usd_per_hour" in d and last:
+            changes = []
+            for key, name, unit in (("g_co2_per_kwh", "carbon", "g/kWh"),
+                                    ("usd_per_hour", "price", "USD/h")):
+                before, now = last.get(f"dst_{key}"), d.get(f"src_{key}")
+                if before is not None and now is not None and abs(now - before) > 1e-9:
+                    word = "rose" if now > before else "fell"
+                    changes.append(f"{name} {word} {before:.3g} -> {now:.3g} {unit}")
+            if d.get("src_spot_capacity", 1.0) == 0.0:
+                changes.append("spot capacity gone")
+            if changes:
+                text.append("    where it was: " + "; ".join(changes))
+        lines += text
+        last = dict(d)
+    return lines

@@ -316,3 +316,13 @@ def test_history_rows_are_the_same_cold_or_warm() -> None:
     a, b = warm.frame(now), cold.frame(now)
     assert (a.grid.usd_per_hour == b.grid.usd_per_hour).all()
     assert datetime.fromtimestamp(now, UTC) == a.grid.time_of(a.k)
+
+
+def test_explain_says_which_signal_moved_the_job(server: FixtureServer) -> None:
+    from orchestrator.live.commands import explain
+
+    run = carbon_case(server, nl_later=900.0)
+    text = "\n".join(explain(run.store, "j0"))
+    assert "moved to aws:" in text
+    assert "carbon rose 300 -> 900 g/kWh" in text
+    assert "electricitymaps" in text

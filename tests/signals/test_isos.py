@@ -7,20 +7,13 @@ installed."""
 
 from __future__ import annotations
 
-import io
-import json
 import logging
 import math
-import re
 import urllib.error
 import urllib.request
 import urllib.response
-import zipfile
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
-from email.message import Message
-from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import pandas as pd
 import pytest
@@ -38,27 +31,25 @@ from orchestrator.signals.sources.isos import (
 )
 from orchestrator.signals.sources.library import MissingLibrary, require
 from tests.signals.conftest import CREDS, make_ctx
+from tests.signals.iso_fakes import (
+    CAISO_REPORT,
+    MISO_DAM,
+    NYISO_DAM,
+    OASIS,
+    OASIS_HEADERS,
+    PJM_KEY,
+    PJM_LMPS,
+    PJM_PNODES,
+    RecordedUrls,
+    data_miner,
+    oasis_zip,
+)
 from tests.signals.server import FixtureServer, recorded
 
 pytest.importorskip("gridstatus")
 responses = pytest.importorskip("responses")
 
-CAISO_REPORT = "https://www.caiso.com/documents/daily-renewable-report-{slug}.html"
-OASIS = re.compile(r"https://oasis\.caiso\.com/oasisapi/SingleZip\?.*")
-NYISO_DAM = ("https://oasis-postings.prod.nysdi.com/DAM_LBMP_ZONE/CSV/2024/03/10/"
-             "damlbmp_zone-20240310.csv")
-PJM_KEY = "pjm-key-7c1f0e93"
 SPRING = datetime(2024, 3, 10, 8, tzinfo=UTC)  # Pacific midnight of the spring-forward day
-
-
-def oasis_zip(csv_name: str) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as z:
-        z.writestr(csv_name.replace(".csv", "_v12.csv"), recorded(csv_name))
-    return buf.getvalue()
-
-
-OASIS_HEADERS = {"Content-Disposition": "inline; filename=PRC_LMP_DAM_v12_csv.zip;"}
 
 
 @pytest.fixture
@@ -146,28 +137,11 @@ def test_nyiso_spring_forward_day(http: responses.RequestsMock, server: FixtureS
     assert frame["value"].min() == pytest.approx(-6.1)  # N.Y.C., not CAPITL's -10.1
 
 
-def data_miner(name: str) -> object:
-    """PJM Data Miner: pages of a recorded answer by ``startRow`` / ``rowCount``, as the
-    API serves them (gridstatus checks ``totalRows`` on every page)."""
-    answer = json.loads(recorded(name))
-
-    def page(request: Any) -> tuple[int, dict[str, str], str]:
-        query = parse_qs(urlsplit(request.url).query)
-        assert request.headers["Ocp-Apim-Subscription-Key"] == PJM_KEY
-        first, count = int(query["startRow"][0]), int(query["rowCount"][0])
-        items = answer["items"][first - 1 : first - 1 + count]
-        return 200, {}, json.dumps({"totalRows": answer["totalRows"], "items": items})
-
-    return page
-
-
 def test_pjm_day_ahead_prices_through_data_miner(http: responses.RequestsMock,
                                                  server: FixtureServer,
                                                  caplog: pytest.LogCaptureFixture) -> None:
-    http.add_callback(responses.GET, re.compile(r"https://api\.pjm\.com/api/v1/da_hrl_lmps.*"),
-                      callback=data_miner("pjm_da_hrl_lmps_20240310.json"))
-    http.add_callback(responses.GET, re.compile(r"https://api\.pjm\.com/api/v1/pnode.*"),
-                      callback=data_miner("pjm_pnode.json"))
+    http.add_callback(responses.GET, PJM_LMPS, callback=data_miner("pjm_da_hrl_lmps_20240310.json"))
+    http.add_callback(responses.GET, PJM_PNODES, callback=data_miner("pjm_pnode.json"))
     caplog.set_level(logging.INFO, logger="gridstatus")
     start = datetime(2024, 3, 10, 5, tzinfo=UTC)  # Eastern midnight
     ctx = make_ctx(server, creds={**CREDS, "PJM_API_KEY": PJM_KEY})
@@ -181,7 +155,7 @@ def test_pjm_day_ahead_prices_through_data_miner(http: responses.RequestsMock,
 
 def test_pjm_throttled_is_unavailable(http: responses.RequestsMock,
                                       server: FixtureServer) -> None:
-    http.get(re.compile(r"https://api\.pjm\.com/api/v1/da_hrl_lmps.*"), status=429)
+    http.get(PJM_LMPS, status=429)
     ctx = make_ctx(server, creds={**CREDS, "PJM_API_KEY": PJM_KEY})
     waits: list[float] = []
     ctx.sleep = waits.append
@@ -191,37 +165,12 @@ def test_pjm_throttled_is_unavailable(http: responses.RequestsMock,
     assert len(waits) == 3
 
 
-class RecordedUrls(urllib.request.BaseHandler):
-    """urllib's side of the HTTP layer (``pandas.read_csv(url)``): recorded bodies by URL,
-    404 for any other."""
-
-    handler_order = 100  # before urllib's own HTTPS handler
-
-    def __init__(self, bodies: dict[str, tuple[int, bytes]]) -> None:
-        self.bodies = bodies
-        self.seen: list[str] = []
-
-    def https_open(self, req: urllib.request.Request) -> urllib.response.addinfourl:
-        self.seen.append(req.full_url)
-        status, body = self.bodies.get(req.full_url, (404, b"not found"))
-        if status != 200:
-            raise urllib.error.HTTPError(req.full_url, status, "recorded", Message(), None)
-        headers = Message()
-        headers["Content-Type"] = "text/csv"
-        response = urllib.response.addinfourl(io.BytesIO(body), headers, req.full_url, status)
-        response.msg = "OK"  # type: ignore[attr-defined]
-        return response
-
-
 @pytest.fixture
 def urls() -> Iterator[RecordedUrls]:
     handler = RecordedUrls({})
     urllib.request.install_opener(urllib.request.build_opener(handler))
     yield handler
     urllib.request.install_opener(None)  # type: ignore[arg-type]
-
-
-MISO_DAM = "https://docs.misoenergy.org/marketreports/20240310_da_expost_lmp.csv"
 
 
 def test_miso_day_ahead_prices_through_urllib(urls: RecordedUrls, server: FixtureServer) -> None:

@@ -134,6 +134,16 @@ class SourceContext:
         value = self.credentials.get(name) or self._env().get(name) or ""
         return value.strip() or None
 
+    def grid_zones(self) -> list[str]:
+        """Grid zones to read beyond those of the polled regions (zones no catalog region
+        draws from, e.g. NYISO's): ``options["grid_zones"]`` or ``HELIOTROPE_GRID_ZONES``
+        (comma-separated)."""
+        given = self.options.get("grid_zones")
+        if given is None:
+            given = self._env().get("HELIOTROPE_GRID_ZONES", "")
+        items = given.split(",") if isinstance(given, str) else [str(z) for z in given]
+        return [z.strip() for z in items if z.strip()]
+
     def base_url(self, source: str, default: str) -> str:
         env_name = f"HELIOTROPE_{source.upper().replace('-', '_')}_URL"
         url = self.base_urls.get(source) or self._env().get(env_name) or default
@@ -240,7 +250,7 @@ class KeyedSource:
     def default_keys(self, regions: Sequence[tuple[str, str]]) -> list[str]:
         from orchestrator import catalog
 
-        zones = {catalog.grid_zone(c, r) for c, r in regions}
+        zones = {catalog.grid_zone(c, r) for c, r in regions} | set(self.ctx.grid_zones())
         return sorted(z for z in zones if z and self.covers(z))
 
     def covers(self, key: str) -> bool:

@@ -15,7 +15,7 @@ Electricity Maps zone of the cloud regions in the ISO (`ISO_SPECS`).
   No URL to configure.
 
 Days are the ISO's local days (gridstatus' unit); a day the ISO has not published
-(`NoDataFoundException`) is a gap, not an error. Frames are validated like every answer:
+(`NoDataFoundException`, or a 404) is a gap, not an error. Frames are validated like every answer:
 a missing column, a time without a zone or an infinite price is a `MalformedResponse`; a
 price or curtailment the ISO left empty is NaN (unknown). Faults are mapped by
 `library.call` (401/403 -> `AuthFailed`, 429/5xx/timeouts -> retried, then
@@ -220,8 +220,13 @@ class _GridstatusSource(KeyedSource):
             except no_data:
                 return None
 
-        got = call(self.name, what, once, sleep=self.ctx.sleep,
-                   hint=" / ".join(f"check ${c}" for c in self.spec.credentials))
+        try:
+            got = call(self.name, what, once, sleep=self.ctx.sleep,
+                       hint=" / ".join(f"check ${c}" for c in self.spec.credentials))
+        except RequestRejected as exc:
+            if exc.status != 404:  # a day not published yet (tomorrow, or a late report)
+                raise
+            got = None
         if got is None:
             logger.info("%s: %s: not published", self.name, what)
         return got
@@ -284,15 +289,8 @@ class CaisoCurtailment(_GridstatusSource):
         out: list[Obs] = []
         for day in _local_days(start, end, self.spec.tz, self.name):
             ts = pd.Timestamp(day).tz_localize(self.spec.tz)
-            try:
-                frame = self._day(f"renewables report {day}",
-                                  lambda ts=ts: client.get_curtailment(ts))  # type: ignore[misc]
-            except RequestRejected as exc:
-                # the report of a day not yet published is a 404: a gap, not an error
-                if exc.status != 404:
-                    raise
-                logger.info("%s: no report for %s", self.name, day)
-                continue
+            frame = self._day(f"renewables report {day}",
+                              lambda ts=ts: client.get_curtailment(ts))  # type: ignore[misc]
             if frame is not None:
                 out.extend(curtailment_obs(frame, day, self.spec.tz, self.name))
         return out

@@ -1,0 +1,95 @@
+"""`heliotrope signals poll --source NAME` for each ISO and ENTSO-E source, against recorded
+answers at the HTTP layer each client library uses; then `heliotrope replay`-ready tables:
+the grid rows of the zone (curtailment or day-ahead price) in the trace it wrote."""
+
+from __future__ import annotations
+
+import json
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from orchestrator.cli import main
+from orchestrator.signals.traces import read_trace
+from tests.signals.conftest import CREDS
+from tests.signals.iso_fakes import PJM_KEY, RecordedUrls, serve_iso_days
+from tests.signals.server import FixtureServer, Reply
+
+pytest.importorskip("gridstatus")
+responses = pytest.importorskip("responses")
+
+# source, --region (or a zone through HELIOTROPE_GRID_ZONES), --now, zone, metric, rows
+CASES = [
+    ("caiso-curtailment", "aws:us-west-1", "2024-03-11T18:00Z", "US-CAL-CISO",
+     "curtailment_mw", 23),
+    ("caiso-prices", "aws:us-west-1", "2024-03-10T12:00Z", "US-CAL-CISO",
+     "power_price_usd_per_mwh", 23),
+    ("nyiso-prices", "zone:US-NY-NYIS", "2024-03-10T12:00Z", "US-NY-NYIS",
+     "power_price_usd_per_mwh", 23),
+    ("miso-prices", "gcp:us-central1", "2024-03-10T12:00Z", "US-MIDW-MISO",
+     "power_price_usd_per_mwh", 24),
+    ("pjm-prices", "aws:us-east-1", "2024-03-10T12:00Z", "US-MIDA-PJM",
+     "power_price_usd_per_mwh", 23),
+    ("entsoe-prices", "aws:eu-central-1", "2024-03-30T12:00Z", "DE",
+     "power_price_usd_per_mwh", 47),
+]
+
+
+@pytest.fixture
+def grid_http(server: FixtureServer, monkeypatch: pytest.MonkeyPatch
+              ) -> Iterator[responses.RequestsMock]:
+    urls = RecordedUrls()
+    urllib.request.install_opener(urllib.request.build_opener(urls))
+    server.add(r"^/$", Reply.file("entsoe_a44_DE_dst.xml"))
+    monkeypatch.setenv("HELIOTROPE_ENTSOE_PRICES_URL", server.url)
+    monkeypatch.setenv("ENTSOE_TOKEN", CREDS["ENTSOE_TOKEN"])
+    monkeypatch.setenv("PJM_API_KEY", PJM_KEY)
+    with responses.RequestsMock(assert_all_requests_are_fired=False) as mock:
+        mock.add_passthru(server.url)  # entsoe-py's requests go to the 127.0.0.1 server
+        serve_iso_days(mock, urls)
+        yield mock
+    urllib.request.install_opener(None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("source", "where", "now", "zone", "metric", "rows"), CASES,
+                         ids=[c[0] for c in CASES])
+def test_signals_poll_each_grid_source(grid_http: responses.RequestsMock, tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str], source: str,
+                                       where: str, now: str, zone: str, metric: str,
+                                       rows: int) -> None:
+    argv = ["signals", "poll", "--source", source, "--out", str(tmp_path / "t"), "--now", now,
+            "--json"]
+    if where.startswith("zone:"):  # no cloud region sits in this ISO
+        monkeypatch.setenv("HELIOTROPE_GRID_ZONES", where.removeprefix("zone:"))
+        argv += ["--region", "aws:us-east-1"]
+    else:
+        argv += ["--region", where]
+    code = main(argv)
+    report = json.loads(capsys.readouterr().out)
+    (result,) = report["sources"]
+    assert (code, result["status"]) == (0, "ok"), result
+    grid = read_trace(tmp_path / "t").grid
+    mine = grid[(grid["grid_zone"] == zone) & (grid["metric"] == metric)]
+    assert mine["value"].notna().sum() == rows
+    assert set(mine["source"]) == {source}
+    if metric == "power_price_usd_per_mwh":
+        assert (mine["value"] < 0).any()  # negative prices: the curtailment proxy
+    assert mine["time"].is_monotonic_increasing and mine["time"].max() > pd.Timestamp(
+        "2024-03-10T12:00Z")
+
+
+def test_a_grid_source_without_its_library_fails_alone(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    monkeypatch.setitem(sys.modules, "gridstatus", None)  # as if not installed
+    code = main(["signals", "poll", "--source", "caiso-prices", "--region", "aws:us-west-1",
+                 "--out", str(tmp_path / "t"), "--now", "2024-03-10T12:00Z", "--json"])
+    (result,) = json.loads(capsys.readouterr().out)["sources"]
+    assert code == 1 and result["status"] == "failed"
+    assert "heliotrope[grid]" in result["error"]

@@ -67,6 +67,13 @@ def global_batch(seed: int, step: int, size: int) -> tuple[torch.Tensor, torch.T
     return x, y
 
 
+def full_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The whole model state on CPU, gathered from every rank (the same keys for DDP,
+    FSDP2 and a plain module)."""
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
+                                                                cpu_offload=True))
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     env = os.environ
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -116,8 +123,11 @@ def main(argv: list[str] | None = None) -> int:
                 fully_shard(layer)
         fully_shard(net)
     elif distributed:
-        model = nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if cuda
-                                                    else None)
+        # DDP regroups its gradient buckets after a process's first step, which changes the
+        # float rounding of that one step after every restart; find_unused_parameters=True
+        # keeps the first grouping (no rebuild), so a resumed run stays bit-identical.
+        model = nn.parallel.DistributedDataParallel(
+            net, device_ids=[device.index] if cuda else None, find_unused_parameters=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     torch.manual_seed(args.seed * 7919 + rank)  # dropout: each rank its own stream
 
@@ -125,9 +135,12 @@ def main(argv: list[str] | None = None) -> int:
     loss_value = float("nan")
     with ResumableRun(model, optimizer, every_steps=args.every_steps) as run:
         start = run.restore()
+        if start:  # the state just restored, gathered (a collective: every rank calls it)
+            restored = state_digest(full_state(model))
         if rank == 0:
-            print(f"start step={start} of {args.steps} world={world} job={run.job_id} "
-                  f"restored_world={run.restored_world_size}", flush=True)
+            print(f"start step={start} of {args.steps} world={world} job={run.job_id}"
+                  + (f" restored_world={run.restored_world_size} params_sha256={restored}"
+                     if start else ""), flush=True)
         model.train()
         for step in range(start, args.steps):
             x, y = global_batch(args.seed, step, args.batch_size)
@@ -149,11 +162,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.step_sleep_s > 0:
                 time.sleep(args.step_sleep_s)
         run.finish()
-    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
-                                                                cpu_offload=True))
+    digest = state_digest(full_state(model))
     if rank == 0:
-        print(f"done steps={args.steps} loss={loss_value:.6f} "
-              f"params_sha256={state_digest(full)}", flush=True)
+        print(f"done steps={args.steps} loss={loss_value:.6f} params_sha256={digest}",
+              flush=True)
     if distributed:
         dist.destroy_process_group()
     return 0

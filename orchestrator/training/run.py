@@ -326,7 +326,7 @@ class ResumableRun:
         state = {"model": model_sd, "optimizer": optim_sd}
         try:
             dcp_load(state, storage_reader=StoreReader(self.store, ref),
-                     planner=SafeLoadPlanner(),
+                     planner=SafeLoadPlanner(), no_dist=gang is None,
                      process_group=gang.group if gang is not None else None)
         except CheckpointException as exc:
             raise _unwrap(exc, ref) from None

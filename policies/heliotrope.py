@@ -58,9 +58,9 @@ from orchestrator.model import (
 )
 from orchestrator.signals.forecast import forecast_mean
 from policies.costs import egress_per_gb, transfer_h_per_gb
-from policies.spot_lifetime import expected_lifetime_h
+from policies.spot_lifetime import LifetimeTracker
 
-_ACTIVE = (int(Phase.WAITING), int(Phase.STARTING), int(Phase.RUNNING))
+_FIRST_ACTIVE, _LAST_ACTIVE = int(Phase.WAITING), int(Phase.RUNNING)  # started, not done
 
 
 @dataclass
@@ -84,7 +84,7 @@ class Heliotrope:
 
     def __call__(self, snapshot: Snapshot) -> Decision:
         fleet = snapshot.fleet
-        js = np.flatnonzero(np.isin(fleet.phase, _ACTIVE))
+        js = np.flatnonzero((fleet.phase >= _FIRST_ACTIVE) & (fleet.phase <= _LAST_ACTIVE))
         if js.size == 0:
             return Decision({})
         tick_h = snapshot.tick_h
@@ -99,70 +99,68 @@ class Heliotrope:
         lifetime = np.full(n_o, np.inf)
         carbon = snapshot.carbon_g_per_kwh
         if snapshot.history is not None:
-            look = max(2, int(self.lifetime_lookback_h / tick_h))
-            avail = snapshot.history.spot_capacity(look)
-            life = expected_lifetime_h(
-                np.where(np.isinf(avail), 1.0, avail),
-                tick_h,
-                prior_hours=self.lifetime_prior_h,
-                halflife_h=self.lifetime_halflife_h,
-            )
-            lifetime = np.where(spot, life, np.inf)
-            period = max(1, round(24.0 / tick_h))
-            horizon = max(1, round(self.carbon_horizon_h / tick_h))
-            rows = snapshot.history.carbon_g_per_kwh(period + 1)
-            carbon = forecast_mean(rows, horizon, period) if rows.shape[0] > period else carbon
+            lifetime = np.where(spot, self._lifetimes(tick_h)(snapshot.history), np.inf)
+            if snapshot.carbon_usd_per_tonne > 0:
+                period = max(1, round(24.0 / tick_h))
+                horizon = max(1, round(self.carbon_horizon_h / tick_h))
+                rows = snapshot.history.carbon_g_per_kwh(period + 1)
+                if rows.shape[0] > period:
+                    carbon = forecast_mean(rows, horizon, period)
 
         rate = fit.rate[js]
         inst = fit.instances[js]
-        carbon_usd_per_kwh = snapshot.carbon_usd_per_tonne * carbon / 1e6
-        hourly = (
-            price[None, :] * inst
-            + fit.power_kw[js] * fit.pue[None, :] * carbon_usd_per_kwh[None, :]
-        )
+        hourly = price[None, :] * inst
+        if snapshot.carbon_usd_per_tonne > 0:
+            carbon_usd_per_kwh = snapshot.carbon_usd_per_tonne * carbon / 1e6
+            hourly = hourly + fit.power_kw[js] * (fit.pue * carbon_usd_per_kwh)[None, :]
+        allowed = rate > 0
         with np.errstate(divide="ignore", invalid="ignore"):
-            per_progress = np.where(rate > 0, hourly / rate, np.inf)
-        per_progress = np.where(priced[None, :], per_progress, np.inf)
+            per_progress = hourly / rate
+        usable = allowed & priced[None, :]
+        per_progress[~usable] = np.inf
 
         current = fleet.offer[js]
         holding = current >= 0
-        usable = (rate > 0) & priced[None, :]
-        can_launch = usable & (capacity[None, :] >= inst)
+        cur_c = np.maximum(current, 0)  # a valid column for every row; use with `holding`
         rows_j = np.arange(js.size)
-        feasible = can_launch.copy()
+        feasible = usable & (capacity[None, :] >= inst)
         feasible[rows_j[holding], current[holding]] = True  # staying needs no new slot
 
         # Startup and egress of a move, from where the checkpoint lies.
         src = fleet.checkpoint_offer[js]
         egress_pg, transfer_h_per_gb = self._move_matrices(snapshot)
         size = fit.checkpoint_size_gb[js]
-        has_ckpt = src >= 0
+        no_ckpt = src < 0
         src_row = np.maximum(src, 0)
-        egress = np.where(has_ckpt[:, None], egress_pg[src_row] * size[:, None], 0.0)
-        transfer = np.where(has_ckpt[:, None], transfer_h_per_gb[src_row] * size[:, None], 0.0)
-        startup = fit.cold_start_h[js][:, None] + transfer
-        fresh_startup = startup.copy()  # what a new launch costs, even where the job runs now
+        egress = egress_pg[src_row] * size[:, None]
+        transfer = transfer_h_per_gb[src_row] * size[:, None]
+        if no_ckpt.any():
+            egress[no_ckpt] = 0.0
+            transfer[no_ckpt] = 0.0
+        fresh_startup = fit.cold_start_h[js][:, None] + transfer  # a new launch, even in place
+        startup = fresh_startup.copy()
         now_s = snapshot.now_s
         if holding.any():
             hj = rows_j[holding]
-            ready_in = np.maximum(0.0, (fleet.ready_at_s[js[hj]] - now_s) / 3600.0)
-            startup[hj, current[holding]] = np.nan_to_num(ready_in)
+            ready_in = (fleet.ready_at_s[js[hj]] - now_s) / 3600.0
+            startup[hj, current[holding]] = np.where(ready_in > 0.0, ready_in, 0.0)  # NaN: 0
             egress[hj, current[holding]] = 0.0
 
         remaining = np.maximum(fit.work_gpu_h[js] - fleet.progress_gpu_h[js], 0.0)
         time_left = (fit.deadline_s[js] - now_s) / 3600.0
         with np.errstate(divide="ignore", invalid="ignore"):
             finish_h = startup + remaining[:, None] / rate
-        stay = np.minimum(lifetime[None, :], finish_h)
-        stay = np.maximum(stay, tick_h)
+        stay = np.maximum(np.minimum(lifetime[None, :], finish_h), tick_h)
 
         # Value of progress: from the cheapest spot price to the on-demand price as slack runs out.
         od = (~spot)[None, :] & usable
-        c_od = np.min(np.where(od, per_progress, np.inf), axis=1)
-        cheap = np.argmin(np.where(spot[None, :] & usable, per_progress, np.inf), axis=1)
+        od_pp = np.where(od, per_progress, np.inf)
+        c_od = od_pp.min(axis=1)
+        cheap = np.argmin(np.where(spot[None, :], per_progress, np.inf), axis=1)
         c_low = per_progress[rows_j, cheap]
         c_low = np.where(np.isfinite(c_low), np.minimum(c_low, c_od), c_od)
-        r_fast = np.max(np.where(od, rate, 0.0), axis=1)
+        od_rate = np.where(od, rate, 0.0)
+        r_fast = od_rate.max(axis=1)
         # The fallback is a fresh on-demand launch: its cold start counts even for a job that
         # runs on on-demand now, or leaving it for spot would spend the last of the slack.
         d_fast = np.min(np.where(od & (rate >= r_fast[:, None]), fresh_startup, np.inf), axis=1)
@@ -180,7 +178,7 @@ class Heliotrope:
         with np.errstate(invalid="ignore"):
             progress = rate * np.maximum(stay - startup, 0.0)
             utility = (value[:, None] * progress - hourly * stay - egress) / stay
-        utility = np.where(feasible & np.isfinite(utility), utility, -np.inf)
+        utility[~(feasible & np.isfinite(utility))] = -np.inf
 
         # Budgets: drop options that cannot finish within what is left, while others remain.
         budget = fit.budget_usd[js]
@@ -194,61 +192,93 @@ class Heliotrope:
         # The safety net's slack is measured on the fallback it would take: the cheapest
         # on-demand offer per unit of progress (an 8-GPU H100 machine is the fastest home for
         # a 1-GPU job, and the dearest by far).
-        fair = od & (per_progress <= self.net_price_factor * c_od[:, None])
+        fair = od & (od_pp <= self.net_price_factor * c_od[:, None])
         net_ix = np.argmax(np.where(fair, rate - 1e-9 * per_progress, -np.inf), axis=1)
         r_net = rate[rows_j, net_ix]
         with np.errstate(divide="ignore", invalid="ignore"):
             need_net = np.where(r_net > 0, remaining / r_net, need_h)
         slack = time_left - fresh_startup[rows_j, net_ix] - need_net
         slack = np.where(np.isfinite(c_od), slack, -np.inf)  # no on-demand: no net to fall on
-        urgent = slack <= self.safety_margin_ticks * tick_h
-        # The safety net's choice: cheapest on-demand that still finishes in time, else fastest.
+        # The safety net: cheapest on-demand that still finishes in time, else the fastest.
+        net = (slack <= self.safety_margin_ticks * tick_h) & (r_fast > 0)
         in_time = od & (finish_h <= time_left[:, None])
         net_choice = np.argmin(np.where(in_time, per_progress, np.inf), axis=1)
-        none_in_time = ~in_time.any(axis=1)
         fastest = np.argmax(np.where(od, rate - 1e-9 * per_progress, -np.inf), axis=1)
-        net_choice = np.where(none_in_time, fastest, net_choice)
+        net_choice = np.where(in_time.any(axis=1), net_choice, fastest)
+        on_od_in_time = holding & ~spot[cur_c] & (finish_h[rows_j, cur_c] <= time_left)
 
-        intents: dict[int, Intent] = {}
+        order = np.argsort(slack, kind="stable")
+        chosen: dict[int, Intent] = {}
+        for i in np.flatnonzero(net & ~on_od_in_time & (net_choice != current)).tolist():
+            chosen[i] = Intent(int(net_choice[i]), f"safety net: slack {slack[i]:.2f} h")
+        for i, target in self._serve(order[~net[order]], utility, inst, spot, capacity,
+                                     holding, cur_c, priced):
+            if target is None:
+                cur_u = utility[i, cur_c[i]]
+                chosen[i] = Intent(None, f"pause: staying loses {-cur_u:.2f} $/h of value")
+            else:
+                chosen[i] = Intent(target, (
+                    f"utility {utility[i, target]:.2f} $/h (V {value[i]:.2f} $/gpu-h, "
+                    f"stay {stay[i, target]:.1f} h)"))
+        # Least slack first, as the jobs were served.
+        return Decision({int(js[i]): chosen[i] for i in order.tolist() if i in chosen})
+
+    def _serve(self, queue: IntArray, utility: FloatArray, inst: IntArray, spot: BoolArray,
+               capacity: FloatArray, holding: BoolArray, cur: IntArray, priced: BoolArray
+               ) -> list[tuple[int, int | None]]:
+        """Jobs `queue` (rows, least slack first) take the best option left, spot slots one
+        by one: (row, offer to go to, or None to pause) for each job that acts.
+
+        Exactly the one-job-at-a-time rule, run on blocks: a block's choices stand up to the
+        first job whose spot slot the jobs before it in the block already took; that job
+        is served again with the slots that are left."""
+        out: list[tuple[int, int | None]] = []
         free = capacity.copy()
-        for i in np.argsort(slack, kind="stable"):
-            j = int(js[i])
-            cur = int(current[i])
-            if urgent[i] and r_fast[i] > 0:
-                on_od = cur >= 0 and not spot[cur]
-                if on_od and finish_h[i, cur] <= time_left[i]:
-                    continue
-                target = int(net_choice[i])
-                if target != cur:
-                    intents[j] = Intent(target, f"safety net: slack {slack[i]:.2f} h")
-                continue
-            row = utility[i].copy()
-            row[spot & (free < inst[i])] = -np.inf
-            if cur >= 0:
-                row[cur] = utility[i, cur]
-            best = int(np.argmax(row))
-            best_u = row[best]
-            if cur >= 0:
-                if not priced[cur]:
-                    continue  # the signal for where it runs is stale or missing: hold
-                cur_u = utility[i, cur]
-                if best == cur or best_u <= cur_u + self.hysteresis * abs(cur_u) + 1e-9:
-                    continue
-                if best_u <= 0.0:
-                    if cur_u < 0.0:
-                        intents[j] = Intent(None, f"pause: staying loses {-cur_u:.2f} $/h of value")
-                    continue
-            elif best_u <= 0.0 or not np.isfinite(best_u):
-                continue
-            if spot[best]:
-                free[best] -= inst[i, best]
-            intents[j] = Intent(
-                best,
-                f"utility {best_u:.2f} $/h (V {value[i]:.2f} $/gpu-h, stay {stay[i, best]:.1f} h)",
-            )
-        return Decision(intents)
+        n_o = capacity.size
+        start, block = 0, queue.size
+        while start < queue.size:
+            rows = queue[start : start + block]
+            n = rows.size
+            k = np.arange(n)
+            u = np.where(spot[None, :] & (free[None, :] < inst[rows]), -np.inf, utility[rows])
+            h = holding[rows]
+            c = cur[rows]
+            cur_u = utility[rows, c]
+            u[k[h], c[h]] = cur_u[h]  # staying needs no new slot
+            best = np.argmax(u, axis=1)
+            best_u = u[k, best]
+            with np.errstate(invalid="ignore"):
+                clearly = ~(best_u <= cur_u + self.hysteresis * np.abs(cur_u) + 1e-9)
+            leave = h & priced[c] & (best != c) & clearly
+            go = (leave | ~h) & (best_u > 0.0) & np.isfinite(best_u)
+            pause = leave & (best_u <= 0.0) & (cur_u < 0.0)
+            take = np.where(go & spot[best], inst[rows, best], 0)
+            done = n
+            if take.any():
+                total = np.bincount(best, weights=take, minlength=n_o)
+                short = np.flatnonzero(total > free)
+                if short.size:  # some slot is taken twice: where does the block break?
+                    demand = np.where(best[:, None] == short[None, :], take[:, None], 0)
+                    over = (np.cumsum(demand, axis=0) > free[short][None, :]).any(axis=1)
+                    done = int(np.argmax(over))  # >= 1: the first row saw the true slots
+                    total = np.bincount(best[:done], weights=take[:done], minlength=n_o)
+                free -= total
+            for r in np.flatnonzero(go[:done] | pause[:done]).tolist():
+                out.append((int(rows[r]), int(best[r]) if go[r] else None))
+            start += done
+            block = min(queue.size - start, 2 * done)
+        return out
 
     # -- cached per offer set -----------------------------------------------------------------
+    def _lifetimes(self, tick_h: float) -> LifetimeTracker:
+        key = ("lifetime", tick_h)
+        if key not in self._memo:
+            self._memo[key] = LifetimeTracker(
+                tick_h, self.lifetime_prior_h, self.lifetime_halflife_h,
+                lookback=max(2, int(self.lifetime_lookback_h / tick_h)))
+        tracker: LifetimeTracker = self._memo[key]
+        return tracker
+
     def _spot_mask(self, snapshot: Snapshot) -> np.ndarray:
         key = ("spot", id(snapshot.offers))
         if key not in self._memo:

@@ -163,3 +163,78 @@ def test_deadline_pressure_counts_at_the_speed_of_the_cheapest_spot() -> None:
                   spot_capacity={3: 0.0, 6: 0.0}, now_h=32 - 20.0,
                   jobs=[job(gpu_types=frozenset({"A100-80GB", "L4"}))])
     assert decide(Heliotrope(), world)[0] == 1
+
+
+# --- the fast paths are the plain rules ---------------------------------------------------
+
+
+def _serve_one_by_one(h: Heliotrope, queue: np.ndarray, utility: np.ndarray, inst: np.ndarray,
+                      spot: np.ndarray, capacity: np.ndarray, holding: np.ndarray,
+                      cur: np.ndarray, priced: np.ndarray) -> list[tuple[int, int | None]]:
+    """The fleet-capacity rule as first written: one job at a time, least slack first."""
+    out: list[tuple[int, int | None]] = []
+    free = capacity.copy()
+    for i in queue:
+        row = utility[i].copy()
+        row[spot & (free < inst[i])] = -np.inf
+        if holding[i]:
+            row[cur[i]] = utility[i, cur[i]]
+        best = int(np.argmax(row))
+        best_u = row[best]
+        if holding[i]:
+            cur_u = utility[i, cur[i]]
+            with np.errstate(invalid="ignore"):  # -inf + inf: not clearly better, not worse
+                worse = best_u <= cur_u + h.hysteresis * abs(cur_u) + 1e-9
+            if not priced[cur[i]] or best == cur[i] or worse:
+                continue
+            if best_u <= 0.0:
+                if cur_u < 0.0:
+                    out.append((int(i), None))
+                continue
+        elif best_u <= 0.0 or not np.isfinite(best_u):
+            continue
+        if spot[best]:
+            free[best] -= inst[i, best]
+        out.append((int(i), best))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_serving_in_blocks_equals_one_job_at_a_time(seed: int) -> None:
+    """Many jobs after few spot slots (1 or 2 instances each): the block-wise fleet rule
+    makes exactly the choices of the one-by-one rule, in the same order."""
+    rng = np.random.default_rng(seed)
+    n, n_o = int(rng.integers(1, 60)), int(rng.integers(2, 12))
+    spot = rng.random(n_o) < 0.6
+    capacity = np.where(spot, rng.integers(0, 4, n_o).astype(float), np.inf)
+    utility = rng.normal(1.0, 2.0, (n, n_o))
+    utility[rng.random((n, n_o)) < 0.2] = -np.inf
+    inst = rng.integers(1, 3, (n, n_o))
+    holding = rng.random(n) < 0.4
+    cur = rng.integers(0, n_o, n)
+    priced = rng.random(n_o) < 0.9
+    queue = rng.permutation(n)
+    h = Heliotrope()
+    args = (queue, utility, inst, spot, capacity, holding, cur, priced)
+    assert h._serve(*args) == _serve_one_by_one(h, *args)
+
+
+def test_lifetime_tracker_carries_the_block_estimate_from_tick_to_tick() -> None:
+    from orchestrator.signals.history import SignalHistory
+    from policies.spot_lifetime import LifetimeTracker, expected_lifetime_h
+
+    rng = np.random.default_rng(3)
+    n_t, n_o, tick_h = 400, 5, 1 / 6
+    capacity = (rng.random((n_t, n_o)) < 0.7).astype(float)
+    capacity[rng.random((n_t, n_o)) < 0.05] = np.nan
+    capacity[:, 0] = np.inf  # on-demand: always there
+
+    class Grid:  # the rows a SignalHistory reads
+        spot_capacity = capacity
+
+    grid = Grid()
+    tracker = LifetimeTracker(tick_h, prior_hours=2.0, halflife_h=6.0, lookback=n_t)
+    for k in [*range(250), 260, 261, 262, 261]:  # a skipped tick and a step back: from rows
+        got = tracker(SignalHistory(grid, k))  # type: ignore[arg-type]
+        want = expected_lifetime_h(capacity[: k + 1], tick_h, prior_hours=2.0, halflife_h=6.0)
+        assert got == pytest.approx(want, rel=1e-9)

@@ -151,6 +151,7 @@ class _Target:
     pool: _Pool
     gpus: int
     instance_type: str
+    fits: int  # pods of this shape the pool's nodes can take now
 
 
 @dataclass(slots=True)
@@ -218,7 +219,11 @@ class KubernetesProvider:
         """One offer per (context, GPU type, pod size, market) the nodes can hold now."""
         found: list[Offer] = []
         for context, region in self.regions.items():
-            for pool in self._read_pools(context):
+            try:
+                pools = self._read_pools(context)
+            except errors.call_errors() as exc:
+                raise errors.as_error(exc) from exc
+            for pool in pools:
                 for gpus in POD_SIZES:
                     if gpus > pool.max_gpus:
                         continue
@@ -292,6 +297,16 @@ class KubernetesProvider:
             count=spec.count,
         )
         try:
+            retried = self._read_pod(target.region, gang.members[0]) is not None
+        except errors.call_errors() as exc:
+            return LaunchOutcome(None, error=errors.failure_from_exception(exc))
+        if not retried and target.fits < spec.count:  # refused before anything is made
+            return LaunchOutcome(None, error=ProviderFailure(
+                FailureKind.CAPACITY,
+                f"{context}: room for {target.fits} pod(s) of {target.instance_type} on "
+                f"{target.pool.market.value} nodes now, the gang needs {spec.count}",
+            ))
+        try:
             failure = self._launch_gang(gang, target, spec, request_id)
         except errors.call_errors() as exc:
             failure = errors.failure_from_exception(exc)
@@ -358,14 +373,12 @@ class KubernetesProvider:
 
     # -- offers ----------------------------------------------------------------------------
     def _read_pools(self, context: str) -> list[_Pool]:
+        """The GPU pools of a context from its nodes; raises what the API raised."""
         core = self._core_api(context)
         cfg = self._config
-        try:
-            nodes = self._api(partial(core.list_node, label_selector=cfg.gpu_label,
-                                      _request_timeout=cfg.request_timeout_s)).items
-            ours = self._list_ours(context)
-        except errors.call_errors() as exc:
-            raise errors.as_error(exc) from exc
+        nodes = self._api(partial(core.list_node, label_selector=cfg.gpu_label,
+                                  _request_timeout=cfg.request_timeout_s)).items
+        ours = self._fetch_ours(context)
         held: dict[str, int] = {}
         for pods in ours.values():
             for pod in pods:
@@ -377,12 +390,10 @@ class KubernetesProvider:
             product = labels.get(cfg.gpu_label, "")
             gpu_type = catalog.canonical_gpu_name(product)
             allocatable = _int((node.status.allocatable or {}).get(GPU_RESOURCE))
-            if gpu_type is None or allocatable < 1:
-                continue
+            if gpu_type is None or allocatable < 1 or not _ready(node):
+                continue  # not a GPU we know, or cordoned / not ready: nothing to offer
             market = Market.SPOT if self._is_spot(labels) else Market.ON_DEMAND
             free = max(allocatable - held.get(node.metadata.name, 0), 0)
-            if not _ready(node):
-                free = 0
             grouped.setdefault((gpu_type, market), []).append((allocatable, free, product))
         pools = [
             _Pool(
@@ -431,7 +442,7 @@ class KubernetesProvider:
             )
         try:
             pools = self._read_pools(context)
-        except HeliotropeError as exc:
+        except errors.call_errors() as exc:
             return errors.failure_from_exception(exc)
         for pool in pools:
             for gpus in POD_SIZES:
@@ -439,13 +450,7 @@ class KubernetesProvider:
                     if gpus > pool.max_gpus:
                         break
                     fits = sum(free // gpus for free in pool.free_gpus)
-                    if fits < spec.count:
-                        return ProviderFailure(
-                            FailureKind.CAPACITY,
-                            f"{context}: room for {fits} pod(s) of {shape} on {market.value} "
-                            f"nodes now, the gang needs {spec.count}",
-                        )
-                    return _Target(region, pool, gpus, shape)
+                    return _Target(region, pool, gpus, shape, fits)
         return invalid(f"no {market.value} nodes with {shape} in context {context!r}")
 
     def _launch_gang(
@@ -671,14 +676,18 @@ class KubernetesProvider:
 
     # -- reading ---------------------------------------------------------------------------
     def _list_ours(self, context: str) -> dict[Gang, list[Any]]:
-        region = self.regions[context]
-        core = self._core_api(context)
+        """Our pods in a context by gang; raises TransientError or PermanentError."""
         try:
-            pods = self._api(partial(core.list_namespaced_pod, region.namespace,
-                                     label_selector=f"{LABEL_CLUSTER}={self._cluster_label}",
-                                     _request_timeout=self._config.request_timeout_s)).items
+            return self._fetch_ours(context)
         except errors.call_errors() as exc:
             raise errors.as_error(exc) from exc
+
+    def _fetch_ours(self, context: str) -> dict[Gang, list[Any]]:
+        region = self.regions[context]
+        core = self._core_api(context)
+        pods = self._api(partial(core.list_namespaced_pod, region.namespace,
+                                 label_selector=f"{LABEL_CLUSTER}={self._cluster_label}",
+                                 _request_timeout=self._config.request_timeout_s)).items
         by_gang: dict[Gang, list[Any]] = {}
         for pod in pods:
             if not self._owned(pod):

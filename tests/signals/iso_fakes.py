@@ -25,9 +25,16 @@ NYISO_DAM = ("https://oasis-postings.prod.nysdi.com/DAM_LBMP_ZONE/CSV/2024/03/10
              "damlbmp_zone-20240310.csv")
 NYISO_ANY = re.compile(r"https://oasis-postings\.prod\.nysdi\.com/DAM_LBMP_ZONE/CSV/.*")
 MISO_DAM = "https://docs.misoenergy.org/marketreports/20240310_da_expost_lmp.csv"
+SPP_DAM = ("https://portal.spp.org/file-browser-api/download/da-lmp-by-settlement-location"
+           "?path=/2024/03/By_Day/DA-LMP-SL-202403100100.csv")
 PJM_LMPS = re.compile(r"https://api\.pjm\.com/api/v1/da_hrl_lmps.*")
 PJM_PNODES = re.compile(r"https://api\.pjm\.com/api/v1/pnode.*")
 PJM_KEY = "pjm-key-7c1f0e93"
+ERCOT_LIST = re.compile(r"https://www\.ercot\.com/misapp/servlets/IceDocListJsonWS"
+                        r"\?reportTypeId=(\d+)&.*")
+ERCOT_DOC = "https://www.ercot.com/misdownload/servlets/mirDownload?doclookupId={}"
+ERCOT_DAM_DOC = ERCOT_DOC.format("991302210")  # DAM prices for 2024-03-11, out 03-10
+ERCOT_POINTS_DOC = ERCOT_DOC.format("990871655")  # the settlement points list
 OASIS_HEADERS = {"Content-Disposition": "inline; filename=PRC_LMP_DAM_v12_csv.zip;"}
 
 
@@ -36,6 +43,14 @@ def oasis_zip(csv_name: str) -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:
         z.writestr(csv_name.replace(".csv", "_v12.csv"), recorded(csv_name))
+    return buf.getvalue()
+
+
+def zipped(name: str, inner: str) -> bytes:
+    """A recorded file inside a zip, as ERCOT's MIS serves documents."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr(inner, recorded(name))
     return buf.getvalue()
 
 
@@ -116,4 +131,18 @@ def serve_iso_days(mock: Any, urls: RecordedUrls) -> None:
     mock.add_callback("GET", PJM_LMPS, callback=data_miner("pjm_da_hrl_lmps_20240310.json",
                                                            "03/10/2024"))
     mock.add_callback("GET", PJM_PNODES, callback=data_miner("pjm_pnode.json"))
+    def ercot_list(request: Any) -> tuple[int, dict[str, str], bytes]:
+        m = ERCOT_LIST.match(request.url)
+        report = m.group(1) if m else ""
+        if report in ("12331", "10008"):
+            return 200, {}, recorded(f"ercot_doclist_{report}.json")
+        return 200, {}, b'{"ListDocsByRptTypeRes": {"DocumentList": []}}'
+
+    mock.add_callback("GET", ERCOT_LIST, callback=ercot_list)
+    mock.get(ERCOT_POINTS_DOC, body=zipped("ercot_settlement_points_20240308.csv",
+                                           "Settlement_Points_03082024_094906.csv"))
+    urls.bodies[ERCOT_DAM_DOC] = (200, zipped(
+        "ercot_dam_spp_20240311.csv",
+        "cdr.00012331.0000000000000000.20240310.133009.DAMSPNP4190.csv"))
     urls.bodies[MISO_DAM] = (200, recorded("miso_20240310_da_expost_lmp.csv"))
+    urls.bodies[SPP_DAM] = (200, recorded("spp_da_lmp_sl_202403100100.csv"))

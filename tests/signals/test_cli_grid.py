@@ -28,10 +28,14 @@ CASES = [
      "curtailment_mw", 23),
     ("caiso-prices", "aws:us-west-1", "2024-03-10T12:00Z", "US-CAL-CISO",
      "power_price_usd_per_mwh", 23),
+    ("ercot-prices", "gcp:us-south1", "2024-03-11T12:00Z", "US-TEX-ERCO",
+     "power_price_usd_per_mwh", 24),
     ("nyiso-prices", "zone:US-NY-NYIS", "2024-03-10T12:00Z", "US-NY-NYIS",
      "power_price_usd_per_mwh", 23),
     ("miso-prices", "gcp:us-central1", "2024-03-10T12:00Z", "US-MIDW-MISO",
      "power_price_usd_per_mwh", 24),
+    ("spp-prices", "zone:US-CENT-SWPP", "2024-03-10T12:00Z", "US-CENT-SWPP",
+     "power_price_usd_per_mwh", 23),
     ("pjm-prices", "aws:us-east-1", "2024-03-10T12:00Z", "US-MIDA-PJM",
      "power_price_usd_per_mwh", 23),
     ("entsoe-prices", "aws:eu-central-1", "2024-03-30T12:00Z", "DE",
@@ -77,10 +81,12 @@ def test_signals_poll_each_grid_source(grid_http: responses.RequestsMock, tmp_pa
     mine = grid[(grid["grid_zone"] == zone) & (grid["metric"] == metric)]
     assert mine["value"].notna().sum() == rows
     assert set(mine["source"]) == {source}
+    assert mine["time"].is_monotonic_increasing
     if metric == "power_price_usd_per_mwh":
         assert (mine["value"] < 0).any()  # negative prices: the curtailment proxy
-    assert mine["time"].is_monotonic_increasing and mine["time"].max() > pd.Timestamp(
-        "2024-03-10T12:00Z")
+        assert mine["time"].max() > pd.Timestamp(now)  # day-ahead: published ahead
+    else:
+        assert mine["time"].max() < pd.Timestamp(now)  # the report comes the day after
 
 
 def test_a_grid_source_without_its_library_fails_alone(tmp_path: Path,

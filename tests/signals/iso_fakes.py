@@ -30,6 +30,9 @@ SPP_DAM = ("https://portal.spp.org/file-browser-api/download/da-lmp-by-settlemen
 PJM_LMPS = re.compile(r"https://api\.pjm\.com/api/v1/da_hrl_lmps.*")
 PJM_PNODES = re.compile(r"https://api\.pjm\.com/api/v1/pnode.*")
 PJM_KEY = "pjm-key-7c1f0e93"
+ISONE_COOKIE_PAGE = "https://www.iso-ne.com/isoexpress/web/reports/operations/-/tree/gen-fuel-mix"
+ISONE_DAM = re.compile(r"https://www\.iso-ne\.com/static-transform/csv/histRpts/da-lmp/"
+                       r"WW_DALMP_ISO_(\d{8})\.csv")
 ERCOT_LIST = re.compile(r"https://www\.ercot\.com/misapp/servlets/IceDocListJsonWS"
                         r"\?reportTypeId=(\d+)&.*")
 ERCOT_DOC = "https://www.ercot.com/misdownload/servlets/mirDownload?doclookupId={}"
@@ -138,6 +141,17 @@ def serve_iso_days(mock: Any, urls: RecordedUrls) -> None:
             return 200, {}, recorded(f"ercot_doclist_{report}.json")
         return 200, {}, b'{"ListDocsByRptTypeRes": {"DocumentList": []}}'
 
+    def isone(request: Any) -> tuple[int, dict[str, str], bytes]:
+        m = ISONE_DAM.match(request.url)
+        if m and m.group(1) == "20241103":
+            return 200, {"Content-Type": "text/csv"}, recorded(
+                "isone_ww_dalmp_iso_20241103.csv")
+        # ISO Express answers a day it has not published with an HTML page
+        return 200, {"Content-Type": "text/html"}, b"<html>No data</html>"
+
+    mock.get(ISONE_COOKIE_PAGE, body="<html>ISO Express</html>",
+             headers={"Set-Cookie": "isox_token=recorded; Path=/"})
+    mock.add_callback("GET", ISONE_DAM, callback=isone)
     mock.add_callback("GET", ERCOT_LIST, callback=ercot_list)
     mock.get(ERCOT_POINTS_DOC, body=zipped("ercot_settlement_points_20240308.csv",
                                            "Settlement_Points_03082024_094906.csv"))

@@ -36,6 +36,9 @@ CASES = [
      "power_price_usd_per_mwh", 24),
     ("spp-prices", "zone:US-CENT-SWPP", "2024-03-10T12:00Z", "US-CENT-SWPP",
      "power_price_usd_per_mwh", 23),
+    ("isone-prices", "zone:US-NE-ISNE", "2024-11-04T04:30Z", "US-NE-ISNE",
+     "power_price_usd_per_mwh", 24),  # fall-back day (25 h, hour ending 02X); the first
+    # hour starts before the window
     ("pjm-prices", "aws:us-east-1", "2024-03-10T12:00Z", "US-MIDA-PJM",
      "power_price_usd_per_mwh", 23),
     ("entsoe-prices", "aws:eu-central-1", "2024-03-30T12:00Z", "DE",
@@ -81,7 +84,9 @@ def test_signals_poll_each_grid_source(grid_http: responses.RequestsMock, tmp_pa
     mine = grid[(grid["grid_zone"] == zone) & (grid["metric"] == metric)]
     assert mine["value"].notna().sum() == rows
     assert set(mine["source"]) == {source}
-    assert mine["time"].is_monotonic_increasing
+    assert mine["time"].is_monotonic_increasing and mine["time"].is_unique
+    real = mine.dropna(subset=["value"])
+    assert (real["time"].diff().dropna() == pd.Timedelta(hours=1)).all()  # DST days too
     if metric == "power_price_usd_per_mwh":
         assert (mine["value"] < 0).any()  # negative prices: the curtailment proxy
         assert mine["time"].max() > pd.Timestamp(now)  # day-ahead: published ahead

@@ -38,9 +38,14 @@ import pandas as pd
 
 from orchestrator.model import SignalKind
 from orchestrator.signals.sources.base import KeyedSource, Obs, SourceContext, check_time
-from orchestrator.signals.sources.errors import MalformedResponse, RequestRejected, short
+from orchestrator.signals.sources.errors import (
+    MalformedResponse,
+    RequestRejected,
+    SourceUnavailable,
+    short,
+)
 from orchestrator.signals.sources.http import REDACTOR
-from orchestrator.signals.sources.library import call, require
+from orchestrator.signals.sources.library import ATTEMPTS, call, require
 
 logger = logging.getLogger(__name__)
 
@@ -82,8 +87,7 @@ ISO_SPECS: Final[Mapping[str, IsoSpec]] = {
     "nyiso-prices": IsoSpec("NYISO", "US-NY-NYIS", "N.Y.C.", "US/Eastern",
                             terms="NYISO public data"),
     "isone-prices": IsoSpec("ISONE", "US-NE-ISNE", ".H.INTERNAL_HUB", "US/Eastern",
-                            credentials=("ISONE_API_USERNAME", "ISONE_API_PASSWORD"),
-                            terms="ISO-NE web services terms (registered account)"),
+                            terms="ISO-NE public data (ISO Express)"),
 }
 ZONE_TO_ISO: Final[Mapping[str, str]] = {s.zone: n for n, s in ISO_SPECS.items()}
 
@@ -209,7 +213,8 @@ class _GridstatusSource(KeyedSource):
             return cls(api_key=creds[0], retries=0)  # retries are ours (library.call)
         return cls()
 
-    def _day(self, what: str, fetch: Callable[[], pd.DataFrame]) -> pd.DataFrame | None:
+    def _day(self, what: str, fetch: Callable[[], pd.DataFrame],
+             attempts: int = ATTEMPTS) -> pd.DataFrame | None:
         no_data = _no_data_type()
 
         def once() -> pd.DataFrame | None:
@@ -221,7 +226,7 @@ class _GridstatusSource(KeyedSource):
                 return None
 
         try:
-            got = call(self.name, what, once, sleep=self.ctx.sleep,
+            got = call(self.name, what, once, sleep=self.ctx.sleep, attempts=attempts,
                        hint=" / ".join(f"check ${c}" for c in self.spec.credentials))
         except RequestRejected as exc:
             if exc.status != 404:  # a day not published yet (tomorrow, or a late report)
@@ -261,11 +266,23 @@ class IsoPrices(_GridstatusSource):
             raise MalformedResponse(self.name, "key", f"only {self.spec.zone!r} is covered")
         client = self._client()
         price_col = "SPP" if self.spec.iso == "Ercot" else "LMP"
+        tomorrow = self.ctx.clock.now().astimezone(ZoneInfo(self.spec.tz)).date() + timedelta(1)
         out: list[Obs] = []
         for day in _local_days(start, end, self.spec.tz, self.name):
+            if day > tomorrow:  # a day-ahead market publishes tomorrow at the latest
+                break
             ts = pd.Timestamp(day).tz_localize(self.spec.tz)
-            frame = self._day(f"day-ahead prices {day}",
-                              lambda ts=ts: self._fetch(client, ts))  # type: ignore[misc]
+            try:
+                frame = self._day(f"day-ahead prices {day}",
+                                  lambda ts=ts: self._fetch(client, ts),  # type: ignore[misc]
+                                  attempts=1 if day == tomorrow else ATTEMPTS)
+            except (SourceUnavailable, MalformedResponse) as exc:
+                if day < tomorrow:
+                    raise
+                # tomorrow's prices appear in the afternoon; some ISOs (ISO-NE) answer an
+                # unpublished day with an error page: not published yet, a gap
+                logger.info("%s: tomorrow (%s) not published: %s", self.name, day, exc)
+                continue
             if frame is not None:
                 out.extend(lmp_obs(frame, self.location, key, self.name, f"lmp {day}",
                                    price_col, self.spec.location_column))

@@ -16,13 +16,18 @@ tenacity through the injected sleep (so tests never sleep):
 Exception texts of requests may hold the URL with its query (ENTSO-E's token): they are never
 shown or chained, and the library's loggers get the redacting filter of `http`.
 
+What a library prints to stdout (gridstatus' ISO-NE reader prints its retries) is kept out
+of the command's output and logged at DEBUG.
+
 `require` imports an optional library or raises an `InputError` naming the extra that
 installs it (``pip install 'heliotrope[grid]'``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
 import logging
 import re
 from collections.abc import Callable
@@ -117,6 +122,8 @@ def classify(exc: BaseException, source: str, what: str, hint: str = "") -> Heli
     text = str(exc) if isinstance(exc, ValueError | RuntimeError) else ""
     if text.startswith("Error: Failed after"):  # gridstatus PJM: throttled or timed out
         return SourceUnavailable(source, what, "throttled or timed out")
+    if "Check if ISONE is down" in text:  # gridstatus ISO-NE: no CSV after its retries
+        return SourceUnavailable(source, what, "no CSV answer (down, or not published)")
     m = _HTTP_STATUS.search(text)
     if m is not None:
         return _status_error(source, what, int(m.group(1)), hint)
@@ -137,10 +144,17 @@ def call(
     exponential backoff (waits through `sleep`)."""
 
     def once() -> T:
+        printed = io.StringIO()
         try:
-            return fn()
+            # gridstatus prints retry notes to stdout (ISO-NE): keep `--json` output clean
+            with contextlib.redirect_stdout(printed):
+                return fn()
         except Exception as exc:  # a library raises many types; `classify` sorts them
             raise classify(exc, source, what, hint) from None
+        finally:
+            if printed.getvalue().strip():
+                logger.debug("%s: %s: the library printed %r", source, what,
+                             printed.getvalue()[:300])
 
     def log(state: tenacity.RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome is not None else None

@@ -439,8 +439,14 @@ class AzureProvider:
                     return failure
                 continue
             started.append((member, poller))
-        for member, poller in started:
-            self._wait(poller, member)  # a failed operation raises; launch maps it
+        first_error: BaseException | None = None
+        for member, poller in started:  # wait for every create, so a rollback meets no
+            try:  # VM still being made
+                self._wait(poller, member)
+            except _call_errors() as exc:
+                first_error = first_error or exc
+        if first_error is not None:
+            raise first_error  # launch maps it
         return None
 
     def _check_existing(
@@ -718,7 +724,8 @@ def _restricted(sku: Any, region: str) -> bool:
     (a `Location` restriction, e.g. `NotAvailableForSubscription`)."""
     for restriction in sku.restrictions or []:
         values = [v.lower() for v in restriction.values_property or []]
-        if str(restriction.type or "").lower() == "location" and region in values:
+        kind = getattr(restriction.type, "value", restriction.type)
+        if str(kind or "").lower() == "location" and region in values:
             return True
     return False
 

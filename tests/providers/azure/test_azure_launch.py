@@ -238,3 +238,16 @@ def test_a_managed_identity_is_attached_when_configured(
     assert make_provider(launch_config=config).launch(spec(), request_id="mi").ok
     body = arm.requests_for(*PUT)[0].body
     assert body["identity"] == {"type": "UserAssigned", "userAssignedIdentities": {identity: {}}}
+
+
+def test_a_failed_first_member_waits_for_the_others_before_rolling_back(
+    make_provider: Factory, arm: FakeArm
+) -> None:
+    arm.failing_creates.extend(["error_allocation_failed.json", None, None])
+    out = make_provider().launch(spec(count=3), request_id="first")
+    assert out.error is not None and out.error.kind is FailureKind.CAPACITY
+    kinds = [c.method for c in arm.calls
+             if c.method == "DELETE" or c.action.endswith("operations/read")]
+    first_delete = kinds.index("DELETE")
+    assert kinds[:first_delete] == ["GET"] * 3  # all three creates finished first
+    assert len(arm.requests_for(*DELETE)) == 3 and arm.vms == {}

@@ -44,7 +44,8 @@ from orchestrator import catalog
 from orchestrator.clock import Clock, SystemClock
 from orchestrator.errors import HeliotropeError, TransientError
 from orchestrator.model import InstanceId, Market, Offer, OfferId
-from providers.azure import errors, regions
+from providers.azure import checks, errors, regions
+from providers.azure.checks import CheckRow
 from providers.azure.notices import NOTICE_SOURCE
 from providers.azure.prices import (
     DEFAULT_TTL_S,
@@ -80,6 +81,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 CLOUD: Final = "azure"
+ARM_SCOPE: Final = "https://management.azure.com/.default"
 TAG_CLUSTER: Final = "heliotrope-cluster"
 TAG_JOB: Final = "heliotrope-job"
 TAG_REQUEST: Final = "heliotrope-request"
@@ -359,6 +361,78 @@ class AzureProvider:
         for event in events:
             logger.info("preempted %s (job %s): %s", event.instance_id, event.job_id, event.detail)
         return events
+
+    def check_permissions(self) -> list[CheckRow]:
+        """Rows for `heliotrope providers check`: credentials, the reads the adapter makes,
+        retail prices, and the caller's effective permissions at the resource group and the
+        subscription against exactly the actions it needs. Buys and changes nothing."""
+        rows: list[CheckRow] = []
+        try:
+            self._token_credential().get_token(ARM_SCOPE)
+        except Exception as exc:  # azure-identity raises several types; report, never crash
+            rows.append(("credentials", "fail", errors.failure_from_exception(exc).message))
+            rows.append(("compute", "skip", "no usable Azure credentials (see above)"))
+            return rows
+        rows.append(("credentials", "ok", f"a token for {ARM_SCOPE} "
+                                          f"({type(self._token_credential()).__name__})"))
+        reads: list[tuple[str, Callable[[], str]]] = [
+            ("Microsoft.Compute/skus/read",
+             lambda: f"{len(self.offers())} offers in {', '.join(self.regions)}"),
+            ("Microsoft.Compute/virtualMachines/read",
+             lambda: f"{len(self.list_instances(cluster=self.cluster))} instance(s) of cluster "
+                     f"{self.cluster} in resource group {self.resource_group}"),
+        ]
+        for check, run in reads:
+            try:
+                rows.append((check, "ok", run()))
+            except HeliotropeError as exc:
+                rows.append((check, "fail", str(exc)))
+        group = f"/subscriptions/{self.subscription_id}/resourceGroups/{self.resource_group}"
+        for name, scope, required, role in (
+            (f"permissions in resource group {self.resource_group}", group,
+             checks.GROUP_ACTIONS, "infra/azure/role.json"),
+            ("permissions in the subscription", f"/subscriptions/{self.subscription_id}",
+             checks.SUBSCRIPTION_ACTIONS, "infra/azure/role-subscription.json"),
+        ):
+            try:
+                absent = checks.missing(required, self._effective_permissions(scope))
+            except _call_errors() as exc:
+                rows.append((name, "fail", errors.failure_from_exception(exc).message))
+                continue
+            if absent:
+                rows.append((name, "fail", f"missing {', '.join(absent)} (assign {role})"))
+            else:
+                rows.append((name, "ok", f"all {len(required)} actions of {role} granted"))
+        try:
+            sources = {q.source for q in self.prices().values()}
+        except HeliotropeError as exc:
+            rows.append(("retail prices", "fail", str(exc)))
+        else:
+            if SOURCE_RETAIL in sources:
+                rows.append(("retail prices", "ok", "prices from the Azure Retail Prices API"))
+            else:
+                rows.append(("retail prices", "fail", "the Retail Prices API gave no price "
+                                                      "(see the log): list prices are used"))
+        return rows
+
+    def _effective_permissions(self, scope: str) -> list[dict[str, Any]]:
+        from azure.core.exceptions import HttpResponseError
+        from azure.core.rest import HttpRequest
+
+        request = HttpRequest(
+            "GET",
+            f"{scope}/providers/Microsoft.Authorization/permissions"
+            f"?api-version={checks.PERMISSIONS_API}",
+        )
+
+        def call() -> list[dict[str, Any]]:
+            response = self._compute().send_request(request)
+            if response.status_code != 200:
+                raise HttpResponseError(response=response)
+            entries = response.json().get("value") or []
+            return [e for e in entries if isinstance(e, dict)]
+
+        return self._api(call)
 
     # -- launch --------------------------------------------------------------------------
     def _target(self, spec: LaunchSpec, request_id: str) -> _Target | ProviderFailure:
@@ -694,15 +768,18 @@ class AzureProvider:
         )
         return retrying(call)
 
+    def _token_credential(self) -> TokenCredential:
+        if self._credential is None:
+            from azure.identity import DefaultAzureCredential
+
+            self._credential = DefaultAzureCredential()
+        return self._credential
+
     def _compute(self) -> ComputeManagementClient:
         if self._client is None:
             from azure.mgmt.compute import ComputeManagementClient
 
-            credential = self._credential
-            if credential is None:
-                from azure.identity import DefaultAzureCredential
-
-                credential = DefaultAzureCredential()
+            credential = self._token_credential()
             kwargs: dict[str, Any] = {"retry_total": 0}
             if self._transport is not None:
                 kwargs["transport"] = self._transport

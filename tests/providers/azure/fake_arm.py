@@ -80,6 +80,12 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
             r"^/subscriptions/(?P<s>[^/]+)/providers/Microsoft\.Compute/skus$",
             "Microsoft.Compute/skus/read",
         ),
+        (
+            "GET",
+            r"^/subscriptions/(?P<s>[^/]+)(?:/resourceGroups/(?P<rg>[^/]+))?"
+            r"/providers/Microsoft\.Authorization/permissions$",
+            "self-permissions",  # the caller's own permissions: no RBAC action
+        ),
         ("GET", r"^/api/retail/prices$", "retail-prices"),  # public, no RBAC
     ]
 ]
@@ -128,6 +134,15 @@ class FakeArm:
     # How the next creates end: a recorded error file (the operation fails) or None.
     failing_creates: deque[str | None] = field(default_factory=deque)
     next_page_host: str | None = None  # Retail Prices NextPageLink on another host
+    # The caller's effective permissions ("Permissions - List"), per scope: like a custom
+    # role with wildcards in the resource group, and the built-in Reader at the subscription.
+    group_permissions: list[dict[str, Any]] = field(default_factory=lambda: [
+        {"actions": ["Microsoft.Compute/virtualMachines/*", "Microsoft.Compute/disks/*",
+                     "Microsoft.Network/networkInterfaces/*",
+                     "Microsoft.Network/virtualNetworks/subnets/join/action"],
+         "notActions": [], "dataActions": [], "notDataActions": []}])
+    subscription_permissions: list[dict[str, Any]] = field(default_factory=lambda: [
+        {"actions": ["*/read"], "notActions": [], "dataActions": [], "notDataActions": []}])
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
@@ -258,6 +273,10 @@ class FakeArm:
                 return self._operation(args["op"])
             if action == "Microsoft.Compute/skus/read":
                 return self._skus(query)
+            if action == "self-permissions":
+                entries = (self.group_permissions if args.get("rg")
+                           else self.subscription_permissions)
+                return 200, {"value": entries}, {}
             return self._prices(query)
 
     def _vm_id(self, name: str) -> str:

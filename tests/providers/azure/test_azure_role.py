@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from providers.azure import checks
 from tests.providers.azure.fake_arm import ALL_CALLS, Call, FakeArm
 from tests.providers.azure.support import CLUSTER, CONFIG, OD_A100, Factory, spec
 
@@ -57,8 +58,8 @@ def actions(calls: list[Call]) -> tuple[set[str], set[str]]:
     group: set[str] = set()
     subscription: set[str] = set()
     for call in calls:
-        if call.action == "retail-prices":  # the public price list: no credential, no RBAC
-            continue
+        if call.action in ("retail-prices", "self-permissions"):
+            continue  # the public price list, and the caller's own permissions: no RBAC
         needed = {call.action}
         if call.method == "PUT":
             needed |= create_linked(call.body)
@@ -121,3 +122,9 @@ def test_a_managed_identity_needs_an_action_the_role_does_not_grant(
     make_provider(launch_config=AzureLaunchConfig(**fields)).launch(spec(), request_id="mi")
     extra = actions(arm.calls)[0] - set(role(ROLE)["Actions"])
     assert extra == {"Microsoft.ManagedIdentity/userAssignedIdentities/assign/action"}
+
+
+def test_the_checks_ask_for_exactly_the_roles_actions() -> None:
+    """`providers check` compares effective permissions with these sets (no file at run time)."""
+    assert set(role(ROLE)["Actions"]) == checks.GROUP_ACTIONS
+    assert set(role(SUBSCRIPTION_ROLE)["Actions"]) == checks.SUBSCRIPTION_ACTIONS

@@ -1,7 +1,8 @@
-"""The cloud world: real providers (AWS, GCP) behind one `MultiProvider`, a signal grid of
-what they sell now, per-region checkpoint stores, and the checks and tables the CLI prints.
+"""The cloud world: real providers (AWS, GCP) behind one `MultiProvider`, per-region
+checkpoint stores, and the checks and tables the CLI prints.
 
-Settings come from a YAML file (`heliotrope providers check --config`, default
+Cloud settings are the `clouds:` section of `$HELIOTROPE_HOME/config.yaml`, or a YAML file
+of their own (`clouds_file:`, `heliotrope providers check --config`, default
 `$HELIOTROPE_HOME/clouds.yaml`); every field is described in docs/providers.md:
 
     cluster: ml-prod
@@ -15,20 +16,15 @@ Settings come from a YAML file (`heliotrope providers check --config`, default
     checkpoints:
       aws:us-east-1: s3://heliotrope-ml-prod-use1/ckpt
       default: gs://heliotrope-ml-prod-{region}/ckpt     # {cloud} {region} {cluster}
-    policy: spot-failover
 
 Credentials are never part of the file: each adapter uses its cloud's standard chain
 (boto3's, Application Default Credentials), or what the caller passes in `CloudAccess`.
 
-The grid is built once, when the world is made: each offer's current price (AWS spot price
-history / Pricing API / catalog; GCP Cloud Billing Catalog / list price), an assumed spot
-capacity (`spot_capacity`: clouds do not publish it, a refused launch is how the controller
-learns it is gone) and each grid zone's carbon intensity (see `CarbonIndex`). Prices and
-capacity hold for the whole grid; restart the controller to read them again.
-
-Live jobs on clouds run code the controller cannot see, so progress is modelled from
-throughput (`LoopOptions.progress_from_provider=False`): the migration driver sees modelled
-progress after a restore.
+`clouds_world` is the live world of these clouds: their offers, the quotes read when it is
+built as the price prior only; what the policy decides on each tick is what the signals
+poller stored (`orchestrator.signals.view.StoreSignalView`). Live jobs on clouds run code
+the controller cannot see, so progress is modelled from throughput
+(`LoopOptions.progress_from_provider=False`).
 """
 
 from __future__ import annotations
@@ -40,7 +36,7 @@ import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -51,12 +47,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from orchestrator import catalog
 from orchestrator.clock import Clock, SystemClock
 from orchestrator.errors import HeliotropeError, InputError
-from orchestrator.live.controller import LiveController
 from orchestrator.live.world import LiveSettings, World, home
-from orchestrator.loop import LoopOptions
 from orchestrator.model import Market, Offer, OfferId, SignalKind
-from orchestrator.signals.grid import WORLD_AVG_G_PER_KWH, SignalGrid
-from orchestrator.signals.traces import DEFAULT_MAX_AGE_S, Trace, make_manifest, read_trace
+from orchestrator.signals.grid import WORLD_AVG_G_PER_KWH
+from orchestrator.signals.traces import DEFAULT_MAX_AGE_S, Trace, read_trace
 from orchestrator.state import StateStore
 from providers.base import ComputeProvider
 from providers.multi import MultiProvider, Quote
@@ -64,7 +58,6 @@ from providers.multi import MultiProvider, Quote
 if TYPE_CHECKING:
     from google.auth.credentials import Credentials
 
-    from policies.base import Policy
     from providers.aws import AwsProvider
     from providers.aws._session import SessionFactory
     from providers.gcp import GcpProvider
@@ -365,22 +358,6 @@ class CarbonIndex:
             return CarbonReading(value, f"yearly average{year} ({source})", False)
         return CarbonReading(WORLD_AVG_G_PER_KWH, "world average (no data for the zone)", False)
 
-    def grid_rows(self, zones: Iterable[str], start: datetime) -> pd.DataFrame:
-        """Rows for a trace's `grid.parquet`: the hourly samples, each zone's yearly average
-        stamped at `start` (so it holds over the grid), and the trace's other metrics."""
-        rows: list[dict[str, Any]] = []
-        for z in sorted(set(zones)):
-            rows += [{"time": pd.Timestamp(t, unit="s", tz="UTC"), "grid_zone": z,
-                      "metric": HOURLY, "value": v, "source": s}
-                     for t, v, s in self.hourly.get(z, ())]
-            if z in self.yearly:
-                rows.append({"time": pd.Timestamp(start), "grid_zone": z, "metric": YEARLY,
-                             "value": self.yearly[z][1], "source": self.yearly[z][2]})
-        frame = _frame(rows, ("time", "grid_zone", "metric", "value", "source"))
-        if self.extra_rows is not None and len(self.extra_rows):
-            frame = pd.concat([frame, self.extra_rows[list(frame.columns)]], ignore_index=True)
-        return frame
-
 
 def carbon_sources(settings: CloudSettings, traces: Path | None) -> tuple[Trace | None,
                                                                         StateStore | None]:
@@ -397,129 +374,7 @@ def carbon_sources(settings: CloudSettings, traces: Path | None) -> tuple[Trace 
     return trace, store
 
 
-# -- the grid -------------------------------------------------------------------------------------
-
-
-def _frame(rows: list[dict[str, Any]], columns: Sequence[str]) -> pd.DataFrame:
-    frame = pd.DataFrame(rows, columns=list(columns))
-    if "time" in frame.columns:
-        frame["time"] = pd.to_datetime(frame["time"], utc=True)
-    return frame
-
-
-def build_grid(
-    offers: Sequence[Offer],
-    quotes: Mapping[OfferId, Quote],
-    *,
-    start: datetime,
-    tick_s: int,
-    days: float,
-    spot_capacity: float,
-    carbon: CarbonIndex,
-) -> SignalGrid:
-    """A grid over `offers` that have a price: prices as quoted now, spot capacity as
-    assumed, carbon from `carbon`; constant over `days` except where hourly carbon says
-    otherwise."""
-    priced = [o for o in offers if o.id in quotes]
-    if not priced:
-        raise InputError("providers", "offers", "at least one offer with a price", got="none",
-                         fix="run `heliotrope providers check`")
-    offer_rows = {
-        (o.cloud, o.region, o.zone, o.instance_type): {
-            "cloud": o.cloud, "region": o.region, "zone": o.zone,
-            "instance_type": o.instance_type, "gpu_type": o.gpu_type,
-            "gpu_count": o.gpu_count, "grid_zone": o.grid_zone,
-        }
-        for o in priced
-    }
-    prices = [{"time": start, "cloud": o.cloud, "region": o.region, "zone": o.zone,
-               "instance_type": o.instance_type, "market": o.market.value,
-               "usd_per_hour": quotes[o.id].usd_per_hour} for o in priced]
-    spot = [{"time": start, "cloud": o.cloud, "zone": o.zone, "instance_type": o.instance_type,
-             "capacity": spot_capacity} for o in priced if o.market is Market.SPOT]
-    trace = Trace(
-        offers=pd.DataFrame(list(offer_rows.values())),
-        prices=_frame(prices, ("time", "cloud", "region", "zone", "instance_type", "market",
-                               "usd_per_hour")),
-        spot=_frame(spot, ("time", "cloud", "zone", "instance_type", "capacity")),
-        grid=carbon.grid_rows({o.grid_zone for o in priced}, start),
-        manifest=make_manifest(generator="heliotrope.live.clouds", max_age_s=carbon.max_age_s),
-    )
-    grid = SignalGrid.build(trace, start, start + timedelta(days=days), tick_s)
-    wanted = {o.id for o in priced}
-    assert {o.id for o in grid.offers} == wanted, "the grid lost or made up an offer"
-    return grid
-
-
 # -- the world ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CloudWorld:
-    settings: CloudSettings
-    provider: MultiProvider
-    grid: SignalGrid
-    clock: Clock
-    quotes: Mapping[OfferId, Quote]
-    carbon: CarbonIndex
-
-    def store_uri(self, offer: Offer) -> str:
-        """The checkpoint store of the offer's region (s3://, gs://, or file:// for tests)."""
-        uri = self.settings.store_uri(offer.cloud, offer.region)
-        if uri is None:  # the grid holds only offers with a store: a bug if it happens
-            raise InputError("clouds settings", "checkpoints", f"a store for {offer.cloud}:"
-                             f"{offer.region}", got="none")
-        return uri
-
-    def open_store(self) -> StateStore:
-        from orchestrator.state import open_store
-
-        return open_store(self.settings.db_url or os.environ.get("HELIOTROPE_DB_URL")
-                          or f"sqlite:///{home() / 'heliotrope.db'}")
-
-    def live_controller(self, store: StateStore, policy: Policy | None = None) -> LiveController:
-        from policies.registry import make_policy
-
-        return LiveController(
-            store=store,
-            provider=self.provider,
-            policy=policy or make_policy(self.settings.policy),
-            grid=self.grid,
-            clock=self.clock,
-            store_uri=self.store_uri,
-            options=LoopOptions(cluster=self.settings.cluster, progress_from_provider=False,
-                                entrypoint=tuple(self.settings.entrypoint)),
-        )
-
-
-def cloud_world(
-    settings: CloudSettings,
-    *,
-    clock: Clock | None = None,
-    access: CloudAccess | None = None,
-    trace: Trace | None = None,
-    carbon_store: StateStore | None = None,
-) -> CloudWorld:
-    """Adapters for the configured clouds, their offers priced now, and the grid. Offers in
-    a region without a checkpoint store are left out (logged): a job could not move there."""
-    clock = clock or SystemClock()
-    providers = make_providers(settings, clock=clock, access=access)
-    multi = MultiProvider(list(providers.values()))
-    offers = multi.offers()
-    quotes = multi.quotes()
-    no_store = sorted({f"{o.cloud}:{o.region}" for o in offers
-                       if settings.store_uri(o.cloud, o.region) is None})
-    if no_store:
-        logger.warning("no checkpoint store for %s: their offers are left out (add them to "
-                       "`checkpoints:`)", ", ".join(no_store))
-    usable = [o for o in offers if settings.store_uri(o.cloud, o.region) is not None]
-    now_s = clock.now().timestamp()
-    start = datetime.fromtimestamp(now_s - now_s % settings.tick_s, UTC)
-    carbon = CarbonIndex.build({o.grid_zone for o in usable}, trace=trace, store=carbon_store,
-                               now_s=now_s)
-    grid = build_grid(usable, quotes, start=start, tick_s=settings.tick_s, days=settings.days,
-                      spot_capacity=settings.spot_capacity, carbon=carbon)
-    return CloudWorld(settings, multi, grid, clock, quotes, carbon)
 
 
 def clouds_world(

@@ -20,17 +20,17 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from orchestrator.checkpoints import CheckpointStore
 from orchestrator.clock import FakeClock
 from orchestrator.jobs import parse_jobs
-from orchestrator.live.clouds import CloudWorld, cloud_world, make_providers
+from orchestrator.live.clouds import make_providers
+from orchestrator.live.commands import live_controller
 from orchestrator.live.controller import LiveController
-from orchestrator.model import EventKind, Phase
-from orchestrator.signals.traces import Trace, empty_frame, make_manifest
-from orchestrator.state import MemoryStateStore
+from orchestrator.live.world import LiveSettings, World, configured_world
+from orchestrator.model import EventKind, Phase, SignalKind
+from orchestrator.state import MemoryStateStore, SignalSample
 from providers.base import FailureKind, LaunchSpec
 from providers.gcp import naming
 from providers.gcp.naming import label_value
@@ -53,6 +53,13 @@ TICK_S = 600
 def fakes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[CloudFakes]:
     with open_cloud_fakes(monkeypatch, tmp_path) as f:
         yield f
+
+
+def clouds(fakes: CloudFakes) -> LiveSettings:
+    """config.yaml of the clouds world: the fakes' clouds and the failover policy."""
+    doc = fakes.settings_doc()
+    return LiveSettings(world="clouds", cluster=doc.pop("cluster"), policy=doc.pop("policy"),
+                        clouds=doc)
 
 
 def job_doc() -> dict[str, object]:
@@ -88,9 +95,9 @@ def test_spot_job_preempted_on_aws_moves_to_gcp_with_its_checkpoint(
     # moto stamps LaunchTime with the real time: start the fake clock there.
     now_s = datetime.now(UTC).timestamp()
     clock = FakeClock(datetime.fromtimestamp(now_s - now_s % TICK_S, UTC))
-    world: CloudWorld = cloud_world(fakes.settings(), clock=clock,
+    world: World = configured_world(clouds(fakes), clock=clock,
                                     access=fakes.access(sleep=clock.sleep))
-    offers = {o.id: o for o in world.grid.offers}
+    offers = {o.id: o for o in world.offers}
     assert {AWS_SPOT_L4, GCP_SPOT_L4} <= set(offers)
     assert {o.cloud for o in offers.values()} == {"aws", "gcp"}
     src_store = CheckpointStore(world.store_uri(offers[AWS_SPOT_L4]), durable=False)
@@ -98,13 +105,13 @@ def test_spot_job_preempted_on_aws_moves_to_gcp_with_its_checkpoint(
     assert src_store.root_uri != dst_store.root_uri
     store = MemoryStateStore(clock=clock)
     store.submit(parse_jobs(job_doc(), trace_start=clock.now()))
-    live = world.live_controller(store)
+    live = live_controller(world, store)
     assert live.options.progress_from_provider is False  # clouds run code we cannot see
 
     # 1. The job starts on the cheapest spot offer: L4 in AWS us-east-1a.
     assert EventKind.LAUNCHED in [e.kind for e in live.tick()]
     c = live.controller
-    assert c is not None and c.grid.offers[int(c.fleet.offer[0])].id == AWS_SPOT_L4
+    assert c is not None and c.offers[int(c.fleet.offer[0])].id == AWS_SPOT_L4
     aws_instance = c.instance_of[0]
     assert aws_instance is not None and aws_instance.startswith("i-")
     [run] = fakes.aws_ops("ec2:RunInstances")
@@ -187,17 +194,18 @@ def test_multi_provider_routes_each_instance_to_its_cloud_and_leaves_others_alon
     settings = fakes.settings()
     access = fakes.access(sleep=clock.sleep)
     hour = clock.now().replace(minute=0, second=0, microsecond=0)
-    trace = Trace(offers=empty_frame("offers"), prices=empty_frame("prices"),
-                  spot=empty_frame("spot"), manifest=make_manifest(generator="test"),
-                  grid=pd.DataFrame([{"time": hour, "grid_zone": "US-MIDA-PJM",
-                                      "metric": "carbon_avg_g_per_kwh", "value": 123.0,
-                                      "source": "test"}]))
-    world = cloud_world(settings, clock=clock, access=access, trace=trace)
+    world = configured_world(clouds(fakes), clock=clock, access=access)
+    store = MemoryStateStore(clock=clock)
+    store.append_samples([SignalSample(time=hour, key="US-MIDA-PJM", kind=SignalKind.CARBON,
+                                       value=123.0, unit="g_co2_per_kwh", source="test",
+                                       observed_at=clock.now())])
+    frame = world.view(store).frame(clock.now().timestamp())
     multi = world.provider
-    o = [o.id for o in world.grid.offers].index(AWS_SPOT_L4)
-    assert world.grid.carbon_hourly_known[0, o] and world.grid.carbon_g_per_kwh[0, o] == 123.0
-    g = [o.id for o in world.grid.offers].index(GCP_SPOT_L4)
-    assert not world.grid.carbon_hourly_known[0, g]  # the yearly average, from the scenario
+    o = [o.id for o in world.offers].index(AWS_SPOT_L4)
+    assert frame.grid.carbon_hourly_known[frame.k, o]
+    assert frame.grid.carbon_g_per_kwh[frame.k, o] == 123.0
+    g = [o.id for o in world.offers].index(GCP_SPOT_L4)
+    assert not frame.grid.carbon_hourly_known[frame.k, g]  # the yearly average, a prior
 
     def spec(offer: str) -> LaunchSpec:
         return LaunchSpec(job_id=JOB, offer_id=offer, cluster=CLUSTER, entrypoint=("train",))

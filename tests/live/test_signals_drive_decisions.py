@@ -50,7 +50,14 @@ ZONES = {"gcp": "NL", "aws": "US-MIDA-PJM"}
 
 
 class BootingSim(SimProvider):
-    """The simulated cloud, with instances RUNNING once booted."""
+    """The simulated cloud, with instances RUNNING once booted; `preempt` reclaims one, as
+    the local provider does when the signals say a spot zone has no capacity left."""
+
+    def preempt(self, instance_id: InstanceId, notice_s: float = 2.0) -> bool:
+        if instance_id not in self.list_instances(cluster=CLUSTER):
+            return False
+        self.terminate([instance_id], request_id=f"reclaim-{instance_id}")
+        return True
 
     def list_instances(self, *, cluster: str) -> Mapping[InstanceId, InstanceInfo]:
         now = self._clock.now().timestamp()
@@ -113,7 +120,8 @@ class Run:
 
 
 def make_run(policy: str, *, carbon_usd_per_tonne: float = 0.0, deadline_h: float = 200.0,
-             markets: tuple[Market, ...] = (Market.ON_DEMAND, Market.SPOT)) -> Run:
+             markets: tuple[Market, ...] = (Market.ON_DEMAND, Market.SPOT),
+             reclaim_spot: bool = False) -> Run:
     job = JobSpec(id="j0", work_gpu_hours=40.0, gpus=1, start=NOW,
                   deadline=NOW + timedelta(hours=deadline_h), checkpoint_size_gb=1.0,
                   cold_start_h=0.1, home_region="us-east-1",
@@ -134,7 +142,7 @@ def make_run(policy: str, *, carbon_usd_per_tonne: float = 0.0, deadline_h: floa
         store_uri=lambda o: f"{root}/{o.region}",
         options=LoopOptions(cluster=CLUSTER, reconcile=True,
                             settings=CostSettings(carbon_usd_per_tonne=carbon_usd_per_tonne)),
-        capacity_backoff_s=1800.0)
+        capacity_backoff_s=1800.0, reclaim_spot=reclaim_spot)
     return Run(store, clock, cloud, live, offers, root)
 
 
@@ -326,3 +334,73 @@ def test_explain_says_which_signal_moved_the_job(server: FixtureServer) -> None:
     assert "moved to aws:" in text
     assert "carbon rose 300 -> 900 g/kWh" in text
     assert "electricitymaps" in text
+
+
+def placement(run: Run, offer: Offer, score: float) -> None:
+    now = run.clock.now()
+    run.store.append_samples([SignalSample(
+        time=now, key=spot_key(offer.cloud, offer.region, offer.zone, offer.instance_type),
+        kind=SignalKind.SPOT_AVAILABILITY, value=score, unit="placement_score",
+        source="aws-placement-score", observed_at=now, valid_until=now + timedelta(hours=1))])
+
+
+def capacity_case(score_later: float) -> Run:
+    run = make_run("spot-failover", markets=(Market.SPOT,), reclaim_spot=True)
+    price_samples(run, {"aws": 0.9, "gcp": 1.6})
+    aws = next(o for o in run.offers if o.cloud == "aws")
+    placement(run, aws, 9)
+    run.live.tick()
+    assert run.where() == aws
+    checkpoint(run, aws, 10)
+    for _ in range(6):
+        run.clock.advance(TICK_S)
+        price_samples(run, {"aws": 0.9, "gcp": 1.6})
+        placement(run, aws, score_later)
+        run.live.tick()
+    return run
+
+
+def test_polled_spot_capacity_vanishing_moves_the_job_and_without_it_it_stays() -> None:
+    gone = capacity_case(score_later=1)  # placement score 1: a request is unlikely to succeed
+    assert gone.events(EventKind.PREEMPTED)[:1] == ["aws:us-east-1a:p3.2xlarge:spot"]
+    where = gone.where()
+    assert where is not None and where.cloud == "gcp"
+    stayed = capacity_case(score_later=9)
+    assert stayed.events(EventKind.PREEMPTED) == []
+    assert stayed.where() is not None and stayed.where().cloud == "aws"  # type: ignore[union-attr]
+
+
+def power_price(run: Run, zone: str, usd_per_mwh: float) -> None:
+    now = run.clock.now()
+    run.store.append_samples([SignalSample(
+        time=now.replace(minute=0, second=0, microsecond=0), key=zone,
+        kind=SignalKind.POWER_PRICE, value=usd_per_mwh, unit="usd_per_mwh",
+        source="pjm-prices", observed_at=now, valid_until=now + timedelta(hours=1))])
+
+
+def curtailment_case(server: FixtureServer, pjm_usd_per_mwh: float) -> Run:
+    run = make_run("curtailment-threshold", markets=(Market.ON_DEMAND,))
+    poll_carbon(server, run, {"NL": 60.0, "US-MIDA-PJM": 400.0})
+    power_price(run, "US-MIDA-PJM", 35.0)
+    run.live.tick()
+    first = run.where()
+    assert first is not None and first.cloud == "gcp", "clean first: NL at 60 g/kWh"
+    checkpoint(run, first, 10)
+    for _ in range(8):  # NL's grid gets dirtier; in PJM the day-ahead price is as given
+        run.clock.advance(TICK_S)
+        poll_carbon(server, run, {"NL": 300.0, "US-MIDA-PJM": 400.0})
+        power_price(run, "US-MIDA-PJM", pjm_usd_per_mwh)
+        run.live.tick()
+    return run
+
+
+def test_a_curtailment_window_opening_elsewhere_moves_the_job(server: FixtureServer) -> None:
+    moved = curtailment_case(server, pjm_usd_per_mwh=-12.0)  # a negative day-ahead price
+    planned = [e for e in moved.store.history("j0")
+               if e.kind is EventKind.MIGRATION and "planned" in e.detail.lower()]
+    assert planned and planned[0].offer_id.startswith("aws:")
+    assert planned[0].data["dst_curtailing"] == 1.0
+    stayed = curtailment_case(server, pjm_usd_per_mwh=35.0)
+    assert not [e for e in stayed.store.history("j0")
+                if e.kind in (EventKind.MIGRATION, EventKind.LAUNCHED)
+                and e.offer_id.startswith("aws:")]

@@ -58,12 +58,15 @@ def classify(status: int | None, reason: str, message: str) -> FailureKind:
 def failure_from_exception(exc: BaseException) -> ProviderFailure:
     """A failed call as a `ProviderFailure`; the message never carries a header or token."""
     from kubernetes.client.exceptions import ApiException  # type: ignore[import-untyped]
+    from kubernetes.config import ConfigException  # type: ignore[import-untyped]
     from urllib3.exceptions import HTTPError
 
     if isinstance(exc, HeliotropeError):
         kind = FailureKind.TRANSIENT if isinstance(exc, TransientError) else FailureKind.INVALID
         retry = exc.retry_after_s if isinstance(exc, TransientError) else 0.0
         return ProviderFailure(kind, str(exc), retry)
+    if isinstance(exc, ConfigException):  # no such context, or a kubeconfig it cannot use
+        return ProviderFailure(FailureKind.INVALID, f"kubeconfig: {exc}")
     if isinstance(exc, ApiException):
         status, reason, message = status_of(exc)
         kind = classify(status, reason, message)
@@ -94,9 +97,10 @@ def is_retryable(exc: BaseException) -> bool:
 
 def call_errors() -> tuple[type[BaseException], ...]:
     from kubernetes.client.exceptions import ApiException
+    from kubernetes.config import ConfigException
     from urllib3.exceptions import HTTPError
 
-    return (HeliotropeError, ApiException, HTTPError, OSError)
+    return (HeliotropeError, ApiException, ConfigException, HTTPError, OSError)
 
 
 def as_error(exc: BaseException) -> HeliotropeError:

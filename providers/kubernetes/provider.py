@@ -42,7 +42,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 from orchestrator import catalog
 from orchestrator.clock import Clock, SystemClock
@@ -99,6 +99,17 @@ _EVENT_REASONS: Final = frozenset(
     {"Evicted", "Preempted", "Preempting", "FailedScheduling", "TaintManagerEviction",
      "NodeNotReady", "Killing"}
 )
+
+# What the adapter does, as RBAC (resource, verb): exactly infra/k8s/rbac.yaml's rules
+# (tests/providers/kubernetes/test_k8s_rbac.py keeps them equal).
+NAMESPACED_VERBS: Final = frozenset(
+    {("pods", "create"), ("pods", "get"), ("pods", "list"), ("pods", "delete"),
+     ("services", "create"), ("services", "get"), ("services", "delete"), ("events", "list")}
+)
+CLUSTER_VERBS: Final = frozenset({("nodes", "list")})
+
+Result = Literal["ok", "fail", "skip"]
+CheckRow = tuple[str, Result, str]  # (check, result, reason), a row of `providers check`
 
 T = TypeVar("T")
 
@@ -370,6 +381,57 @@ class KubernetesProvider:
             logger.info("%s %s (job %s): %s", event.type.value, event.instance_id, event.job_id,
                         event.detail)
         return events
+
+    def check_permissions(self) -> list[CheckRow]:
+        """Rows for `heliotrope providers check`, per context: the API server and
+        credentials (reading nodes), our pods, and SelfSubjectAccessReviews for exactly the
+        verbs of infra/k8s/rbac.yaml (any authenticated user may ask). Changes nothing."""
+        rows: list[CheckRow] = []
+        for context, region in self.regions.items():
+            try:
+                pools = self._read_pools(context)
+            except Exception as exc:  # a bad kubeconfig raises the config loader's errors
+                rows.append((f"{context}: nodes", "fail",
+                             errors.failure_from_exception(exc).message))
+                rows.append((f"{context}: rbac", "skip", "cannot reach the API server"))
+                continue
+            gpus = sum(sum(p.free_gpus) for p in pools)
+            rows.append((f"{context}: nodes", "ok",
+                         f"{len(pools)} GPU pool(s), {gpus} free GPU(s)"))
+            try:
+                denied = [
+                    f"{resource} {verb}"
+                    for resource, verb, namespace in sorted(
+                        [(r, v, region.namespace) for r, v in NAMESPACED_VERBS]
+                        + [(r, v, None) for r, v in CLUSTER_VERBS]
+                    )
+                    if not self._allowed(context, resource, verb, namespace)
+                ]
+            except errors.call_errors() as exc:
+                rows.append((f"{context}: rbac", "fail",
+                             errors.failure_from_exception(exc).message))
+                continue
+            if denied:
+                rows.append((f"{context}: rbac", "fail", f"not allowed: {', '.join(denied)} "
+                             f"(apply infra/k8s/rbac.yaml in namespace {region.namespace})"))
+            else:
+                count = len(NAMESPACED_VERBS) + len(CLUSTER_VERBS)
+                rows.append((f"{context}: rbac", "ok", f"all {count} verbs of "
+                             f"infra/k8s/rbac.yaml allowed (namespace {region.namespace})"))
+        return rows
+
+    def _allowed(self, context: str, resource: str, verb: str, namespace: str | None) -> bool:
+        from kubernetes import client  # type: ignore[import-untyped]
+
+        attributes: dict[str, str] = {"group": "", "resource": resource, "verb": verb}
+        if namespace is not None:
+            attributes["namespace"] = namespace
+        body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                "spec": {"resourceAttributes": attributes}}
+        api = client.AuthorizationV1Api(self._core_api(context).api_client)
+        review = self._api(partial(api.create_self_subject_access_review, body,
+                                   _request_timeout=self._config.request_timeout_s))
+        return bool(review.status is not None and review.status.allowed)
 
     # -- offers ----------------------------------------------------------------------------
     def _read_pools(self, context: str) -> list[_Pool]:
@@ -836,7 +898,7 @@ class KubernetesProvider:
     def _core_api(self, context: str) -> Any:
         core = self._core.get(context)
         if core is None:
-            from kubernetes import client, config  # type: ignore[import-untyped]
+            from kubernetes import client, config
 
             api_client = self._api_clients.get(context)
             if api_client is None:

@@ -70,6 +70,8 @@ _ROUTES: list[tuple[str, re.Pattern[str], str, str, bool]] = [
         ("GET", _NS + r"/services/(?P<name>[^/]+)$", "services", "get", True),
         ("DELETE", _NS + r"/services/(?P<name>[^/]+)$", "services", "delete", True),
         ("GET", _NS + r"/events$", "events", "list", True),
+        ("POST", r"^/apis/authorization\.k8s\.io/v1/selfsubjectaccessreviews$",
+         "selfsubjectaccessreviews", "create", False),
     ]
 ]
 
@@ -136,6 +138,7 @@ class FakeKube:
     services: dict[str, dict[str, Any]] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
     scripted: dict[tuple[str, str], deque[tuple[int, Any]]] = field(default_factory=dict)
+    denied: set[tuple[str, str]] = field(default_factory=set)  # (resource, verb) RBAC refuses
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1000))
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
@@ -274,6 +277,18 @@ class FakeKube:
                 return 200, self._list("NodeList", self.nodes, query)
             if resource == "events":
                 return 200, self._list("EventList", self.events, query)
+            if resource == "selfsubjectaccessreviews":
+                attrs = body["spec"]["resourceAttributes"]
+                allowed = (attrs["resource"], attrs["verb"]) not in self.denied and (
+                    attrs.get("namespace") in (None, self.namespace))
+                review = copy.deepcopy(body)
+                review["metadata"] = {"creationTimestamp": None}
+                review["status"] = {"allowed": allowed}
+                if allowed:
+                    review["status"]["reason"] = (
+                        'RBAC: allowed by RoleBinding "heliotrope/heliotrope" of Role '
+                        '"heliotrope" to ServiceAccount "heliotrope/heliotrope"')
+                return 201, review
             assert store is not None
             if verb == "list":
                 return 200, self._list("PodList", list(store.values()), query)

@@ -167,3 +167,14 @@ def test_bad_launches_are_refused(make_provider: Factory, kube: dict[str, FakeKu
     assert out.error is not None and out.error.kind is FailureKind.INVALID
     assert why in out.error.message
     assert all(not f.requests_for("pods", "create") for f in kube.values())
+
+
+def test_a_context_missing_from_the_kubeconfig_is_refused_as_data(
+    make_provider: Factory,
+) -> None:
+    from providers.kubernetes import KubeRegion
+
+    provider = make_provider(regions=(KubeRegion("nowhere"),))
+    out = provider.launch(spec("k8s:nowhere:h100x8:spot"), request_id="x")
+    assert out.error is not None and out.error.kind is FailureKind.INVALID
+    assert "kubeconfig" in out.error.message and "nowhere" in out.error.message

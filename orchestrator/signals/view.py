@@ -28,6 +28,7 @@ from typing import Final, Protocol
 
 import numpy as np
 
+from orchestrator import catalog
 from orchestrator.model import FloatArray, Market, Offer, SignalKind
 from orchestrator.signals.grid import WORLD_AVG_G_PER_KWH, SignalGrid
 from orchestrator.signals.sources.base import FORECAST_SUFFIX
@@ -174,6 +175,28 @@ class GridView:
             stale = (f"signals are stale: they end at {end:%Y-%m-%d %H:%M} UTC (a "
                      "scenario: extend `days` in config.yaml)",)
         return SignalFrame(g, min(max(k, 0), g.n_ticks - 1), stale)
+
+
+def list_priors(offers: Sequence[Offer], spot_capacity: float,
+                quotes: Mapping[str, float] | None = None) -> Priors:
+    """Priors for a world's offers: the quoted or catalog on-demand list price; for spot,
+    the quote, else the list price less the low end of the cloud's published discount range
+    (`scenario.SPOT_DISCOUNT`: a conservative guess, never the cheapest); the assumed spot
+    capacity; each zone's yearly carbon (the scenario's Electricity Maps 2024 figures)."""
+    from orchestrator.signals.scenario import GRID_ZONES, SPOT_DISCOUNT
+
+    usd = np.full(len(offers), math.nan)
+    for i, o in enumerate(offers):
+        quoted = (quotes or {}).get(o.id)
+        listed = catalog.on_demand_usd_per_hour(o.cloud, o.instance_type)
+        if quoted is not None:
+            usd[i] = quoted
+        elif listed is not None:
+            low = SPOT_DISCOUNT.get(o.cloud, (0.0, 0.0))[0] if o.market is Market.SPOT else 0.0
+            usd[i] = listed * (1.0 - low)
+    cap = np.where([o.market is Market.SPOT for o in offers], float(spot_capacity), np.inf)
+    yearly = {z: float(g.yearly_g) for z, g in GRID_ZONES.items()}
+    return Priors(usd, cap.astype(np.float64), yearly)
 
 
 # -- samples -> series ----------------------------------------------------------------------

@@ -43,6 +43,8 @@ CASES = [
      "power_price_usd_per_mwh", 23),
     ("entsoe-prices", "aws:eu-central-1", "2024-03-30T12:00Z", "DE",
      "power_price_usd_per_mwh", 47),
+    ("entsoe-generation", "aws:eu-central-1", "2024-03-31T00:00Z", "DE",
+     "carbon_avg_g_per_kwh", 24),
 ]
 
 
@@ -51,8 +53,11 @@ def grid_http(server: FixtureServer, monkeypatch: pytest.MonkeyPatch
               ) -> Iterator[responses.RequestsMock]:
     urls = RecordedUrls()
     urllib.request.install_opener(urllib.request.build_opener(urls))
-    server.add(r"^/$", Reply.file("entsoe_a44_DE_dst.xml"))
+    server.add(r"^/$", handler=lambda r: Reply.file(
+        "entsoe_a75_DE_20240330.xml" if r.q("documentType") == "A75"
+        else "entsoe_a44_DE_dst.xml"))
     monkeypatch.setenv("HELIOTROPE_ENTSOE_PRICES_URL", server.url)
+    monkeypatch.setenv("HELIOTROPE_ENTSOE_GENERATION_URL", server.url)
     monkeypatch.setenv("ENTSOE_TOKEN", CREDS["ENTSOE_TOKEN"])
     monkeypatch.setenv("PJM_API_KEY", PJM_KEY)
     with responses.RequestsMock(assert_all_requests_are_fired=False) as mock:
@@ -89,9 +94,10 @@ def test_signals_poll_each_grid_source(grid_http: responses.RequestsMock, tmp_pa
     assert (real["time"].diff().dropna() == pd.Timedelta(hours=1)).all()  # DST days too
     if metric == "power_price_usd_per_mwh":
         assert (mine["value"] < 0).any()  # negative prices: the curtailment proxy
-        assert mine["time"].max() > pd.Timestamp(now)  # day-ahead: published ahead
+        # day-ahead: the hour of `now` is priced already
+        assert real["time"].max() + pd.Timedelta(hours=1) > pd.Timestamp(now)
     else:
-        assert mine["time"].max() < pd.Timestamp(now)  # the report comes the day after
+        assert real["time"].max() < pd.Timestamp(now)  # observed: the past only
 
 
 def test_a_grid_source_without_its_library_fails_alone(tmp_path: Path,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, date, datetime, timedelta
 
 import pandas as pd
@@ -11,10 +12,13 @@ from orchestrator.signals.importers.power import EUR_TO_USD
 from orchestrator.signals.sources.errors import MalformedResponse
 from orchestrator.signals.sources.power import (
     EMISSION_FACTORS,
+    ENTSOE_TYPE_FACTORS,
     Eia930,
     Entsoe,
+    EntsoeGeneration,
     balancing_area,
     eia_period_utc,
+    entsoe_intensity,
     parse_caiso_report,
     parse_entsoe_prices,
 )
@@ -151,3 +155,35 @@ def test_entsoe_server_error_is_retried_through_entsoe_py(server: FixtureServer)
     frame = Entsoe(ctx).read(["DE"], start, start + timedelta(hours=47))
     assert len(frame) == 47 and len(server.requests) == 3 and len(waits) == 2
     assert server.requests[0].headers.get("user-agent", "").startswith("entsoe-py")
+
+
+def test_entsoe_generation_mix_to_average_intensity(server: FixtureServer) -> None:
+    server.add(r"^/$", Reply.file("entsoe_a75_DE_20240330.xml"))
+    start = datetime(2024, 3, 30, 0, tzinfo=UTC)
+    frame = EntsoeGeneration(make_ctx(server)).read(["DE"], start, start + timedelta(hours=23))
+    (req,) = server.requests
+    assert (req.q("documentType"), req.q("processType"), req.q("in_Domain")) == (
+        "A75", "A16", "10Y1001A1001A82H")
+    assert len(frame) == 24 and set(frame["unit"]) == {"g_co2_per_kwh"}
+    assert set(frame["source"]) == {"entsoe-generation"} and set(frame["kind"]) == {"carbon"}
+    # noon: the recorded MW per type, pumped storage (generating 0, pumping 1200) left out
+    mw = {"Fossil Brown coal/Lignite": 7242, "Fossil Gas": 3436, "Fossil Hard coal": 2149,
+          "Hydro Run-of-river and pondage": 1450, "Solar": 21000, "Wind Offshore": 3029,
+          "Wind Onshore": 17637}
+    expected = sum(v * ENTSOE_TYPE_FACTORS[k] for k, v in mw.items()) / sum(mw.values())
+    noon = frame[frame["time"] == pd.Timestamp("2024-03-30T12:00Z")]
+    assert noon["value"].iloc[0] == pytest.approx(expected)
+    assert frame.loc[frame["value"].idxmin(), "time"] == pd.Timestamp("2024-03-30T12:00Z")
+    assert (frame["valid_until"] - frame["time"] == pd.Timedelta(hours=3)).all()
+
+
+def test_entsoe_generation_frame_validation() -> None:
+    index = pd.date_range("2024-03-30", periods=2, freq="1h")
+    with pytest.raises(MalformedResponse, match="UTC offset"):
+        entsoe_intensity(pd.DataFrame({"Solar": [1.0, 2.0]}, index=index), "DE")
+    aware = index.tz_localize("UTC")
+    with pytest.raises(MalformedResponse, match="finite"):
+        entsoe_intensity(pd.DataFrame({"Solar": [1.0, math.inf]}, index=aware), "DE")
+    rows = entsoe_intensity(pd.DataFrame({"Solar": [0.0, -5.0], "Mystery": [9.0, 9.0]},
+                                         index=aware), "DE")
+    assert all(math.isnan(r.value) for r in rows)  # nothing generated: unknown, not 0

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import math
-import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
@@ -219,9 +218,7 @@ class _GridstatusSource(KeyedSource):
 
         def once() -> pd.DataFrame | None:
             try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")  # gridstatus' deprecations
-                    return fetch()
+                return fetch()
             except no_data:
                 return None
 

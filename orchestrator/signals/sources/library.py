@@ -30,6 +30,7 @@ import importlib
 import io
 import logging
 import re
+import warnings
 from collections.abc import Callable
 from types import ModuleType
 from typing import Final, TypeVar
@@ -147,7 +148,8 @@ def call(
         printed = io.StringIO()
         try:
             # gridstatus prints retry notes to stdout (ISO-NE): keep `--json` output clean
-            with contextlib.redirect_stdout(printed):
+            with contextlib.redirect_stdout(printed), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the library's own deprecations
                 return fn()
         except Exception as exc:  # a library raises many types; `classify` sorts them
             raise classify(exc, source, what, hint) from None

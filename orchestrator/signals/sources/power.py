@@ -4,6 +4,8 @@
   entsoe-py's raw client (the ``entsoe`` extra) and validated here as XML; prices in
   EUR/MWh converted to USD at a fixed, documented rate; negative prices kept (a curtailment
   proxy). Bidding zones are mapped to Electricity Maps zone ids by `ZONE_TO_EIC`.
+- `EntsoeGeneration`: ENTSO-E actual generation per production type (A75), through
+  entsoe-py's client and parser, as a production-based average intensity (like EIA-930).
 - `Eia930`: EIA-930 hourly net generation by fuel type (API v2, paginated) for US balancing
   areas, turned into a production-based average intensity with `EMISSION_FACTORS`.
 - `parse_caiso_report`: CAISO's daily wind and solar curtailment table (hour ending,
@@ -24,6 +26,7 @@ from collections.abc import Mapping
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, ClassVar, Final
 
+import numpy as np
 import pandas as pd
 from pydantic import Field
 
@@ -287,6 +290,122 @@ def _rebased_session(base_url: str, library_url: str) -> Any:
             return super().request(method, target, *args, **kwargs)
 
     return Rebased()  # entsoe-py sets its own User-Agent on it
+
+
+# -- ENTSO-E actual generation per production type -> average intensity ---------------------
+
+# entsoe-py's production-type names (its PSRTYPE_MAPPINGS) -> life-cycle gCO2eq/kWh: the
+# factors of `EMISSION_FACTORS` (IPCC AR5 medians) by fuel; lignite, coal-derived gas and peat
+# as coal, oil shale as oil, marine as hydro, other renewable as biomass, waste and other as
+# unknown. Storage (pumped hydro, batteries) moves energy and is left out.
+ENTSOE_TYPE_FACTORS: Final[Mapping[str, float]] = {
+    "Biomass": 230.0,
+    "Fossil Brown coal/Lignite": 820.0,
+    "Fossil Coal-derived gas": 820.0,
+    "Fossil Gas": 490.0,
+    "Fossil Hard coal": 820.0,
+    "Fossil Oil": 650.0,
+    "Fossil Oil shale": 650.0,
+    "Fossil Peat": 820.0,
+    "Geothermal": 38.0,
+    "Hydro Run-of-river and pondage": 24.0,
+    "Hydro Water Reservoir": 24.0,
+    "Marine": 24.0,
+    "Nuclear": 12.0,
+    "Other renewable": 230.0,
+    "Solar": 48.0,
+    "Waste": 700.0,
+    "Wind Offshore": 11.0,
+    "Wind Onshore": 11.0,
+    "Other": 700.0,
+}
+ENTSOE_STORAGE_TYPES: Final = frozenset({"Hydro Pumped Storage", "Energy storage"})
+ENTSOE_GENERATION_LAG: Final = 2 * HOUR  # actual generation is published within ~1 h
+
+
+def entsoe_intensity(frame: object, zone: str, source: str = "entsoe-generation") -> list[Obs]:
+    """entsoe-py's generation frame (``parse_generation(..., nett=True)``: one column per
+    production type, MW, index = interval start) -> production-based average gCO2/kWh per
+    interval, like `eia_intensity`: negative net output clipped to 0, storage and unknown
+    types left out, NaN where nothing generated."""
+    if not isinstance(frame, pd.DataFrame):
+        raise MalformedResponse(source, "generation", f"expected a table, got "
+                                f"{type(frame).__name__}")
+    if frame.empty:
+        return []
+    index = frame.index
+    if not isinstance(index, pd.DatetimeIndex) or index.tz is None:
+        raise MalformedResponse(source, "generation.index", "expected times with a UTC offset")
+    index = index.tz_convert("UTC")
+    if index.has_duplicates:
+        raise MalformedResponse(source, "generation.index", "a repeated interval")
+    steps = index.to_series().diff().dropna()
+    step = steps.min() if len(steps) else pd.Timedelta(hours=1)
+    if step <= pd.Timedelta(0) or step > pd.Timedelta(hours=1):
+        raise MalformedResponse(source, "generation.index", f"an interval of {step}")
+    total = np.zeros(len(frame))
+    weighted = np.zeros(len(frame))
+    for column in frame.columns:
+        name = str(column)
+        if name in ENTSOE_STORAGE_TYPES:
+            continue
+        factor = ENTSOE_TYPE_FACTORS.get(name)
+        if factor is None:
+            logger.debug("%s: production type %r has no emission factor; left out", source,
+                         name)
+            continue
+        mw = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
+        if np.isinf(mw).any():
+            raise MalformedResponse(source, f"generation.{name}", "expected finite MW")
+        mw = np.clip(np.nan_to_num(mw, nan=0.0), 0.0, None)
+        total += mw
+        weighted += mw * factor
+    out = []
+    for when, t, w in zip(index, total, weighted, strict=True):
+        start = check_time(pd.Timestamp(when).to_pydatetime())
+        value = float(w / t) if t > 0 else math.nan
+        out.append(Obs(start, zone, value, "g_co2_per_kwh",
+                       start + step.to_pytimedelta() + ENTSOE_GENERATION_LAG, source))
+    return out
+
+
+class EntsoeGeneration(Entsoe):
+    """ENTSO-E actual generation per production type (A75), through entsoe-py's client and
+    parser, as a production-based average carbon intensity per bidding zone."""
+
+    name: ClassVar[str] = "entsoe-generation"
+    kind: ClassVar[SignalKind] = SignalKind.CARBON
+    back: ClassVar[timedelta] = timedelta(hours=24)
+    ahead: ClassVar[timedelta] = timedelta(0)
+
+    def _read_key(self, key: str, start: datetime, end: datetime) -> list[Obs]:
+        eic = ZONE_TO_EIC.get(key)
+        if eic is None:
+            raise MalformedResponse(self.name, "key", f"no ENTSO-E bidding zone for {key!r}")
+        token = self.ctx.credential(self.name, ENTSOE_TOKEN_ENV)
+        REDACTOR.add([token])
+        client = self._client(token)
+        parsers = require(self.name, "entsoe.parsers", ENTSOE_EXTRA)
+        no_data = require(self.name, "entsoe.exceptions", ENTSOE_EXTRA).NoMatchingDataError
+        out: list[Obs] = []
+        lo = start.replace(minute=0, second=0, microsecond=0)
+        while lo < end:
+            hi = min(lo + ENTSOE_CHUNK, end)
+
+            def once(lo: datetime = lo, hi: datetime = hi) -> Any:
+                try:
+                    text = client.query_generation(eic, start=pd.Timestamp(lo),
+                                                   end=pd.Timestamp(hi))
+                except no_data:
+                    return None
+                return parsers.parse_generation(text, nett=True)
+
+            frame = call(self.name, f"generation {key}", once, sleep=self.ctx.sleep,
+                         hint=f"check ${ENTSOE_TOKEN_ENV}")
+            if frame is not None:
+                out.extend(entsoe_intensity(frame, key, self.name))
+            lo = hi
+        return out
 
 
 # -- EIA-930 ------------------------------------------------------------------------------
@@ -559,12 +678,15 @@ def parse_caiso_report(
 
 
 __all__ = [
+    "ENTSOE_TYPE_FACTORS",
     "ZONE_TO_EIC",
     "Eia930",
     "Entsoe",
+    "EntsoeGeneration",
     "balancing_area",
     "eia_intensity",
     "eia_page",
+    "entsoe_intensity",
     "parse_caiso_report",
     "parse_entsoe_prices",
 ]

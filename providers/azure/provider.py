@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from orchestrator import catalog
 from orchestrator.clock import Clock, SystemClock
-from orchestrator.errors import HeliotropeError, TransientError
+from orchestrator.errors import HeliotropeError, InputError, TransientError
 from orchestrator.model import InstanceId, Market, Offer, OfferId
 from providers.azure import checks, errors, regions
 from providers.azure.checks import CheckRow
@@ -160,12 +160,16 @@ class AzureProvider:
         max_attempts: int = 5,
         offers_ttl_s: float = 3600.0,
     ) -> None:
-        if not cluster:
-            raise ValueError("cluster must not be empty")
-        if len(cluster) > TAG_VALUE_MAX:
-            raise ValueError(f"cluster must be at most {TAG_VALUE_MAX} characters")
+        where = "AzureProvider"
+        if not cluster or len(cluster) > TAG_VALUE_MAX:
+            raise InputError(where, "cluster", f"1 to {TAG_VALUE_MAX} characters (an Azure tag)",
+                             got=repr(cluster))
+        if not subscription_id or not resource_group:
+            raise InputError(where, "subscription_id, resource_group", "both set",
+                             got=f"{subscription_id!r}, {resource_group!r}")
         if not regions:
-            raise ValueError("give at least one region")
+            raise InputError(where, "regions", "at least one Azure region", got="none",
+                             fix='e.g. regions=["eastus"]')
         self.cluster = cluster
         self.subscription_id = subscription_id
         self.resource_group = resource_group

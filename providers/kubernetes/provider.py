@@ -46,7 +46,7 @@ from typing import Any, Final, Literal, TypeVar
 
 from orchestrator import catalog
 from orchestrator.clock import Clock, SystemClock
-from orchestrator.errors import HeliotropeError
+from orchestrator.errors import HeliotropeError, InputError
 from orchestrator.model import InstanceId, Market, Offer, OfferId
 from providers.base import (
     Capability,
@@ -196,13 +196,24 @@ class KubernetesProvider:
         sleep: Callable[[float], None] | None = None,
         max_attempts: int = 4,
     ) -> None:
+        where = "KubernetesProvider"
         if not cluster:
-            raise ValueError("cluster must not be empty")
+            raise InputError(where, "cluster", "a name", got=repr(cluster))
         if not regions:
-            raise ValueError("give at least one kubeconfig context")
+            raise InputError(where, "regions", "at least one kubeconfig context", got="none")
         contexts = [r.context for r in regions]
-        if len(set(contexts)) != len(contexts):
-            raise ValueError("each kubeconfig context may be given once")
+        if len(set(contexts)) != len(contexts) or not all(contexts):
+            raise InputError(where, "regions", "each kubeconfig context once, by name",
+                             got=", ".join(map(repr, contexts)))
+        for r in regions:
+            if not r.namespace:
+                raise InputError(where, f"regions[{r.context}].namespace", "a namespace",
+                                 got=repr(r.namespace), fix="the default is heliotrope")
+            bad = {k: v for k, v in {**r.usd_per_gpu_hour, **r.spot_usd_per_gpu_hour}.items()
+                   if not v >= 0}
+            if bad:
+                raise InputError(where, f"regions[{r.context}] prices", "USD per GPU-hour >= 0",
+                                 got=bad)
         self.cluster = cluster
         self.regions = {r.context: r for r in regions}
         self._kubeconfig = kubeconfig

@@ -55,3 +55,23 @@ def test_a_missing_credential_is_auth_and_names_the_docs() -> None:
 
     failure = errors.failure_from_exception(ClientAuthenticationError("no token"))
     assert failure.kind is FailureKind.AUTH and "docs/providers.md" in failure.message
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"cluster": ""}, "cluster"),
+        ({"cluster": "x" * 257}, "cluster"),
+        ({"regions": ()}, "regions"),
+        ({"resource_group": ""}, "subscription_id, resource_group"),
+    ],
+)
+def test_bad_settings_name_the_field(overrides: dict[str, object], field: str) -> None:
+    from orchestrator.errors import InputError
+    from providers.azure import AzureProvider
+
+    kwargs: dict[str, object] = {"cluster": "c", "subscription_id": "s",
+                                 "resource_group": "rg", "regions": ["eastus"]}
+    with pytest.raises(InputError) as raised:
+        AzureProvider(**{**kwargs, **overrides})  # type: ignore[arg-type]
+    assert raised.value.field == field

@@ -8,7 +8,7 @@ from orchestrator import catalog
 from orchestrator.errors import PermanentError
 from orchestrator.model import Market
 from providers.base import Capability
-from providers.kubernetes import KubeLaunchConfig
+from providers.kubernetes import KubeLaunchConfig, KubeRegion
 from tests.providers.kubernetes.fake_kube import FakeKube, recorded
 from tests.providers.kubernetes.support import A100X1, A100X8, H100X8_OD, H100X8_SPOT, Factory, spec
 
@@ -66,3 +66,22 @@ def test_node_listing_errors_raise(make_provider: Factory, gpucloud: FakeKube) -
     gpucloud.script("GET", "nodes", "list", (403, recorded("status_403_rbac.json")))
     with pytest.raises(PermanentError, match="Forbidden"):
         make_provider().offers()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"cluster": ""}, "cluster"),
+        ({"regions": ()}, "regions"),
+        ({"regions": (KubeRegion("a"), KubeRegion("a"))}, "regions"),
+        ({"regions": (KubeRegion("a", namespace=""),)}, "regions[a].namespace"),
+        ({"regions": (KubeRegion("a", usd_per_gpu_hour={"H100": -1.0}),)}, "regions[a] prices"),
+    ],
+)
+def test_bad_settings_name_the_field(make_provider: Factory, overrides: dict[str, object],
+                                     field: str) -> None:
+    from orchestrator.errors import InputError
+
+    with pytest.raises(InputError) as raised:
+        make_provider(**overrides)
+    assert raised.value.field == field

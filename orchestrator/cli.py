@@ -77,6 +77,10 @@ def _parser() -> argparse.ArgumentParser:
         default=14.0,
         help="length of the built-in scenario when --traces is not given",
     )
+    r.add_argument("--since", type=_utc_arg, default=None, metavar="ISO",
+                   help="when the jobs' start_offset_h counts from (default: the trace's start)")
+    r.add_argument("--until", type=_utc_arg, default=None, metavar="ISO",
+                   help="replay only jobs that start before this time")
     r.add_argument("--out", type=Path, default=Path("replay-out"), help="output directory")
     r.add_argument("--json", action="store_true", help="print results.json to stdout")
     r.set_defaults(handler=_replay)
@@ -264,8 +268,23 @@ def _replay(args: argparse.Namespace) -> int:
             raise InputError("", "--days", "a positive number of days", got=args.days)
         trace = generate(args.seed, args.days)
         source = f"built-in scenario (seed {args.seed}, {args.days:g} days)"
-    trace_start = _manifest_start(trace.manifest)
+    samples = None
+    if args.traces is not None and (args.traces / "samples.parquet").is_file():
+        # What `signals poll` / the signals DAG recorded: replay it by the live view's rule.
+        from orchestrator.signals.poll import read_samples
+        from orchestrator.signals.view import samples_from_frame
+
+        samples = samples_from_frame(read_samples(args.traces))
+        source += " (polled samples, as the live controller knew them)"
+    trace_start = args.since or _manifest_start(trace.manifest)
     jobs = load_jobs(args.jobs, trace_start=trace_start)
+    if args.until is not None:
+        kept = tuple(j for j in jobs if j.start < args.until)
+        if not kept:
+            raise InputError(str(args.jobs), "jobs", f"a job starting before --until "
+                             f"{args.until:%Y-%m-%d %H:%M} UTC", got=f"{len(jobs)}, none",
+                             fix="move --since/--until or the jobs' start_offset_h")
+        jobs = kept
 
     with _progress() as bar:
         tasks: dict[str, Any] = {}
@@ -283,6 +302,7 @@ def _replay(args: argparse.Namespace) -> int:
             seed=args.seed,
             carbon_usd_per_tonne=args.carbon_price,
             progress=report,
+            samples=samples,
         )
     extra = {"traces": source, "jobs_file": str(args.jobs)}
     paths = write_outputs(replay, args.out, extra_config=extra)

@@ -388,7 +388,8 @@ def clouds_world(
     checkpoint store and a quoted price), on the wall clock, deciding on the state store's
     polled signals with the quotes as the price prior. Progress is modelled from throughput
     (the controller cannot see inside a cloud job)."""
-    from orchestrator.live.world import World, list_priors
+    from orchestrator.live.world import World
+    from orchestrator.signals.view import list_priors
 
     clock = clock or SystemClock()
     providers = make_providers(settings, clock=clock, access=access)

@@ -32,7 +32,6 @@ on, and the same policy that replays a trace decides where the local jobs run.
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,17 +39,22 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from orchestrator import catalog
 from orchestrator.clock import Clock, ScaledClock, SystemClock
 from orchestrator.errors import InputError
 from orchestrator.loop import LoopOptions
-from orchestrator.model import CostSettings, Market, Offer
+from orchestrator.model import CostSettings, Offer
 from orchestrator.signals.grid import SignalGrid
-from orchestrator.signals.view import GridView, MaxAges, Priors, SignalView, StoreSignalView
+from orchestrator.signals.view import (
+    GridView,
+    MaxAges,
+    Priors,
+    SignalView,
+    StoreSignalView,
+    list_priors,
+)
 from orchestrator.state import StateStore, open_store
 from providers.base import ComputeProvider
 from providers.local import LocalProvider
@@ -271,28 +275,6 @@ def local_offers() -> tuple[Offer, ...]:
     grid = SignalGrid.build(trace, start, datetime(2024, 4, 1, 1, tzinfo=UTC), 3600,
                             keep_offer=lambda o: (o.region, o.instance_type) in wanted)
     return grid.offers
-
-
-def list_priors(offers: tuple[Offer, ...] | list[Offer], spot_capacity: float,
-                quotes: dict[str, float] | None = None) -> Priors:
-    """Priors for a world's offers: the quoted or catalog on-demand list price; for spot,
-    the quote, else the list price less the low end of the cloud's published discount range
-    (`scenario.SPOT_DISCOUNT`: a conservative guess, never the cheapest); the assumed spot
-    capacity; each zone's yearly carbon (the scenario's Electricity Maps 2024 figures)."""
-    from orchestrator.signals.scenario import GRID_ZONES, SPOT_DISCOUNT
-
-    usd = np.full(len(offers), math.nan)
-    for i, o in enumerate(offers):
-        quoted = (quotes or {}).get(o.id)
-        listed = catalog.on_demand_usd_per_hour(o.cloud, o.instance_type)
-        if quoted is not None:
-            usd[i] = quoted
-        elif listed is not None:
-            low = SPOT_DISCOUNT.get(o.cloud, (0.0, 0.0))[0] if o.market is Market.SPOT else 0.0
-            usd[i] = listed * (1.0 - low)
-    cap = np.where([o.market is Market.SPOT for o in offers], float(spot_capacity), np.inf)
-    yearly = {z: float(g.yearly_g) for z, g in GRID_ZONES.items()}
-    return Priors(usd, cap.astype(np.float64), yearly)
 
 
 def _scenario_grid(settings: LiveSettings) -> SignalGrid:

@@ -20,6 +20,8 @@ from orchestrator.loop import Controller, EventLog, LoopOptions
 from orchestrator.model import CostSettings, Event, FleetState, JobSpec, Market, Offer
 from orchestrator.signals.grid import SignalGrid
 from orchestrator.signals.traces import Trace
+from orchestrator.signals.view import grid_from_samples, list_priors
+from orchestrator.state.records import SignalSample
 from policies.base import Policy
 from policies.costs import JobOfferFit
 from policies.oracle import Hindsight, Oracle
@@ -60,14 +62,25 @@ def replay_window(jobs: Sequence[JobSpec], tick_s: int) -> tuple[datetime, datet
     return utc(start), utc(max(j.deadline for j in jobs))
 
 
-def build_grid(trace: Trace, jobs: Sequence[JobSpec], tick_s: int, seed: int) -> SignalGrid:
-    """The realized world for these jobs: offers some job may use, spot gaps filled."""
+def build_grid(trace: Trace, jobs: Sequence[JobSpec], tick_s: int, seed: int, *,
+               samples: Sequence[SignalSample] | None = None,
+               spot_capacity: float = 4.0) -> SignalGrid:
+    """The realized world for these jobs: offers some job may use, spot gaps filled.
+
+    With `samples` (what `signals poll` recorded: a trace directory's samples log), each
+    tick's row is what the live controller knew at that instant, by the live view's rule
+    (`signals.view.grid_from_samples`: counted from observation, max ages, priors where
+    nothing counts, `spot_capacity` instances assumed where capacity is unknown), so a
+    replay of a live period decides on what the live policy saw."""
     start, end = replay_window(jobs, tick_s)
 
     def usable(offer: Offer) -> bool:
         return any(job.allows(offer.gpu_type) for job in jobs)
 
     grid = SignalGrid.build(trace, start, end, tick_s, keep_offer=usable)
+    if samples is not None:
+        return grid_from_samples(samples, grid.offers, start.timestamp(), end.timestamp(),
+                                 tick_s=tick_s, priors=list_priors(grid.offers, spot_capacity))
     return realize_spot(grid, seed)
 
 
@@ -179,6 +192,7 @@ def run_replay(
     carbon_usd_per_tonne: float = 0.0,
     settings: CostSettings | None = None,
     progress: ProgressFn | None = None,
+    samples: Sequence[SignalSample] | None = None,
 ) -> Replay:
     if not jobs:
         raise InputError("jobs", "jobs", "at least one job")
@@ -186,7 +200,7 @@ def run_replay(
         raise InputError(
             "", "--carbon-price", "a price >= 0 USD per tonne", got=carbon_usd_per_tonne
         )
-    grid = build_grid(trace, jobs, tick_s, seed)
+    grid = build_grid(trace, jobs, tick_s, seed, samples=samples)
     check_home_regions(jobs, grid)
     settings = dataclasses.replace(
         settings or CostSettings(), carbon_usd_per_tonne=carbon_usd_per_tonne

@@ -24,7 +24,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 import numpy as np
 
@@ -414,6 +414,22 @@ def grid_from_samples(
     grid, _ = grid_from_series(series_from_samples(samples), offers, times, tick_s=tick_s,
                                priors=priors, max_ages=max_ages or MaxAges())
     return grid
+
+
+def samples_from_frame(frame: Any) -> list[SignalSample]:
+    """A samples log (`signals.poll.read_samples`: the frame `signal_samples` holds) as
+    `SignalSample`s."""
+    import pandas as pd
+
+    out = []
+    for t, key, kind, value, unit, source, observed, until in zip(
+            frame["time"], frame["key"], frame["kind"], frame["value"], frame["unit"],
+            frame["source"], frame["observed_at"], frame["valid_until"], strict=True):
+        out.append(SignalSample(
+            time=t.to_pydatetime(), key=str(key), kind=SignalKind(str(kind)), value=float(value),
+            unit=str(unit), source=str(source), observed_at=observed.to_pydatetime(),
+            valid_until=None if pd.isna(until) else until.to_pydatetime()))
+    return out
 
 
 # -- the live view --------------------------------------------------------------------------

@@ -52,7 +52,7 @@ from orchestrator.signals.sources.clouds import (
 from orchestrator.signals.sources.errors import redact
 from orchestrator.signals.sources.http import REDACTOR, HttpClient
 from orchestrator.signals.sources.isos import ISO_SPECS, PRICE_SOURCES, CaisoCurtailment
-from orchestrator.signals.sources.power import Eia930, Entsoe, EntsoeGeneration
+from orchestrator.signals.sources.power import Eia930, Entsoe
 from orchestrator.signals.sources.tracemap import samples_to_rows
 from orchestrator.signals.traces import (
     COLUMNS,
@@ -82,7 +82,6 @@ _CLASSES: Final[Mapping[str, Any]] = {
     "caiso-curtailment": CaisoCurtailment,
     "entsoe-prices": Entsoe,
     "eia930": Eia930,
-    "entsoe-generation": EntsoeGeneration,
     **PRICE_SOURCES,  # caiso-prices, ercot-prices, ... (gridstatus)
 }
 SOURCE_NAMES: tuple[str, ...] = tuple(_CLASSES)
@@ -106,7 +105,6 @@ TERMS: Final[Mapping[str, str]] = {
     "caiso-curtailment": "CAISO public data",
     "entsoe-prices": "ENTSO-E Transparency Platform terms (attribution)",
     "eia930": "public domain (U.S. EIA)",
-    "entsoe-generation": "ENTSO-E Transparency Platform terms (attribution)",
     **{name: spec.terms for name, spec in ISO_SPECS.items()},
 }
 RECORDER_NOTE: Final = (
@@ -529,7 +527,7 @@ def zone_sources(zone: str) -> list[str]:
     ctx = SourceContext(env={})
     out = []
     for name in ("electricitymaps", "watttime", "uk-carbon", "eia930", "caiso-curtailment",
-                 "entsoe-prices", "entsoe-generation", *PRICE_SOURCES):
+                 "entsoe-prices", *PRICE_SOURCES):
         source = _CLASSES[name](ctx)
         if source.covers(zone):
             out.append(name)

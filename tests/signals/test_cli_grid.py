@@ -43,8 +43,6 @@ CASES = [
      "power_price_usd_per_mwh", 23),
     ("entsoe-prices", "aws:eu-central-1", "2024-03-30T12:00Z", "DE",
      "power_price_usd_per_mwh", 47),
-    ("entsoe-generation", "aws:eu-central-1", "2024-03-31T00:00Z", "DE",
-     "carbon_avg_g_per_kwh", 24),
 ]
 
 

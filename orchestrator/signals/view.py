@@ -465,6 +465,9 @@ class StoreSignalView:
         self.lookback_s = float(lookback_s)
         self._series: dict[SeriesKey, _Series] = {}
         self._read_until_s: float | None = None
+        # (signal, key) pairs some offer reads: only they can make the frame stale.
+        self._keys = {(sig, key) for o in self._offers for sig in SIGNALS
+                      for key in _candidates(o, sig)}
 
     @property
     def offers(self) -> tuple[Offer, ...]:
@@ -497,7 +500,8 @@ class StoreSignalView:
     def _stale(self, now_s: float, basis: SignalBasis) -> tuple[str, ...]:
         """Signals were polled but none of them counts now: the poller stopped. (A signal
         never polled is not stale: its prior is all there is, and the basis says so.)"""
-        polled = [(k, s) for k, s in self._series.items() if k[2] != OBSERVED_SOURCE]
+        polled = [(k, s) for k, s in self._series.items()
+                  if k[2] != OBSERVED_SOURCE and (k[0], k[1]) in self._keys]
         if not polled:
             return ()
         kinds = {k[0] for k, _ in polled}

@@ -440,3 +440,14 @@ def test_a_replay_of_the_polled_samples_places_the_job_as_the_live_controller_di
     # immediate (its transfer is part of the cold start) while a live one takes the
     # migration machine's ticks (checkpoint, copy, verify, launch, restore).
     assert [o for _, o in again[: len(live)]] == [o for _, o in live], (live, again)
+
+
+def test_signals_of_places_the_world_does_not_use_never_make_it_stale() -> None:
+    run = make_run("spot-failover", markets=(Market.SPOT,))
+    now = run.clock.now()
+    run.store.append_samples([SignalSample(time=now, key="GB", kind=SignalKind.CARBON,
+                                           value=150.0, unit="g_co2_per_kwh", source="uk-carbon",
+                                           observed_at=now - timedelta(hours=5))])
+    frame = run.live.view.frame(now.timestamp())
+    assert frame.stale == ()
+    assert frame.basis is not None and frame.basis.fallbacks()  # on priors, and it says so

@@ -85,6 +85,7 @@ ANNOTATION_STARTUP_S: Final = "heliotrope.io/startup-s"
 ANNOTATION_OFFER: Final = "heliotrope.io/offer-id"
 POD_SIZES: Final = (1, 2, 4, 8)
 CHECKPOINT_MOUNT: Final = "/checkpoints"
+PRICE_LABEL: Final = "heliotrope.io/usd-per-gpu-hour"  # optional, on nodes
 # DisruptionTarget reasons (Kubernetes "Pod disruption conditions").
 DISRUPTION_REASONS: Final = frozenset(
     {
@@ -154,6 +155,7 @@ class _Pool:
     max_gpus: int
     free_gpus: tuple[int, ...]  # per ready, schedulable node
     product_values: tuple[str, ...]  # GPU label values of its nodes
+    label_usd_per_gpu_hour: float | None = None  # the highest PRICE_LABEL of its nodes
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,13 +270,20 @@ class KubernetesProvider:
         return tuple(sorted(found, key=lambda o: o.id))
 
     def prices(self) -> dict[OfferId, float]:
-        """USD per hour of each offer: its GPUs at the region's configured GPU-hour price."""
+        """USD per hour of each offer: its GPUs at the region's configured GPU-hour price,
+        else at the price its nodes carry in the `heliotrope.io/usd-per-gpu-hour` label
+        (a GPU cloud or a cluster operator may publish it there)."""
+        offers = self.offers()
+        by_pool = {(p.region, p.gpu_type, p.market): p.label_usd_per_gpu_hour
+                   for pools in self._pools.values() for p in pools}
         quotes: dict[OfferId, float] = {}
-        for offer in self.offers():
+        for offer in offers:
             region = self.regions[offer.region]
             per_gpu = region.usd_per_gpu_hour.get(offer.gpu_type)
             if offer.market is Market.SPOT:
                 per_gpu = region.spot_usd_per_gpu_hour.get(offer.gpu_type, per_gpu)
+            if per_gpu is None:
+                per_gpu = by_pool.get((offer.region, offer.gpu_type, offer.market))
             if per_gpu is not None:
                 quotes[offer.id] = round(per_gpu * offer.gpu_count, 6)
         return quotes
@@ -458,6 +467,7 @@ class KubernetesProvider:
                 if pod.spec.node_name and pod.status.phase in ("Pending", "Running"):
                     held[pod.spec.node_name] = held.get(pod.spec.node_name, 0) + _pod_gpus(pod)
         grouped: dict[tuple[str, Market], list[tuple[int, int, str]]] = {}
+        labelled: dict[tuple[str, Market], float] = {}
         for node in nodes:
             labels = node.metadata.labels or {}
             product = labels.get(cfg.gpu_label, "")
@@ -468,6 +478,9 @@ class KubernetesProvider:
             market = Market.SPOT if self._is_spot(labels) else Market.ON_DEMAND
             free = max(allocatable - held.get(node.metadata.name, 0), 0)
             grouped.setdefault((gpu_type, market), []).append((allocatable, free, product))
+            price = _price(labels.get(PRICE_LABEL))
+            if price is not None:  # an estimate of cost should not err low: the highest
+                labelled[(gpu_type, market)] = max(price, labelled.get((gpu_type, market), 0.0))
         pools = [
             _Pool(
                 region=context,
@@ -476,6 +489,7 @@ class KubernetesProvider:
                 max_gpus=max(a for a, _, _ in rows),
                 free_gpus=tuple(f for _, f, _ in rows),
                 product_values=tuple(sorted({p for _, _, p in rows})),
+                label_usd_per_gpu_hour=labelled.get((gpu_type, market)),
             )
             for (gpu_type, market), rows in sorted(grouped.items())
         ]
@@ -933,6 +947,14 @@ def _int(text: object) -> int:
         return int(str(text))
     except (TypeError, ValueError):
         return 0
+
+
+def _price(text: str | None) -> float | None:
+    try:
+        value = float(text) if text else None
+    except ValueError:
+        return None
+    return value if value is not None and value >= 0 else None
 
 
 def _times(quantity: str, n: int) -> str:

@@ -100,3 +100,25 @@ def test_imds_trouble_is_transient(imds: Imds) -> None:
         AzureScheduledEvents(imds.url).poll()
     with pytest.raises(TransientError, match="unreachable"):
         AzureScheduledEvents("http://127.0.0.1:9", timeout_s=0.5, vm_name=VM).poll()
+
+
+def test_the_training_sdks_watcher_takes_it_as_a_source(imds: Imds) -> None:
+    """What the SDK would run on a Spot VM: NoticeWatcher polling Scheduled Events."""
+    import threading as _threading
+
+    from orchestrator.training.notices import NoticeWatcher, PreemptionNotice
+
+    heard: list[PreemptionNotice] = []
+    done = _threading.Event()
+
+    def on_notice(notice: PreemptionNotice) -> None:
+        heard.append(notice)
+        done.set()
+
+    watcher = NoticeWatcher(AzureScheduledEvents(imds.url), on_notice, interval_s=0.01).start()
+    try:
+        imds.document["Events"] = [event("Preempt", VM)]
+        assert done.wait(5.0)
+    finally:
+        watcher.stop()
+    assert [n.source for n in heard] == ["azure"]

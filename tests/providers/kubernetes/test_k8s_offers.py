@@ -85,3 +85,11 @@ def test_bad_settings_name_the_field(make_provider: Factory, overrides: dict[str
     with pytest.raises(InputError) as raised:
         make_provider(**overrides)
     assert raised.value.field == field
+
+
+def test_without_a_configured_price_the_node_label_prices_the_pool(make_provider: Factory) -> None:
+    """The recorded A100 nodes carry heliotrope.io/usd-per-gpu-hour 0.95 and 1.05."""
+    unpriced = KubeRegion("onprem", grid_zone="DE")
+    prices = make_provider(regions=(unpriced,)).prices()
+    assert prices[A100X8] == pytest.approx(8 * 1.05)  # the highest, not the cheapest
+    assert make_provider().prices()[A100X8] == pytest.approx(8 * 1.10)  # the config wins

@@ -5,9 +5,10 @@ process group of all ranks for the SDK's own messages, whatever backend the trai
 (NCCL's stream and the training's collectives stay untouched). Making it is a collective:
 every rank constructs its `ResumableRun` at the same point of the script.
 
-`agree(flags)` is the per-step notice agreement: an all-reduce (MAX) of a few small
-integers, so a flag set on any rank is seen by all. `start_agree` issues it without
-waiting, so that it runs while the next step computes; `Agreement.result()` collects it.
+`agree(values)` is the notice agreement: an all-reduce (MAX) of a few small integers, so
+a flag set on any rank is seen by all (and a number only rank 0 sets reaches all).
+`start_agree` issues it without waiting, so that it runs while the next step computes;
+`Agreement.result()` collects it.
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ class Agreement:
     work: Any
     tensor: torch.Tensor
 
-    def result(self) -> list[bool]:
+    def result(self) -> list[int]:
         self.work.wait()
-        return [bool(v) for v in self.tensor.tolist()]
+        return [int(v) for v in self.tensor.tolist()]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,20 +51,20 @@ class Gang:
     def is_leader(self) -> bool:
         return self.rank == 0
 
-    def start_agree(self, flags: Sequence[bool]) -> Agreement:
-        tensor = torch.tensor([int(f) for f in flags], dtype=torch.int32)
+    def start_agree(self, values: Sequence[int | bool]) -> Agreement:
+        tensor = torch.tensor([int(v) for v in values], dtype=torch.int64)
         work = dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self.group, async_op=True)
         return Agreement(work, tensor)
 
-    def agree(self, flags: Sequence[bool]) -> list[bool]:
-        """Each flag true on any rank, on every rank."""
-        return self.start_agree(flags).result()
+    def agree(self, values: Sequence[int | bool]) -> list[int]:
+        """The largest of each value over all ranks (a flag: true on any rank), on every
+        rank."""
+        return self.start_agree(values).result()
 
     def broadcast(self, obj: Any) -> Any:
         """Rank 0's `obj`, on every rank."""
         box = [obj if self.is_leader else None]
-        dist.broadcast_object_list(box, src=dist.get_global_rank(self.group, 0),
-                                   group=self.group)
+        dist.broadcast_object_list(box, src=0, group=self.group)
         return box[0]
 
     def gather(self, obj: Any) -> list[Any]:

@@ -27,10 +27,12 @@ due step (up to 3 in a row); a failure of the preemption or final checkpoint rai
 Distributed jobs (DDP, FSDP2; inside torch.distributed, after `init_process_group`): every
 rank makes its own ResumableRun, at the same point of the script, and calls the same
 methods with the same steps. A notice seen by any rank (a signal to one process, the
-node's notice file, the cloud's metadata) is agreed by all ranks: every
-`agree_every_steps` steps the ranks all-reduce their flags on a gloo group of their own,
-issued without waiting and collected at the next `step_done` (so the agreement runs while
-that step computes), and at every step where a checkpoint is due by steps. All ranks then
+node's notice file, the cloud's metadata) is agreed by all ranks: the ranks all-reduce their
+flags on a gloo group of their own, issued without waiting and collected at the next
+`step_done` (so the agreement runs while that step computes), about once a second (rank 0
+times its steps and sets the number of steps to the next agreement, carried in the same
+all-reduce; or every `agree_every_steps` steps when given), and at every step where a
+checkpoint is due by steps. All ranks then
 checkpoint the same step and exit 0 together. Checkpoints are sharded
 (torch.distributed.checkpoint, see `orchestrator.training.sharded`): each rank writes its
 shards, rank 0 publishes the manifest, and `restore()` on every rank loads the newest one
@@ -45,7 +47,8 @@ HELIOTROPE_JOB_ID, HELIOTROPE_CHECKPOINT_URI, HELIOTROPE_CHECKPOINT_STORAGE_OPTI
 object for fsspec), HELIOTROPE_CHECKPOINT_EVERY_STEPS, HELIOTROPE_CHECKPOINT_EVERY_MINUTES
 (neither set: every 30 minutes), HELIOTROPE_CHECKPOINT_ASYNC (1/0), HELIOTROPE_NOTICE_SOURCE
 (aws | gcp | local), HELIOTROPE_METADATA_URL, HELIOTROPE_NOTICE_POLL_S,
-HELIOTROPE_PREEMPT_FILE, HELIOTROPE_NOTICE_AGREE_EVERY_STEPS (distributed runs; default 1).
+HELIOTROPE_PREEMPT_FILE, HELIOTROPE_NOTICE_AGREE_EVERY_STEPS (distributed runs; unset: about
+once a second).
 """
 
 from __future__ import annotations
@@ -98,6 +101,9 @@ logger = logging.getLogger(__name__)
 
 STATE_FILE: Final = "state"
 DEFAULT_EVERY_MINUTES: Final = 30.0
+AGREE_EVERY_S: Final = 1.0
+"""Distributed runs: the target time between two notice agreements (unless fixed in steps)."""
+MAX_AGREE_INTERVAL: Final = 10_000
 MAX_CONSECUTIVE_FAILURES: Final = 3
 _RETRYABLE = (OSError, TransientError, TimeoutError)
 
@@ -155,9 +161,11 @@ class ResumableRun:
             self.every_minutes = DEFAULT_EVERY_MINUTES
         self.async_checkpoint = (async_checkpoint if async_checkpoint is not None
                                  else _env_bool(env, "HELIOTROPE_CHECKPOINT_ASYNC"))
-        self.agree_every_steps = agree_every_steps if agree_every_steps is not None else (
-            _env_number(env, "HELIOTROPE_NOTICE_AGREE_EVERY_STEPS", int) or 1)
-        if self.agree_every_steps <= 0:
+        self.agree_every_steps: int | None = (
+            agree_every_steps if agree_every_steps is not None
+            else _env_number(env, "HELIOTROPE_NOTICE_AGREE_EVERY_STEPS", int))
+        """Steps between notice agreements; None: about every AGREE_EVERY_S seconds."""
+        if self.agree_every_steps is not None and self.agree_every_steps <= 0:
             raise InputError("ResumableRun", "agree_every_steps", "an integer > 0",
                              got=self.agree_every_steps)
         self.exit_on_preemption = exit_on_preemption
@@ -195,6 +203,10 @@ class ResumableRun:
         self._pool: ThreadPoolExecutor | None = None
         self._pending: Future[CheckpointRef | None] | None = None
         self._agreement: Agreement | None = None
+        self._agree_interval = self.agree_every_steps or 1
+        self._next_agree = 0  # completed steps at which the next agreement is issued
+        self._step_mono: float | None = None
+        self._step_s = 0.0  # rank 0's moving average of the time between step_done calls
 
         sources = (list(notice_sources) if notice_sources is not None
                    else [s for s in [notice_source_from_env(env)] if s is not None])
@@ -307,7 +319,8 @@ class ResumableRun:
     ) -> bool:
         """Whether `ref` is corrupt on any rank (all ranks then try the previous one);
         raises on every rank if it failed otherwise on any."""
-        any_corrupt, any_failed = gang.agree([corrupt is not None, failed is not None])
+        any_corrupt, any_failed = map(bool, gang.agree([corrupt is not None,
+                                                        failed is not None]))
         if any_failed:
             if failed is not None:
                 raise failed
@@ -394,15 +407,22 @@ class ResumableRun:
 
     def _gang_step(self, gang: Gang, completed: int, data_state: Mapping[str, Any] | None) -> None:
         """`step_done` of a distributed run: act on what all ranks agreed."""
+        now = self._monotonic()
+        if self._step_mono is not None:
+            took = now - self._step_mono
+            self._step_s = took if self._step_s == 0.0 else 0.8 * self._step_s + 0.2 * took
+        self._step_mono = now
         notice = time_due = False
         if self._agreement is not None:  # issued at the previous step_done, on every rank
-            notice, time_due = self._agreement.result()
+            flags = self._agreement.result()
             self._agreement = None
+            notice, time_due = bool(flags[0]), bool(flags[1])
+            if self.agree_every_steps is None:  # rank 0's proposal, the same on every rank
+                self._agree_interval = max(1, flags[2])
         step_due = self._due_steps(completed)
         if step_due and not notice:  # the checkpoint syncs the ranks anyway: agree now
-            notice, now_due = gang.agree([self._notice_event.is_set(),
-                                          self._due_time(completed)])
-            time_due = time_due or now_due
+            flags = gang.agree([self._notice_event.is_set(), self._due_time(completed)])
+            notice, time_due = bool(flags[0]), time_due or bool(flags[1])
         if notice:
             if self._notice is None:
                 self._notice = PreemptionNotice("gang", "a notice on another rank")
@@ -410,9 +430,20 @@ class ResumableRun:
             return
         if step_due or (time_due and completed > (self._ckpt_step or 0)):
             self._checkpoint(completed, data_state, reason="periodic", sync=True)
-        if completed % self.agree_every_steps == 0:
+        if completed >= self._next_agree:
             self._agreement = gang.start_agree([self._notice_event.is_set(),
-                                                self._due_time(completed)])
+                                                self._due_time(completed),
+                                                self._proposed_interval(gang)])
+            self._next_agree = completed + self._agree_interval
+
+    def _proposed_interval(self, gang: Gang) -> int:
+        """Rank 0's steps to the next agreement: about AGREE_EVERY_S of its steps (the
+        all-reduce takes the largest proposal: the other ranks propose 0)."""
+        if not gang.is_leader:
+            return 0
+        if self.agree_every_steps is not None or self._step_s <= 0:
+            return self._agree_interval
+        return int(min(MAX_AGREE_INTERVAL, max(1, AGREE_EVERY_S / self._step_s)))
 
     def _due(self, completed: int) -> bool:
         return self._due_steps(completed) or self._due_time(completed)

@@ -189,11 +189,34 @@ def test_a_notice_is_acted_on_when_the_ranks_have_agreed(
             if run.preempted is not None:
                 stopped = step + 1
                 break
-    # issued at the first multiple of `every` from the notice on, collected one step later
-    want = (-(-6 // every) * every) + 1
+    # issued after steps 1, 1 + every, ...: the first from step 6 on, collected one step later
+    want = 1 + -(-5 // every) * every + 1
     assert stopped == want
     (ref,) = store.list(JOB)
     assert ref.step == want and store.metadata(ref)["format"] == SHARDED_FORMAT
+
+
+def test_by_default_the_ranks_agree_about_once_a_second(
+    tmp_path: Path, one_rank_world: None
+) -> None:
+    clock = [0.0]
+    store = store_at(tmp_path)
+    net, optimizer = _model()
+    run = ResumableRun(net, optimizer, job_id=JOB, store=store, every_steps=1000,
+                       handle_signals=False, exit_on_preemption=False,
+                       monotonic=lambda: clock[0])
+    with run:
+        run.restore()
+        for step in range(200):
+            clock[0] += 0.1  # steps of 0.1 s: an agreement every 10 steps
+            _train(net, optimizer, step)
+            if step == 50:
+                run.notify_preemption(PreemptionNotice("test"))
+            run.step_done(step)
+            if run.preempted is not None:
+                break
+    (ref,) = store.list(JOB)
+    assert 51 < ref.step <= 51 + 10 + 1, ref.step
 
 
 def test_a_due_checkpoint_agrees_at_once_and_restores_in_a_gang(

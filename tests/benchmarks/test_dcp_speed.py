@@ -1,0 +1,314 @@
+"""Sharded checkpoint speed (issue #15), in 4 real processes (gloo, CPU), same run:
+
+1. DCP through the checkpoint store against raw files. A sharded state of 16 tensors
+   (1 GiB in all, `HELIOTROPE_BENCH_DCP_MIB` to change) lies as DTensors cut in 4 along
+   dim 0 over a 4-rank CPU mesh (what FSDP2 holds). Each round, rounds interleaved, best
+   of each, every process (barrier to barrier, timed on rank 0):
+   - raw write: its 256 MiB of local shards into one file with `open()`, then fsync;
+   - DCP save: `dcp.save` with the store's writer (sha256 of every 16 MiB chunk, fsync of
+     every file), then rank 0 publishes the manifest (what ResumableRun does);
+   - and the same without any fsync on either side (page cache), to tell the cost of
+     durability (several processes' write-behind fdatasyncs) from that of hashing;
+   - then each process drops its own files from the page cache (posix_fadvise) and reads
+     them back: raw `readinto` against `dcp.load` through the store's verifying reader.
+   Target: raw / DCP >= 0.8 (as a throughput ratio: DCP at 80% of raw or better).
+2. The notice agreement: examples/train_ddp.py's model under DDP on the 4 ranks; the time
+   `step_done` takes (poll the notice file, collect the all-reduce issued one step
+   earlier, issue the next) against the time of the training step itself, as a fraction.
+   Also timed: the same agreement done blocking (what it would cost without the
+   pipelining) and blocks of steps with and without a ResumableRun, interleaved.
+   Target: <= 1% of a step.
+
+Prints; asserts only that the runs worked. Run: `make bench`, or
+`.venv/bin/pytest tests/benchmarks/test_dcp_speed.py -m bench -s`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.bench
+
+WORLD = 4
+TENSORS = 16
+
+
+def _run_workers(tmp: Path, mode: str, *, durable: bool = True,
+                 timeout_s: float = 900.0) -> dict[str, Any]:
+    from tests.training.gang_jobs import REPO, free_port
+
+    port = free_port()
+    out = tmp / f"{mode}.json"
+    procs = []
+    for rank in range(WORLD):
+        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+               "RANK": str(rank), "WORLD_SIZE": str(WORLD), "LOCAL_RANK": str(rank),
+               "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
+               "BENCH_OUT": str(out), "BENCH_TMP": str(tmp),
+               "BENCH_DURABLE": "1" if durable else "0"}
+        procs.append(subprocess.Popen([sys.executable, "-m", "tests.benchmarks.test_dcp_speed",
+                                       mode], cwd=REPO, env=env,
+                                      stderr=(tmp / f"{mode}-{rank}.err").open("wb")))
+    try:
+        codes = [p.wait(timeout=timeout_s) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    errors = "\n".join((tmp / f"{mode}-{r}.err").read_text()[-3000:] for r in range(WORLD))
+    assert codes == [0] * WORLD, errors
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
+
+
+@pytest.mark.parametrize("durable", [True, False], ids=["durable", "page-cache"])
+def test_dcp_through_the_store_against_raw_files(tmp_path: Path, durable: bool) -> None:
+    r = _run_workers(tmp_path, "dcp", durable=durable)
+    gib = r["bytes"] / (1 << 30)
+    regime = ("durable: raw fsyncs its file; the store fsyncs every file (write-behind "
+              "fdatasync every 64 MiB), the manifest and its directories" if durable else
+              "page cache: no fsync on either side")
+    print(f"\nsharded state {gib:.2f} GiB over {WORLD} processes, {r['rounds']} rounds, "
+          f"best of each; {regime}:")
+    for key in ("raw_write", "dcp_save", "raw_read", "dcp_load", "sha256"):
+        print(f"  {key:<10} {r[key]:.3f} s   {gib / r[key]:.2f} GiB/s")
+    print(f"  save: raw/DCP = {r['raw_write'] / r['dcp_save']:.2f}x   "
+          f"load: raw/DCP = {r['raw_read'] / r['dcp_load']:.2f}x   (target >= 0.8)")
+    print(f"  sha256 of the same bytes alone (every process at once, one thread each): "
+          f"{r['sha256']:.3f} s = {r['sha256'] / r['raw_write']:.2f}x a raw write; the store "
+          f"hashes every byte once when writing and once when reading, on "
+          f"{os.cpu_count()} CPUs here")
+    assert r["verified"]
+
+
+def test_notice_agreement_cost_per_step(tmp_path: Path) -> None:
+    r = _run_workers(tmp_path, "notice")
+    base = r["block_s"]["without"]
+    step = r["step_s"]["without"]
+    print(f"\nexamples/train_ddp.py model, DDP on {WORLD} gloo ranks, blocks of {r['steps']} "
+          "steps interleaved; medians per step, best block:")
+    print(f"  {'':<26} {'step_done/agree':>15} {'of a step':>10} {'block/step':>11} "
+          f"{'vs none':>8}")
+    names = {"without": "no ResumableRun", "default": "agree ~1/s (default)",
+             "every_step": "agree every step", "blocking": "blocking agree every step"}
+    for key, name in names.items():
+        call = r["call_s"].get(key)
+        call_txt = f"{call * 1e6:12.1f} us {call / step:10.2%}" if call is not None else (
+            f"{'-':>15} {'-':>10}")
+        print(f"  {name:<26} {call_txt} {r['block_s'][key] * 1e3:8.2f} ms "
+              f"{r['block_s'][key] / base - 1:+8.2%}   (train step {r['step_s'][key] * 1e3:.2f}"
+              f" ms, mean call {r['call_mean_s'].get(key, 0.0) * 1e6:.0f} us)")
+    print(f"  (a training step alone: {step * 1e3:.2f} ms; target: agreement <= 1% of it)")
+
+
+# -- the workers (one process per rank) ----------------------------------------------------
+
+def _dcp_worker() -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+    from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+
+    from orchestrator.checkpoints import CheckpointStore
+    from orchestrator.training.gang import Gang
+    from orchestrator.training.sharded import SafeLoadPlanner, StoreReader, StoreWriter
+    from orchestrator.training.state_io import byte_view
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    mesh = init_device_mesh("cpu", (WORLD,))
+    gang = Gang.current()
+    assert gang is not None
+    tmp = Path(os.environ["BENCH_TMP"])
+    total_mib = int(os.environ.get("HELIOTROPE_BENCH_DCP_MIB", "1024"))
+    rows = total_mib * (1 << 20) // (TENSORS * 4 * 4096)  # fp32 rows of 4096 per tensor
+    rows -= rows % WORLD
+    gen = torch.Generator().manual_seed(rank)
+    local = [torch.rand(rows // WORLD, 4096, generator=gen) for _ in range(TENSORS)]
+    state = {f"layers.{i}.weight": DTensor.from_local(t, mesh, [Shard(0)])
+             for i, t in enumerate(local)}
+    store = CheckpointStore(f"file://{tmp}/store",
+                            durable=os.environ["BENCH_DURABLE"] == "1")
+    local_bytes = sum(t.numel() * t.element_size() for t in local)
+    best: dict[str, float] = {}
+    rounds = 3
+    verified = True
+
+    def timed(label: str, fn: Any) -> Any:
+        gang.barrier()
+        start = time.perf_counter()
+        out = fn()
+        gang.barrier()
+        best[label] = min(best.get(label, float("inf")), time.perf_counter() - start)
+        return out
+
+    def drop(path: Path) -> None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+    for rnd in range(rounds):
+        raw = tmp / f"raw-{rnd}-{rank}"
+        step = rnd + 1
+
+        def raw_write(path: Path = raw) -> None:
+            with open(path, "wb") as f:
+                for t in local:
+                    f.write(byte_view(t))
+                f.flush()
+                os.fsync(f.fileno())
+
+        def dcp_write(step: int = step) -> None:
+            writer = StoreWriter(store, "bench", step)
+            dcp_save(state, storage_writer=writer, process_group=gang.group)
+            parts = gang.gather(writer.entries)
+            if rank == 0:
+                entries = {k: v for part in parts for k, v in part.items()}
+                store.publish("bench", step, entries, now_s=0.0)
+
+        def hash_only() -> None:  # what the store adds to raw I/O: sha256 of every byte
+            for t in local:
+                hashlib.sha256(byte_view(t)).digest()
+
+        timed("sha256", hash_only)
+        order = [("raw_write", raw_write), ("dcp_save", dcp_write)]
+        for label, fn in order if rnd % 2 == 0 else order[::-1]:
+            timed(label, fn)
+        drop(raw)
+        ref = store.list("bench")[-1]
+        for name in store.manifest(ref).files:
+            if name.endswith(f"r{rank:05d}"):
+                drop(tmp / "store" / "bench" / f"step-{step:012d}" / name)
+        targets = [torch.empty_like(t) for t in local]
+        loaded = {f"layers.{i}.weight": DTensor.from_local(t, mesh, [Shard(0)])
+                  for i, t in enumerate(targets)}
+
+        def raw_read(path: Path = raw) -> None:
+            back = [torch.empty_like(t) for t in local]
+            with open(path, "rb", buffering=0) as f:
+                for t in back:
+                    view = byte_view(t)
+                    got = 0
+                    while got < len(view):
+                        got += f.readinto(view[got:])
+
+        def dcp_read(ref: Any = ref, loaded: Any = loaded) -> None:
+            dcp_load(loaded, storage_reader=StoreReader(store, ref),
+                     planner=SafeLoadPlanner(), process_group=gang.group)
+
+        reads = [("raw_read", raw_read), ("dcp_load", dcp_read)]
+        for label, fn in reads if rnd % 2 == 0 else reads[::-1]:
+            timed(label, fn)
+        verified = verified and all(torch.equal(a, b) for a, b in zip(targets, local,
+                                                                       strict=True))
+        raw.unlink()
+        if rank == 0:
+            store.retain("bench", keep=1)  # disk space: one checkpoint at a time
+        gang.barrier()
+    ok = all(gang.gather(verified))
+    if rank == 0:
+        Path(os.environ["BENCH_OUT"]).write_text(json.dumps(
+            {**best, "bytes": local_bytes * WORLD, "rounds": rounds, "verified": ok}))
+    dist.destroy_process_group()
+
+
+def _notice_worker() -> None:
+    import importlib.util
+
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.nn import functional
+
+    from orchestrator.checkpoints import CheckpointStore
+    from orchestrator.training import ResumableRun
+    from tests.training.gang_jobs import EXAMPLE
+
+    spec = importlib.util.spec_from_file_location("train_ddp_example", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    tmp = Path(os.environ["BENCH_TMP"])
+    torch.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(example.Net(64, 0.1),
+                                                find_unused_parameters=True)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    store = CheckpointStore(f"file://{tmp}/notice-store")
+    notice = tmp / f"no-notice-{rank}"  # polled every step, never written
+    env = {"HELIOTROPE_NOTICE_SOURCE": "local", "HELIOTROPE_PREEMPT_FILE": str(notice)}
+    runs = {label: ResumableRun(model, optimizer, job_id="bench", store=store,
+                                every_steps=10**9, handle_signals=False, environ=env,
+                                agree_every_steps=every)
+            for label, every in (("default", None), ("every_step", 1))}
+    for run in runs.values():
+        run.restore()
+    from orchestrator.training.gang import Gang
+
+    gang = Gang.current()  # a gloo group like the one a run agrees on
+    assert gang is not None
+    steps, blocks = 200, 3
+    step_s: dict[str, list[float]] = {"without": [], "default": [], "every_step": [],
+                                      "blocking": []}
+    call_s: dict[str, list[float]] = {"default": [], "every_step": [], "blocking": []}
+    block_s: dict[str, list[float]] = {k: [] for k in step_s}
+    counter = 0
+
+    def train(step: int) -> None:
+        x, y = example.global_batch(0, step, 64)
+        x, y = x[rank * 16 : (rank + 1) * 16], y[rank * 16 : (rank + 1) * 16]
+        loss = functional.cross_entropy(model(x), y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()  # type: ignore[no-untyped-call]
+        optimizer.step()
+
+    for _block in range(blocks):
+        for label in list(step_s):
+            dist.barrier()
+            start = time.perf_counter()
+            for _ in range(steps):
+                t0 = time.perf_counter()
+                train(counter)
+                t1 = time.perf_counter()
+                if label in runs:
+                    runs[label].step_done(counter)
+                elif label == "blocking":
+                    gang.agree([False, False, 0])
+                t2 = time.perf_counter()
+                step_s[label].append(t1 - t0)
+                if label in call_s:
+                    call_s[label].append(t2 - t1)
+                counter += 1
+            block_s[label].append((time.perf_counter() - start) / steps)
+    for run in runs.values():
+        run.close()
+    result = {"steps": steps,
+              "step_s": {k: statistics.median(v) for k, v in step_s.items()},
+              "call_s": {k: statistics.median(v) for k, v in call_s.items()},
+              "call_mean_s": {k: statistics.fmean(v) for k, v in call_s.items()},
+              "block_s": {k: min(v) for k, v in block_s.items()}}
+    if rank == 0:
+        Path(os.environ["BENCH_OUT"]).write_text(json.dumps(result))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    {"dcp": _dcp_worker, "notice": _notice_worker}[sys.argv[1]]()

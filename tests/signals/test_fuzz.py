@@ -170,3 +170,33 @@ def test_caiso_csv_fuzz(text: str, rows: list[tuple[str, str, str]]) -> None:
 def test_time_parsers(text: str) -> None:
     only_ours(lambda: power.eia_period_utc(text))
     only_ours(lambda: parse_utc(text, "fuzz", "time"))
+
+
+# The client libraries' frames (gridstatus, entsoe-py) as our validators receive them: any
+# cell values, times with or without a zone, any columns.
+cells = (st.none() | st.floats(allow_nan=True, allow_infinity=True) | st.integers(-10**6, 10**6)
+         | st.text(max_size=8))
+
+
+@FUZZ
+@given(values=st.lists(cells, min_size=1, max_size=6), aware=st.booleans(),
+       step_h=st.integers(-2, 3), location=st.sampled_from(["HUB", "OTHER", 7]),
+       drop=st.sampled_from([None, "LMP", "Location", "Interval End"]))
+def test_library_frames_fuzz(values: list[Any], aware: bool, step_h: int, location: Any,
+                             drop: str | None) -> None:
+    import pandas as pd
+
+    from orchestrator.signals.sources import isos
+
+    start = pd.Timestamp("2024-03-10T08:00Z")
+    times = pd.DatetimeIndex([start + pd.Timedelta(hours=step_h * i) for i in range(len(values))])
+    if not aware:
+        times = times.tz_localize(None)
+    frame = pd.DataFrame({"Interval Start": times, "Interval End": times + pd.Timedelta("1h"),
+                          "Location": location, "LMP": values, "Curtailment MWH": values})
+    if drop:
+        frame = frame.drop(columns=[drop])
+    only_ours(lambda: isos.lmp_obs(frame, "HUB", "Z", "fuzz"))
+    only_ours(lambda: isos.curtailment_obs(frame, date(2024, 3, 10), "US/Pacific"))
+    generation = pd.DataFrame({"Solar": values, "Fossil Gas": values[::-1]}, index=times)
+    only_ours(lambda: power.entsoe_intensity(generation, "DE"))

@@ -94,6 +94,7 @@ def test_one_decision_1000_jobs_200_offers() -> None:
         for k in range(150):  # a realistic fleet: most jobs placed, some moving
             clock.set(grid.time_of(k))
             controller.tick(grid.time_of(k))
-        snapshot = controller._snapshot(grid.time_of(150), grid.time_of(150).timestamp(), 150)
+        now = grid.time_of(150)
+        snapshot = controller._snapshot(now, now.timestamp(), controller.frame_at(now.timestamp()))
         seconds = best_of(5, lambda p=policy, s=snapshot: p(s))
         print(f"  {name:24s} {seconds * 1000:8.1f} ms  x{seconds / ref:6.3f} of reference")

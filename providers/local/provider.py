@@ -27,6 +27,15 @@ SIGTERM disposition. Stopping an instance signals the whole group: SIGTERM, `gra
 waiting, then SIGKILL, so no child of the job is left behind (unless it made its own
 session, as no training job should).
 
+The launch contract for distributed jobs: a local instance is one node, and a gang of
+`count` runs on it as one node of `count x gpu_count` processes. The job gets
+MASTER_ADDR (127.0.0.1), MASTER_PORT (a free port, recorded), NNODES (1), NODE_RANK (0),
+NPROC_PER_NODE, and the same as torchrun's PET_* defaults, so `torchrun script.py` needs
+no arguments. When the machine has GPUs (the controller's CUDA_VISIBLE_DEVICES, else
+/proc/driver/nvidia/gpus; or `gpus=`), each instance gets its own ones by
+CUDA_VISIBLE_DEVICES, recorded in meta.json; a launch that finds too few free is refused
+as CAPACITY.
+
 Timestamps (`launched_at_s`, event times) come from the injected `Clock`; waiting for real
 processes to exit (grace periods, notices) is wall time, since the processes are real.
 Linux only: identity and group membership are read from /proc.
@@ -44,6 +53,7 @@ import math
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -128,6 +138,9 @@ class _Meta:
     ready_at_s: float
     pid: int | None = None
     start_ticks: int | None = None  # /proc/<pid>/stat field 22: start time, ticks since boot
+    gpus: tuple[str, ...] = ()  # CUDA_VISIBLE_DEVICES of the instance (none without GPUs)
+    nproc: int = 1  # processes of the node (NPROC_PER_NODE)
+    master_port: int | None = None
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -135,7 +148,8 @@ class _Meta:
             "request_id": self.request_id, "offer_id": self.offer_id, "region": self.region,
             "count": self.count, "entrypoint": list(self.entrypoint),
             "launched_at_s": self.launched_at_s, "ready_at_s": self.ready_at_s,
-            "pid": self.pid, "start_ticks": self.start_ticks,
+            "pid": self.pid, "start_ticks": self.start_ticks, "gpus": list(self.gpus),
+            "nproc": self.nproc, "master_port": self.master_port,
         }
 
     @staticmethod
@@ -160,12 +174,18 @@ class _Meta:
             return None
         if not all(isinstance(v, int | float) for v in (launched, ready)):
             return None
+        gpus, nproc, port = data.get("gpus", []), data.get("nproc", 1), data.get("master_port")
+        if not isinstance(gpus, list) or not all(isinstance(g, str) for g in gpus):
+            return None
+        if not isinstance(nproc, int) or not (port is None or isinstance(port, int)):
+            return None
         return _Meta(
             instance_id=strings["instance_id"], cluster=strings["cluster"],
             job_id=strings["job_id"], request_id=strings["request_id"],
             offer_id=strings["offer_id"], region=strings["region"], count=count,
             entrypoint=tuple(entrypoint), launched_at_s=float(launched),
-            ready_at_s=float(ready), pid=pid, start_ticks=ticks,
+            ready_at_s=float(ready), pid=pid, start_ticks=ticks, gpus=tuple(gpus),
+            nproc=nproc, master_port=port,
         )
 
 
@@ -205,6 +225,7 @@ class LocalProvider:
         capacity: Mapping[str, int],
         clock: Clock,
         grace_s: float = 10.0,
+        gpus: Sequence[str] | None = None,
     ) -> None:
         if not cluster:
             raise ValueError("cluster must not be empty")
@@ -225,6 +246,7 @@ class LocalProvider:
         self._capacity = dict(capacity)
         self._clock = clock
         self._grace_s = grace_s
+        self._gpus = tuple(gpus) if gpus is not None else machine_gpus()
         for region in self._capacity:
             (self._root / region / "checkpoints").mkdir(parents=True, exist_ok=True)
             (self._root / region / "instances").mkdir(parents=True, exist_ok=True)
@@ -277,12 +299,19 @@ class LocalProvider:
             refusal = self._check_capacity(offer.region, spec.count, exclude=instance_id)
             if refusal is not None:
                 return LaunchOutcome(None, error=refusal)
+            nproc = offer.gpu_count * spec.count
+            gpus = self._free_gpus(nproc) if self._gpus else ()
+            if gpus is None:
+                return LaunchOutcome(None, error=ProviderFailure(
+                    FailureKind.CAPACITY, f"local GPUs: fewer than {nproc} of "
+                    f"{len(self._gpus)} free for {spec.count} x {offer.gpu_count}"))
             now_s = self._clock.now().timestamp()
             meta = _Meta(
                 instance_id=instance_id, cluster=self._cluster, job_id=spec.job_id,
                 request_id=request_id, offer_id=offer.id, region=offer.region,
                 count=spec.count, entrypoint=tuple(spec.entrypoint),
                 launched_at_s=now_s, ready_at_s=now_s,  # the job restores itself
+                gpus=gpus, nproc=nproc, master_port=_free_port(),
             )
             inst_dir = self._root / offer.region / "instances" / instance_id
             inst_dir.mkdir(parents=True, exist_ok=True)
@@ -400,6 +429,17 @@ class LocalProvider:
                 f"local region {region}: {used} of {slots} instances in use, {count} requested")
         return None
 
+    def _free_gpus(self, n: int) -> tuple[str, ...] | None:
+        """`n` of the machine's GPUs that no live instance holds (any cluster), or None.
+        Called with the launch lock held."""
+        held: set[str] = set()
+        for inst in self._scan():
+            life, _ = self._life(inst, locked=True)
+            if life is _Life.ALIVE or life is _Life.BOOTING:
+                held.update(inst.meta.gpus)
+        free = [g for g in self._gpus if g not in held]
+        return tuple(free[:n]) if len(free) >= n else None
+
     def _start(self, inst: _Instance, spec_env: Mapping[str, str]) -> LaunchOutcome:
         """Start the recorded instance's process and record its pid and start time.
         Called with the launch lock held, after the capacity check."""
@@ -437,6 +477,14 @@ class LocalProvider:
             "HELIOTROPE_PREEMPT_FILE": str(inst.dir / PREEMPT),
             "HELIOTROPE_NOTICE_SOURCE": NOTICE_SOURCE,
         })
+        gang = {"MASTER_ADDR": "127.0.0.1", "NNODES": "1", "NODE_RANK": "0",
+                "NPROC_PER_NODE": str(inst.meta.nproc)}
+        if inst.meta.master_port is not None:
+            gang["MASTER_PORT"] = str(inst.meta.master_port)
+        env.update(gang)
+        env.update({f"PET_{name}": value for name, value in gang.items()})  # torchrun's
+        if inst.meta.gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(inst.meta.gpus)
         return env
 
     @contextlib.contextmanager
@@ -590,6 +638,26 @@ class LocalProvider:
         tail = _tail(inst.dir / STDOUT, FAILED_DETAIL_LINES)
         return ProviderEvent(EventType.FAILED, inst.id, job, now_s,
                              f"{status}; last output:\n{tail}" if tail else status)
+
+
+def machine_gpus() -> tuple[str, ...]:
+    """This machine's GPUs as CUDA_VISIBLE_DEVICES entries: the controller's own
+    CUDA_VISIBLE_DEVICES if set, else one index per /proc/driver/nvidia/gpus entry."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return tuple(g.strip() for g in visible.split(",")
+                     if g.strip() and not g.strip().startswith("-"))
+    try:
+        return tuple(str(i) for i in range(len(os.listdir("/proc/driver/nvidia/gpus"))))
+    except OSError:
+        return ()
+
+
+def _free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now: the gang's rendezvous (MASTER_PORT)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def instance_id_for(cluster: str, request_id: str) -> InstanceId:

@@ -251,3 +251,11 @@ def test_curtailment_frame_validation() -> None:
 def test_a_missing_library_names_the_extra() -> None:
     with pytest.raises(MissingLibrary, match=r"heliotrope\[grid\]"):
         require("caiso-prices", "gridstatus_not_installed_here", "grid")
+
+
+def test_a_window_too_long_is_refused_before_any_request(server: FixtureServer) -> None:
+    from orchestrator.errors import InputError
+
+    source = PRICE_SOURCES["miso-prices"](make_ctx(server))
+    with pytest.raises(InputError, match="at most 400 days"):
+        source.read(["US-MIDW-MISO"], SPRING - timedelta(days=500), SPRING)

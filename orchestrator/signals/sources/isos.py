@@ -35,6 +35,7 @@ from zoneinfo import ZoneInfo
 
 import pandas as pd
 
+from orchestrator.errors import InputError
 from orchestrator.model import SignalKind
 from orchestrator.signals.sources.base import KeyedSource, Obs, SourceContext, check_time
 from orchestrator.signals.sources.errors import (
@@ -102,7 +103,9 @@ def _local_days(start: datetime, end: datetime, tz: str, source: str) -> list[da
     first, last = start.astimezone(zone).date(), end.astimezone(zone).date()
     n = (last - first).days + 1
     if n > MAX_DAYS:
-        raise MalformedResponse(source, "window", f"at most {MAX_DAYS} days, got {n}")
+        raise InputError(source, "--start / --end", f"a window of at most {MAX_DAYS} days "
+                         "(one request per day)", got=f"{n} days",
+                         fix="download it in parts")
     return [first + timedelta(days=i) for i in range(max(n, 0))]
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from orchestrator.clock import FakeClock
 from orchestrator.loop import Controller, EventLog
-from orchestrator.model import JobSpec, Market, SignalKind
+from orchestrator.model import JobSpec, Market, Offer, SignalKind
 from orchestrator.signals.sources.keys import price_key, spot_key
 from orchestrator.signals.view import StoreSignalView, list_priors
 from orchestrator.state import MemoryStateStore, SignalSample, open_store
@@ -59,6 +59,21 @@ def samples(offers, days: int) -> list[SignalSample]:  # type: ignore[no-untyped
     return out
 
 
+def time_view(store: object, offers: tuple[Offer, ...], now_s: float) -> tuple[float, float]:
+    """(cold, warm) seconds of one frame: a new view, and one that framed the tick before."""
+
+    def view() -> StoreSignalView:
+        return StoreSignalView(store, offers, tick_s=TICK_S,  # type: ignore[arg-type]
+                               priors=list_priors(offers, 4.0))
+
+    cold_s = best_of(2, lambda: view().frame(now_s))
+    warm = view()
+    warm.frame(now_s)
+    step = iter(range(1, 1000))
+    warm_s = best_of(5, lambda: warm.frame(now_s + TICK_S * next(step)))
+    return cold_s, warm_s
+
+
 def test_live_row_vs_decision() -> None:
     grid = synthetic_grid(200, 400)
     offers = grid.offers
@@ -80,8 +95,9 @@ def test_live_row_vs_decision() -> None:
     rng = np.random.default_rng(1)
     regions = sorted({o.region for o in offers})
     jobs = [JobSpec(id=f"j{i}", work_gpu_hours=float(rng.uniform(10, 500)), gpus=1, start=T0,
-                    deadline=T0 + timedelta(hours=float(rng.uniform(48, 200))), checkpoint_size_gb=50.0,
-                    cold_start_h=0.1, home_region=regions[i % len(regions)])
+                    deadline=T0 + timedelta(hours=float(rng.uniform(48, 200))),
+                    checkpoint_size_gb=50.0, cold_start_h=0.1,
+                    home_region=regions[i % len(regions)])
              for i in range(1000)]
     now = T0 + timedelta(days=DAYS)
     policy = make_policy("heliotrope")
@@ -98,15 +114,7 @@ def test_live_row_vs_decision() -> None:
           f"heliotrope decision for 1,000 jobs {decision_s * 1000:.1f} ms; reference "
           f"workload {ref:.3f} s")
     for name, store in stores.items():
-        def view() -> StoreSignalView:
-            return StoreSignalView(store, offers, tick_s=TICK_S,  # type: ignore[arg-type]
-                                   priors=list_priors(offers, 4.0))
-
-        cold_s = best_of(2, lambda v=view: v().frame(now.timestamp()))
-        warm = view()
-        warm.frame(now.timestamp())
-        step = iter(range(1, 1000))
-        warm_s = best_of(5, lambda: warm.frame(now.timestamp() + TICK_S * next(step)))
+        cold_s, warm_s = time_view(store, offers, now.timestamp())
         print(f"  {name:10s} warm {warm_s * 1000:7.1f} ms ({warm_s / decision_s:5.2f}x the "
               f"decision)  cold {cold_s * 1000:8.1f} ms ({cold_s / decision_s:5.2f}x)  "
               f"x{warm_s / ref:.3f} of reference")

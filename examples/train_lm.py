@@ -9,6 +9,7 @@ stores and resumed any number of times ends bit-identical to one that never stop
     HELIOTROPE_JOB_ID=lm-1 HELIOTROPE_CHECKPOINT_URI=file:///tmp/ckpt \\
         python examples/train_lm.py --steps 200 --seed 0
 
+It trains on the GPU when there is one (`--cpu` to stay on the CPU), else on the CPU.
 This is what the local provider launches as an "instance". It prints one progress line per
 `--log-every` steps and, at the end, `done steps=N loss=L params_sha256=H`; exit status 0
 both when done and when preempted (after writing its checkpoint).
@@ -92,7 +93,7 @@ class TinyLM(nn.Module):
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         t = idx.shape[1]
-        x = self.drop(self.tok(idx) + self.pos(torch.arange(t)))
+        x = self.drop(self.tok(idx) + self.pos(torch.arange(t, device=idx.device)))
         for block in self.blocks:
             x = block(x, self.mask)
         return self.head(self.ln(x))
@@ -139,6 +140,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--corpus-bytes", type=int, default=200_000)
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads (fixed so results do not depend on the machine)")
+    p.add_argument("--cpu", action="store_true", help="stay on the CPU even with a GPU")
     p.add_argument("--deterministic-algorithms", action="store_true",
                    help="torch.use_deterministic_algorithms (for GPUs; costs ~2 s of imports)")
     p.add_argument("--every-steps", type=int, default=None,
@@ -156,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     torch.set_num_threads(args.threads)
     if args.deterministic_algorithms:  # on CPU the ops used here are deterministic already
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS needs it
         torch.use_deterministic_algorithms(True)
     random.seed(args.seed)
     np.random.seed(args.seed)
@@ -163,8 +166,9 @@ def main(argv: list[str] | None = None) -> int:
 
     data = torch.frombuffer(bytearray(corpus(args.corpus_bytes)), dtype=torch.uint8).long()
     batches = Batches(data, context=args.context, batch=args.batch_size, seed=args.seed)
+    device = torch.device("cuda" if torch.cuda.is_available() and not args.cpu else "cpu")
     model = TinyLM(context=args.context, d_model=args.d_model, layers=args.layers,
-                   heads=args.heads, dropout=args.dropout)
+                   heads=args.heads, dropout=args.dropout).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     warmup = max(1, args.steps // 10)
 
@@ -180,10 +184,11 @@ def main(argv: list[str] | None = None) -> int:
         start = run.restore()
         data_state: dict[str, Any] = run.data_state or {"epoch": 0, "position": 0}
         print(f"start step={start} of {args.steps} job={run.job_id} "
-              f"store={run.store.root_uri}", flush=True)
+              f"store={run.store.root_uri} device={device}", flush=True)
         model.train()
         for step in range(start, args.steps):
             x, y, data_state = batches.next(data_state)
+            x, y = x.to(device), y.to(device)
             logits = model(x)
             loss = functional.cross_entropy(logits.view(-1, VOCAB), y.view(-1))
             optimizer.zero_grad(set_to_none=True)

@@ -4,6 +4,9 @@ Importable with torch and the standard library only (plus fsspec for the checkpo
 and numpy if present for its RNG): never Airflow, cloud SDKs, SQLAlchemy or pandas.
 
     from orchestrator.training import ResumableRun
+
+The same on every rank of a DDP/FSDP job (sharded checkpoints, notices agreed by all
+ranks): see docs/training.md.
 """
 
 from orchestrator.training.notices import (
@@ -17,6 +20,7 @@ from orchestrator.training.notices import (
 )
 from orchestrator.training.rng import capture_rng, restore_rng
 from orchestrator.training.run import STATE_FILE, ResumableRun
+from orchestrator.training.sharded import SHARDED_FORMAT
 from orchestrator.training.state_io import (
     load_state,
     load_state_files,
@@ -26,6 +30,7 @@ from orchestrator.training.state_io import (
 )
 
 __all__ = [
+    "SHARDED_FORMAT",
     "STATE_FILE",
     "AwsSpotNotices",
     "FileNotices",

@@ -108,3 +108,44 @@ def test_a_grid_source_without_its_library_fails_alone(tmp_path: Path,
     (result,) = json.loads(capsys.readouterr().out)["sources"]
     assert code == 1 and result["status"] == "failed"
     assert "heliotrope[grid]" in result["error"]
+
+
+def test_polled_curtailment_and_negative_prices_reach_the_policy_grid(
+        grid_http: responses.RequestsMock, tmp_path: Path) -> None:
+    """What the ISO sources wrote becomes SignalGrid.curtailing for offers in those zones:
+    curtailment MW > 0 in CAISO, a negative day-ahead price in PJM."""
+    from datetime import UTC, datetime
+
+    from orchestrator.signals.grid import SignalGrid
+    from orchestrator.signals.poll import poll
+    from tests.conftest import tiny_trace
+
+    out = tmp_path / "live"
+    regions = [("aws", "us-west-1"), ("aws", "us-east-1")]
+    for names, now in ((["caiso-curtailment"], "2024-03-11T18:00Z"),
+                       (["pjm-prices"], "2024-03-10T12:00Z")):
+        report = poll(names, out, now=pd.Timestamp(now).to_pydatetime(), regions=regions,
+                      sleep=lambda s: None)
+        assert report.ok, report.table()
+    trace = read_trace(out)
+    base = tiny_trace()
+    offers = pd.concat([base.offers.iloc[[0]],  # aws us-east-1, US-MIDA-PJM
+                        base.offers.iloc[[0]].assign(region="us-west-1", zone="us-west-1a",
+                                                     grid_zone="US-CAL-CISO")])
+    prices = pd.concat([base.prices[base.prices["region"] == "us-east-1"],
+                        base.prices[base.prices["region"] == "us-east-1"].assign(
+                            region="us-west-1", zone="us-west-1a")])
+    prices = prices.assign(time=pd.Timestamp("2024-03-09T00:00Z"), zone="")
+    world = type(trace)(offers=offers.reset_index(drop=True), prices=prices, spot=trace.spot,
+                        grid=trace.grid, manifest=trace.manifest)
+    start = datetime(2024, 3, 10, 8, tzinfo=UTC)
+    g = SignalGrid.build(world, start, datetime(2024, 3, 11, 4, tzinfo=UTC), 3600)
+    col = {o.grid_zone: i for i, o in enumerate(g.offers)}
+    hours = pd.date_range(start, periods=g.n_ticks, freq="1h")
+    grid = trace.grid
+    pjm = grid[(grid["grid_zone"] == "US-MIDA-PJM")].set_index("time")["value"]
+    caiso = grid[(grid["grid_zone"] == "US-CAL-CISO")].set_index("time")["value"]
+    want_pjm = [bool(pjm.get(h, 1.0) < 0) for h in hours]
+    want_caiso = [bool(caiso.get(h, 0.0) > 0) for h in hours]
+    assert g.curtailing[:, col["US-MIDA-PJM"]].tolist() == want_pjm and any(want_pjm)
+    assert g.curtailing[:, col["US-CAL-CISO"]].tolist() == want_caiso and any(want_caiso)

@@ -92,8 +92,8 @@ ISO_SPECS: Final[Mapping[str, IsoSpec]] = {
 ZONE_TO_ISO: Final[Mapping[str, str]] = {s.zone: n for n, s in ISO_SPECS.items()}
 
 
-def _no_data_type() -> type[BaseException]:
-    gs = require("iso", "gridstatus", GRID_EXTRA)
+def _no_data_type(source: str) -> type[BaseException]:
+    gs = require(source, "gridstatus", GRID_EXTRA)
     cls: type[BaseException] = gs.NoDataFoundException
     return cls
 
@@ -217,7 +217,7 @@ class _GridstatusSource(KeyedSource):
 
     def _day(self, what: str, fetch: Callable[[], pd.DataFrame],
              attempts: int = ATTEMPTS) -> pd.DataFrame | None:
-        no_data = _no_data_type()
+        no_data = _no_data_type(self.name)
 
         def once() -> pd.DataFrame | None:
             try:

@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
+from orchestrator import failpoints
 from orchestrator.model import (
     Action,
     ActionKind,
@@ -113,6 +114,8 @@ def execute(
                 )
             )
             continue
+        # Tests kill the process here: launched, nothing committed (orchestrator/failpoints.py).
+        failpoints.hit("launch.after", job.id)
         logger.info("launch %s on %s: %s", job.id, offer.id, action.reason)
         events.append(
             Event(

@@ -24,6 +24,9 @@ Failpoints in the code:
   together with the tick's events and rows. Whichever process commits it dies: `heliotrope
   controller run`, or `heliotrope migrate` for `planned`.
 
+- ``launch.after=<job id>`` (orchestrator/executor.py): a plain launch of the job was just
+  made at the provider, and nothing of it committed yet.
+
 Before dying the process writes one line to stderr (``failpoint NAME=VALUE: SIGKILL``),
 so that a test can tell a failpoint's kill from any other.
 """

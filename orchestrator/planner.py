@@ -81,6 +81,19 @@ def _act(
         kind=kind,
         job=j,
         offer=offer,
-        request_id=f"{snapshot.jobs[j].id}:{tick}:{kind.value}",
+        request_id=request_id(snapshot, j, kind),
         reason=reason,
     )
+
+
+def request_id(snapshot: Snapshot, j: int, kind: ActionKind) -> str:
+    """The idempotency key of a launch or terminate: the job and its persisted launch count
+    (the n-th launch is ``JOB:launch:n``), never the tick. A controller killed after the
+    provider call and before its commit asks again with the same key after a restart, in
+    whatever tick, and gets the instance it made instead of a second one; two launches of
+    one job in one tick (a move, then another) get two keys."""
+    n = int(snapshot.fleet.launches[j])
+    job = snapshot.jobs[j].id
+    if kind is ActionKind.LAUNCH:
+        return f"{job}:launch:{n + 1}"
+    return f"{job}:{kind.value}:{n}"

@@ -90,10 +90,13 @@ class Home:
         self.env.pop("PYTHONDONTWRITEBYTECODE", None)
         self.env["PYTHONPYCACHEPREFIX"] = str(pycache)
 
-    def popen(self, *argv: str, failpoint: str | None, log: str) -> subprocess.Popen[bytes]:
+    def popen(self, *argv: str, failpoint: str | None, log: str,
+              failpoints: str | None = None) -> subprocess.Popen[bytes]:
         env = dict(self.env)
         if failpoint is not None:
             env["HELIOTROPE_FAILPOINTS"] = f"migration.after={failpoint}"
+        if failpoints is not None:
+            env["HELIOTROPE_FAILPOINTS"] = failpoints
         with (self.root / f"{log}.log").open("wb") as out:
             return subprocess.Popen(
                 [sys.executable, "-m", "orchestrator.cli", *argv],
@@ -308,3 +311,45 @@ def test_controller_sigkilled_after_each_transition(
     ckpts.verify(ref)
     state = json.loads(ckpts.read(ref)[STATE])
     assert state == {"step": steps, "digest": expected_digest(JOB, steps)}
+
+
+@pytest.mark.timeout(120)
+def test_controller_sigkilled_right_after_a_launch_never_launches_twice(home: Home) -> None:
+    """A launches the job and dies before committing it; B, in a later tick, asks the
+    provider with the same request id (the job's launch count, not the tick) and adopts the
+    instance A made: one instance ever, recorded, and the job finishes on it."""
+    submit(home, STEPS)
+    a = home.popen("controller", "run", "--interval", str(INTERVAL_S), failpoint=None,
+                   failpoints=f"launch.after={JOB}", log="a")
+    assert a.wait(30) == -signal.SIGKILL, home.log("a")
+    assert f"failpoint launch.after={JOB}: SIGKILL" in home.log("a")
+    store = open_store(home.db_url)
+    try:
+        assert not [e for e in store.history(JOB) if e.kind is EventKind.LAUNCHED]
+    finally:
+        store.close()
+    assert len(home.launched()) == 1
+    time.sleep(1.5)  # scenario time moves on: B ticks in a later tick than A
+    b = home.popen("controller", "run", "--interval", str(INTERVAL_S), "--until-done",
+                   failpoint=None, log="b")
+    try:
+        deadline = time.monotonic() + 60
+        while b.poll() is None:
+            assert len(home.live_instances()) <= 1, "two instances of the job at once"
+            if time.monotonic() > deadline:
+                pytest.fail(f"B did not finish:\n{home.log('b')}")
+            time.sleep(0.1)
+        assert b.returncode == 0, home.log("b")
+    finally:
+        if b.poll() is None:
+            b.kill()
+            b.wait()
+    assert len(home.launched()) == 1, "B launched the job again"
+    store = open_store(home.db_url)
+    try:
+        history = store.history(JOB)
+    finally:
+        store.close()
+    launched = [e for e in history if e.kind is EventKind.LAUNCHED]
+    assert len(launched) == 1 and launched[0].instance_id
+    assert [e.kind for e in history].count(EventKind.FINISHED) == 1

@@ -58,7 +58,8 @@ SIGNAL_FAMILIES: Final[Mapping[str, tuple[str, ...]]] = {
     "aws": ("aws-spot-price", "aws-placement-score", "aws-spot-advisor", "aws-ondemand"),
     "gcp": ("gcp-billing",),
     "carbon": ("electricitymaps", "watttime", "uk-carbon"),
-    "power": ("caiso-curtailment", "entsoe-prices", "eia930", "caiso-prices", "ercot-prices",
+    "power": ("caiso-curtailment", "entsoe-prices", "entsoe-generation", "eia930",
+              "caiso-prices", "ercot-prices",
               "spp-prices", "miso-prices", "pjm-prices", "nyiso-prices", "isone-prices"),
 }
 _FAMILY_CLOUD: Final[Mapping[str, str]] = {"aws": "aws", "gcp": "gcp"}

@@ -52,7 +52,7 @@ from orchestrator.signals.sources.clouds import (
 from orchestrator.signals.sources.errors import redact
 from orchestrator.signals.sources.http import REDACTOR, HttpClient
 from orchestrator.signals.sources.isos import ISO_SPECS, PRICE_SOURCES, CaisoCurtailment
-from orchestrator.signals.sources.power import Eia930, Entsoe
+from orchestrator.signals.sources.power import Eia930, Entsoe, EntsoeGeneration
 from orchestrator.signals.sources.tracemap import samples_to_rows
 from orchestrator.signals.traces import (
     COLUMNS,
@@ -81,6 +81,7 @@ _CLASSES: Final[Mapping[str, Any]] = {
     "uk-carbon": UkCarbon,
     "caiso-curtailment": CaisoCurtailment,
     "entsoe-prices": Entsoe,
+    "entsoe-generation": EntsoeGeneration,
     "eia930": Eia930,
     **PRICE_SOURCES,  # caiso-prices, ercot-prices, ... (gridstatus)
 }
@@ -104,6 +105,7 @@ TERMS: Final[Mapping[str, str]] = {
     "uk-carbon": "CC BY 4.0 (National Energy System Operator, carbonintensity.org.uk)",
     "caiso-curtailment": "CAISO public data",
     "entsoe-prices": "ENTSO-E Transparency Platform terms (attribution)",
+    "entsoe-generation": "ENTSO-E Transparency Platform terms (attribution)",
     "eia930": "public domain (U.S. EIA)",
     **{name: spec.terms for name, spec in ISO_SPECS.items()},
 }
@@ -527,7 +529,7 @@ def zone_sources(zone: str) -> list[str]:
     ctx = SourceContext(env={})
     out = []
     for name in ("electricitymaps", "watttime", "uk-carbon", "eia930", "caiso-curtailment",
-                 "entsoe-prices", *PRICE_SOURCES):
+                 "entsoe-prices", "entsoe-generation", *PRICE_SOURCES):
         source = _CLASSES[name](ctx)
         if source.covers(zone):
             out.append(name)

@@ -10,7 +10,7 @@ executor checkpoints before it terminates.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from orchestrator.model import Action, ActionKind, Decision, Phase, Snapshot
 
@@ -21,9 +21,12 @@ def plan(
     tick: int,
     *,
     busy: Collection[int] = (),
+    held: Mapping[int, str] | None = None,
 ) -> tuple[list[Action], list[tuple[int, str]]]:
     """Return (actions, refusals). Refusals are (job index, reason). Jobs in `busy` are being
-    migrated: intents for them are refused until the migration ends."""
+    migrated: intents for them are refused until the migration ends. Jobs in `held` (job
+    index -> why) keep what they have: a person's hold, a backoff after failed starts."""
+    held = held or {}
     fleet = snapshot.fleet
     actions: list[Action] = []
     refused: list[tuple[int, str]] = []
@@ -40,6 +43,9 @@ def plan(
         current = int(fleet.offer[j])
         if j in busy:
             refused.append((j, "a migration is in progress"))
+            continue
+        if j in held:
+            refused.append((j, held[j]))
             continue
         if phase in (Phase.PENDING, Phase.DONE):
             refused.append((j, f"job is {Phase(phase).name.lower()}"))

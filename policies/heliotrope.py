@@ -23,6 +23,22 @@ per hour of going (or staying) there for the expected stay S:
   its deadline while an A100 could still make it. The floor makes the cheapest spot worth its
   cold start even with all the slack in the world.
 
+Survival learned online (`policies.spot_lifetime.LifetimeTracker`, from each offer's own
+history up to now; issue 14):
+
+- Young runs die young. Spot capacity flickers: most runs last a tick or two, the ones that
+  last, last long (median run 1-4 ticks, mean 76-88 ticks on the SkyNomad H100 zones). A
+  launch into a run younger than `young_run_h` dies young with the offer's learned share q
+  of young deaths: it bills about its start-up and makes no progress, else it stays S.
+  Value and hours are that mixture: ``u = ((1-q) V progress - cost (q t_fail + (1-q) S)
+  - egress) / (q t_fail + (1-q) S)``.
+- Waiting is an option. An idle job may wait for a spot offer that is down now, valued by
+  the same utility per hour of the expected outage (learned like the lifetimes) plus the
+  stay that follows; it launches elsewhere only if that beats waiting.
+- The move back is a cost. While the cheapest spot option is down, every other option is
+  charged what the job will pay once it is back (in `outage` hours): a move back (egress
+  and a cold start) or the price difference for the rest of its stay, whichever is less.
+
 A running job moves only when the best option beats staying by `hysteresis` (relative).
 Safety net (as Can't Be Late): when the slack ``time left - startup - work / r_net`` is
 below `safety_margin_ticks` ticks, the job goes to, and stays on, the cheapest on-demand
@@ -80,6 +96,10 @@ class Heliotrope:
     lifetime_halflife_h: float = 6.0
     carbon_horizon_h: float = 6.0
     net_price_factor: float = 1.5  # carbon-year (seed 1): flat from 1.5 to 100, 1.2 worse
+    wait_for_spot: bool = True
+    outage_prior_h: float = 1.0
+    young_run_h: float = 0.5  # 0: one constant hazard per offer (no young/mature runs)
+    return_aware: bool = True
     _memo: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __call__(self, snapshot: Snapshot) -> Decision:
@@ -97,9 +117,16 @@ class Heliotrope:
         capacity = np.where(np.isnan(snapshot.spot_capacity), 0.0, snapshot.spot_capacity)
 
         lifetime = np.full(n_o, np.inf)
+        outage: FloatArray | None = None
+        young = np.zeros(n_o)  # per offer: the chance a launch now dies young
         carbon = snapshot.carbon_g_per_kwh
         if snapshot.history is not None:
-            lifetime = np.where(spot, self._lifetimes(tick_h)(snapshot.history), np.inf)
+            tracker = self._lifetimes(tick_h)
+            lifetime = np.where(spot, tracker(snapshot.history), np.inf)
+            outage = tracker.outage_h
+            if self.young_run_h > 0:
+                young = np.where(spot & (tracker.age_h < self.young_run_h),
+                                 tracker.young_death, 0.0)
             if snapshot.carbon_usd_per_tonne > 0:
                 period = max(1, round(24.0 / tick_h))
                 horizon = max(1, round(self.carbon_horizon_h / tick_h))
@@ -175,9 +202,31 @@ class Heliotrope:
             value = c_low + (c_od - c_low) * np.maximum(f**self.pressure_exponent, self.value_floor)
         value = np.where(np.isfinite(value), value, 0.0)
 
+        # A launch into a young run dies young with chance q (it bills about its start-up and
+        # makes no progress), else it stays: value and hours are the mixture of the two.
+        q = np.broadcast_to(young[None, :], stay.shape).copy()
+        q[rows_j[holding], current[holding]] = 0.0  # where it runs, it has started already
+        died = np.minimum(np.maximum(startup, tick_h), stay)
+        hours = (1.0 - q) * stay + q * died
+        move_cost = egress
+        if self.return_aware and outage is not None:
+            # The cheapest spot option is down: once it is back (in `outage` hours) a job
+            # elsewhere either moves back (egress and a cold start) or pays the difference
+            # for the rest of its stay, whichever is less. Charged to every other option.
+            z = cheap
+            away = ~feasible[rows_j, z] & np.isfinite(per_progress[rows_j, z])
+            if away.any():
+                back = (egress_pg[:, z].T * size[:, None]
+                        + (hourly[rows_j, z] * fit.cold_start_h[js])[:, None])
+                with np.errstate(invalid="ignore"):
+                    extra = (np.maximum(per_progress - per_progress[rows_j, z][:, None], 0.0)
+                             * rate * np.maximum(stay - outage[z][:, None], 0.0))
+                    after = np.where(away[:, None], np.minimum(back, extra), 0.0)
+                after[rows_j, z] = 0.0
+                move_cost = egress + np.nan_to_num(after)
         with np.errstate(invalid="ignore"):
-            progress = rate * np.maximum(stay - startup, 0.0)
-            utility = (value[:, None] * progress - hourly * stay - egress) / stay
+            progress = (1.0 - q) * rate * np.maximum(stay - startup, 0.0)
+            utility = (value[:, None] * progress - hourly * hours - move_cost) / hours
         utility[~(feasible & np.isfinite(utility))] = -np.inf
 
         # Budgets: drop options that cannot finish within what is left, while others remain.
@@ -207,12 +256,33 @@ class Heliotrope:
         net_choice = np.where(in_time.any(axis=1), net_choice, fastest)
         on_od_in_time = holding & ~spot[cur_c] & (finish_h[rows_j, cur_c] <= time_left)
 
+        # Waiting for a spot offer that is down now: the same utility, per hour of the wait
+        # and the stay that follows (`outage` hours expected, from the offer's own history).
+        wait_u = np.full(js.size, -np.inf)
+        if self.wait_for_spot and outage is not None:
+            down = usable & spot[None, :] & (capacity[None, :] < inst)
+            down[holding] = False  # a running job weighs staying against moving
+            with np.errstate(divide="ignore", invalid="ignore"):
+                fresh_finish = fresh_startup + remaining[:, None] / rate
+                down &= outage[None, :] + fresh_finish <= time_left[:, None]
+            if down.any():
+                after = np.maximum(np.minimum(lifetime[None, :], fresh_finish), tick_h)
+                q_back = np.where(spot, tracker.young_death, 0.0)[None, :] if (
+                    self.young_run_h > 0) else 0.0  # it returns as a young run
+                died_w = np.minimum(np.maximum(fresh_startup, tick_h), after)
+                hours_w = (1.0 - q_back) * after + q_back * died_w
+                with np.errstate(invalid="ignore"):
+                    gain = (1.0 - q_back) * value[:, None] * rate * np.maximum(
+                        after - fresh_startup, 0.0)
+                    u_w = (gain - hourly * hours_w - egress) / (outage[None, :] + hours_w)
+                wait_u = np.max(np.where(down & np.isfinite(u_w), u_w, -np.inf), axis=1)
+
         order = np.argsort(slack, kind="stable")
         chosen: dict[int, Intent] = {}
         for i in np.flatnonzero(net & ~on_od_in_time & (net_choice != current)).tolist():
             chosen[i] = Intent(int(net_choice[i]), f"safety net: slack {slack[i]:.2f} h")
         for i, target in self._serve(order[~net[order]], utility, inst, spot, capacity,
-                                     holding, cur_c, priced):
+                                     holding, cur_c, priced, wait_u):
             if target is None:
                 cur_u = utility[i, cur_c[i]]
                 chosen[i] = Intent(None, f"pause: staying loses {-cur_u:.2f} $/h of value")
@@ -224,8 +294,8 @@ class Heliotrope:
         return Decision({int(js[i]): chosen[i] for i in order.tolist() if i in chosen})
 
     def _serve(self, queue: IntArray, utility: FloatArray, inst: IntArray, spot: BoolArray,
-               capacity: FloatArray, holding: BoolArray, cur: IntArray, priced: BoolArray
-               ) -> list[tuple[int, int | None]]:
+               capacity: FloatArray, holding: BoolArray, cur: IntArray, priced: BoolArray,
+               wait_u: FloatArray | None = None) -> list[tuple[int, int | None]]:
         """Jobs `queue` (rows, least slack first) take the best option left, spot slots one
         by one: (row, offer to go to, or None to pause) for each job that acts.
 
@@ -251,6 +321,8 @@ class Heliotrope:
                 clearly = ~(best_u <= cur_u + self.hysteresis * np.abs(cur_u) + 1e-9)
             leave = h & priced[c] & (best != c) & clearly
             go = (leave | ~h) & (best_u > 0.0) & np.isfinite(best_u)
+            if wait_u is not None:
+                go &= h | (best_u > wait_u[rows])  # an idle job may rather wait for a return
             pause = leave & (best_u <= 0.0) & (cur_u < 0.0)
             take = np.where(go & spot[best], inst[rows, best], 0)
             done = n
@@ -275,7 +347,8 @@ class Heliotrope:
         if key not in self._memo:
             self._memo[key] = LifetimeTracker(
                 tick_h, self.lifetime_prior_h, self.lifetime_halflife_h,
-                lookback=max(2, int(self.lifetime_lookback_h / tick_h)))
+                lookback=max(2, int(self.lifetime_lookback_h / tick_h)),
+                outage_prior_h=self.outage_prior_h, young_h=self.young_run_h)
         tracker: LifetimeTracker = self._memo[key]
         return tracker
 

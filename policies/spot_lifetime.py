@@ -26,15 +26,21 @@ from orchestrator.model import BoolArray, FloatArray
 
 
 def _sums(available: FloatArray, tick_h: float, halflife_h: float
-          ) -> tuple[FloatArray, FloatArray, BoolArray]:
-    """Weighted uptime hours, weighted ends of runs, and whether each offer is up now."""
+          ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, BoolArray]:
+    """Weighted uptime hours, ends of runs, downtime hours, returns (ends of outages), and
+    whether each offer is up now."""
     up = np.greater(available, 0)  # NaN (unknown) counts as down
     n = up.shape[0]
     age_h = (n - 1 - np.arange(n)) * tick_h
     weight = 0.5 ** (age_h / halflife_h) if halflife_h > 0 else np.ones(n)
     uptime_h = weight @ up * tick_h
-    ends = weight[1:] @ (up[:-1] & ~up[1:]) if n > 1 else np.zeros(up.shape[1])
-    return uptime_h, ends, up[-1]
+    downtime_h = weight @ ~up * tick_h
+    if n > 1:
+        ends = weight[1:] @ (up[:-1] & ~up[1:])
+        returns = weight[1:] @ (~up[:-1] & up[1:])
+    else:
+        ends = returns = np.zeros(up.shape[1])
+    return uptime_h, ends, downtime_h, returns, up[-1]
 
 
 def expected_lifetime_h(
@@ -46,7 +52,7 @@ def expected_lifetime_h(
 ) -> FloatArray:
     """`available` is [time, offer] (capacity; > 0 available, 0 not, NaN unknown), newest
     row last; returns the expected remaining availability in hours per offer."""
-    uptime_h, ends, _ = _sums(available, tick_h, halflife_h)
+    uptime_h, ends, _, _, _ = _sums(available, tick_h, halflife_h)
     result: FloatArray = (uptime_h + prior_hours) / (ends + 1.0)
     return result
 
@@ -55,31 +61,62 @@ def expected_lifetime_h(
 class LifetimeTracker:
     """`expected_lifetime_h` tick after tick. Call with the history view of each tick (an
     object with ``spot_capacity(lookback)`` and, to carry state over, ``grid`` and ``tick``);
-    the state moves on only from the tick before to this one of the same grid."""
+    the state moves on only from the tick before to this one of the same grid, else it is
+    rebuilt from the last `lookback` rows by the same steps.
+
+    After each call, per offer:
+    - `outage_h`: the expected length of an outage, the same estimate for the runs of
+      unavailability (a prior of one outage of `outage_prior_h`): how long a job that waits
+      for an offer that is down now should expect to wait;
+    - `age_h`: how long the offer has been available (0: down);
+    - `young_death`: the share of its runs that ended within `young_h` of starting (a prior
+      of one run in two): spot capacity flickers, so a run that has just begun is likely
+      to end at once, and one that has lasted is likely to last (a decreasing hazard).
+    """
 
     tick_h: float
     prior_hours: float
     halflife_h: float
     lookback: int
+    outage_prior_h: float = 1.0
+    young_h: float = 0.5
+    outage_h: FloatArray = field(default_factory=lambda: np.zeros(0), repr=False)
+    age_h: FloatArray = field(default_factory=lambda: np.zeros(0), repr=False)
+    young_death: FloatArray = field(default_factory=lambda: np.zeros(0), repr=False)
     _grid: Any = field(default=None, repr=False)
     _tick: int = -1
-    _uptime: FloatArray = field(default_factory=lambda: np.zeros(0), repr=False)
-    _ends: FloatArray = field(default_factory=lambda: np.zeros(0), repr=False)
+    _sums: FloatArray = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
     _up: BoolArray = field(default_factory=lambda: np.zeros(0, dtype=bool), repr=False)
+    _age: FloatArray = field(default_factory=lambda: np.zeros(0), repr=False)
 
     def __call__(self, history: Any) -> FloatArray:
         grid, tick = getattr(history, "grid", None), getattr(history, "tick", None)
         if grid is not None and grid is self._grid and tick == self._tick:
             pass  # the same tick again
         elif grid is not None and grid is self._grid and tick == self._tick + 1:
-            now = np.greater(history.spot_capacity(1)[-1], 0)
-            decay = 0.5 ** (self.tick_h / self.halflife_h) if self.halflife_h > 0 else 1.0
-            self._uptime = self._uptime * decay + now * self.tick_h
-            self._ends = self._ends * decay + (self._up & ~now)
-            self._up = now
+            self._step(np.greater(history.spot_capacity(1)[-1], 0))
         else:
-            self._uptime, self._ends, self._up = _sums(
-                history.spot_capacity(self.lookback), self.tick_h, self.halflife_h)
+            rows = np.greater(history.spot_capacity(self.lookback), 0)
+            self._sums = np.zeros((5, rows.shape[1]))
+            self._up = rows[0]
+            self._age = np.zeros(rows.shape[1])
+            for row in rows:
+                self._step(row)
         self._grid, self._tick = grid, (tick if tick is not None else -1)
-        result: FloatArray = (self._uptime + self.prior_hours) / (self._ends + 1.0)
+        uptime, ends, downtime, returns, young_ends = self._sums
+        self.outage_h = (downtime + self.outage_prior_h) / (returns + 1.0)
+        self.age_h = self._age * self.tick_h
+        self.young_death = (young_ends + 0.5) / (returns + 1.0)
+        result: FloatArray = (uptime + self.prior_hours) / (ends + 1.0)
         return result
+
+    def _step(self, now: BoolArray) -> None:
+        """Weighted sums move on by one row (`now`: available per offer)."""
+        decay = 0.5 ** (self.tick_h / self.halflife_h) if self.halflife_h > 0 else 1.0
+        ended = self._up & ~now
+        young = ended & (self._age * self.tick_h <= self.young_h + 1e-9)
+        self._sums *= decay
+        self._sums += np.stack([now * self.tick_h, ended, ~now * self.tick_h,
+                                ~self._up & now, young])
+        self._age = np.where(now, self._age + 1.0, 0.0)
+        self._up = now

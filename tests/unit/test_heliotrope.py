@@ -238,3 +238,75 @@ def test_lifetime_tracker_carries_the_block_estimate_from_tick_to_tick() -> None
         got = tracker(SignalHistory(grid, k))  # type: ignore[arg-type]
         want = expected_lifetime_h(capacity[: k + 1], tick_h, prior_hours=2.0, halflife_h=6.0)
         assert got == pytest.approx(want, rel=1e-9)
+
+
+# --- learned survival: young runs die young, a job may wait for a return ---------------------
+
+
+def _with_spot_history(snapshot: Snapshot, spot_rows: dict[int, list[float]]) -> Snapshot:
+    """`snapshot` with a spot-capacity history per offer (oldest first, the last row now);
+    offers not named are always available (on-demand: inf)."""
+    from orchestrator.signals.grid import SignalGrid
+    from orchestrator.signals.history import SignalHistory
+
+    n_rows = len(next(iter(spot_rows.values())))
+    capacity = np.tile(snapshot.spot_capacity, (n_rows, 1))
+    for o, rows in spot_rows.items():
+        capacity[:, o] = rows
+    n_o = len(snapshot.offers)
+    grid = SignalGrid(
+        start=snapshot.now - timedelta(hours=snapshot.tick_h * (n_rows - 1)),
+        tick_s=round(snapshot.tick_h * 3600), offers=tuple(snapshot.offers),
+        usd_per_hour=np.tile(snapshot.usd_per_hour, (n_rows, 1)), spot_capacity=capacity,
+        carbon_g_per_kwh=np.tile(snapshot.carbon_g_per_kwh, (n_rows, 1)),
+        carbon_marginal_g_per_kwh=np.tile(snapshot.carbon_marginal_g_per_kwh, (n_rows, 1)),
+        carbon_hourly_known=np.ones((n_rows, n_o), dtype=np.bool_),
+        curtailing=np.zeros((n_rows, n_o), dtype=np.bool_))
+    return dataclasses.replace(snapshot, spot_capacity=capacity[-1],
+                               history=SignalHistory(grid, n_rows - 1))
+
+
+def _target(policy: Heliotrope, snapshot: Snapshot) -> Expected:
+    intent = policy(snapshot).intents.get(0)
+    return KEEP if intent is None else (PAUSE if intent.offer is None else intent.offer)
+
+
+# Offer 3 (the cheapest spot, 8 $/h) has long runs, but after each outage it flickers: it is
+# back this tick after two runs of one tick. Offer 1 (10 $/h) has been up all along.
+FLICKER = [5.0] * 30 + [0.0, 0.0, 5.0, 0.0, 0.0, 5.0, 0.0, 0.0] + [5.0] * 30 + [0.0, 0.0, 5.0,
+                                                                                  0.0, 0.0, 5.0]
+
+
+def test_a_zone_just_back_from_flickering_is_a_young_run() -> None:
+    snap = _with_spot_history(World().snapshot(), {3: FLICKER})
+    assert _target(helio(), snap) == 1  # the steady one: the young run likely dies
+    no_young = Heliotrope(**POLICY, young_run_h=0.0)  # type: ignore[arg-type]
+    assert _target(no_young, snap) == 3  # one hazard per offer: the cheap one
+
+
+def test_lifetime_tracker_learns_young_deaths_and_outages() -> None:
+    from orchestrator.signals.history import SignalHistory
+    from policies.spot_lifetime import LifetimeTracker
+
+    capacity = np.array(FLICKER)[:, None]
+
+    class Grid:
+        spot_capacity = capacity
+
+    tracker = LifetimeTracker(0.25, prior_hours=2.0, halflife_h=1e9, lookback=1000,
+                              outage_prior_h=1.0, young_h=0.5)
+    tracker(SignalHistory(Grid(), len(FLICKER) - 1))  # type: ignore[arg-type]
+    # 5 returns, 3 of them young deaths (one tick each); outages of 2 ticks (0.5 h), 5 of them
+    assert tracker.young_death[0] == pytest.approx((3 + 0.5) / (5 + 1))
+    assert tracker.outage_h[0] == pytest.approx((5 * 0.5 + 1.0) / (5 + 1))
+    assert tracker.age_h[0] == pytest.approx(0.25)
+
+
+def test_an_idle_job_waits_for_the_cheap_zone_that_comes_back_soon() -> None:
+    """Offer 3 (8 $/h) is down now; its outages last one tick. With 2 h of slack the job
+    waits for it rather than launch at once on offer 1 (10 $/h); without the waiting option
+    it launches on offer 1."""
+    outages = ([5.0] * 20 + [0.0]) * 3 + [5.0] * 20 + [0.0]
+    snap = _with_spot_history(World(now_h=32 - 10.5).snapshot(), {3: outages})
+    assert _target(Heliotrope(), snap) == KEEP
+    assert _target(Heliotrope(wait_for_spot=False), snap) == 1

@@ -59,6 +59,7 @@ import os
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import FrameType
@@ -338,9 +339,12 @@ class ResumableRun:
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
         state = {"model": model_sd, "optimizer": optim_sd}
         try:
-            dcp_load(state, storage_reader=StoreReader(self.store, ref),
-                     planner=SafeLoadPlanner(), no_dist=gang is None,
-                     process_group=gang.group if gang is not None else None)
+            with warnings.catch_warnings():  # "assuming the intent is to load in a single
+                warnings.filterwarnings(      # process": it is, without a gang
+                    "ignore", message="torch.distributed is disabled", category=UserWarning)
+                dcp_load(state, storage_reader=StoreReader(self.store, ref),
+                         planner=SafeLoadPlanner(), no_dist=gang is None,
+                         process_group=gang.group if gang is not None else None)
         except CheckpointException as exc:
             raise _unwrap(exc, ref) from None
         set_state_dict(self.model, self.optimizer, model_state_dict=model_sd,

@@ -280,6 +280,8 @@ class StoreReader(StorageReader):
         dtype = getattr(torch, piece.dtype, None)
         if not isinstance(dtype, torch.dtype):
             raise PermanentError(f"{self.ref.uri}: unknown dtype {piece.dtype}")
+        if len(reqs) == 1 and self._read_in_place(f, piece, dtype, reqs[0], planner):
+            return
         stored = torch.empty(piece.shape, dtype=dtype)
         view = byte_view(stored)
         if len(view) != piece.length:
@@ -298,6 +300,25 @@ class StoreReader(StorageReader):
                                      f"{tuple(target.size())}")
             target.copy_(src)
             planner.commit_tensor(req, target)
+
+    def _read_in_place(
+        self, f: Any, piece: Piece, dtype: torch.dtype, req: ReadItem, planner: LoadPlanner
+    ) -> bool:
+        """Read a whole stored piece straight into its destination when that is one
+        contiguous CPU tensor of the same dtype and shape (the same world size, or a
+        replicated tensor): no second copy. False when it is not."""
+        if any(req.storage_offsets) or tuple(req.lengths) != piece.shape:
+            return False
+        target = planner.resolve_tensor(req).detach()
+        if (target.device.type != "cpu" or target.dtype != dtype or not target.is_contiguous()
+                or tuple(target.shape) != piece.shape):
+            return False
+        view = byte_view(target)
+        if len(view) != piece.length:
+            return False
+        _fill(f, view, self.ref.uri, piece.file)
+        planner.commit_tensor(req, target)
+        return True
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: Any) -> bool:

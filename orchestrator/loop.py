@@ -123,6 +123,7 @@ class Controller:
         self.busy: set[int] = set()  # jobs an external mover is migrating: no new intents
         self.progress_seen_s: dict[int, float] = {}
         self._launched_s: dict[int, float] = {}  # launches of this process, for reconcile
+        self.observed: list[ProviderEvent] = []  # what the provider reported this tick
         self._handlers = {
             EventType.PREEMPTED: self._on_preempted,
             EventType.PROGRESS: self._on_progress,
@@ -290,6 +291,7 @@ class Controller:
     def _observe(self, now_s: float) -> list[Event]:
         events = []
         observed = list(self.provider.poll_events())
+        self.observed = observed  # a live controller acknowledges them after its commit
         if self.options.reconcile:
             listed = self.provider.list_instances(cluster=self.options.cluster)
             young = {j for j, t in self._launched_s.items() if now_s - t < RECONCILE_GRACE_S}

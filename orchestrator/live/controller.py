@@ -224,7 +224,10 @@ class LiveController:
             logger.warning("commit refused (%s); reloading from the store next tick", exc)
             self.controller = None
             self.conflicts += 1
-            return
+            return  # not acknowledged: the provider reports its events again
+        acknowledge = getattr(self.provider, "acknowledge", None)
+        if acknowledge is not None:  # committed: the provider may stop repeating them
+            acknowledge(controller.observed)
         for record in migrations:  # tests kill the process here (orchestrator/failpoints.py)
             failpoints.hit("migration.after", record.phase)
 

@@ -330,10 +330,12 @@ class LocalProvider:
             self._stop(inst, _Ended.TERMINATED, request_id, notice_s=0.0)
 
     def poll_events(self) -> list[ProviderEvent]:
-        """What happened to this cluster's instances since the last poll, each reported
-        once (recorded in reported.json, so a restarted provider does not repeat itself):
-        PROGRESS when progress.json changed, then at most one final event: PREEMPTED for a
-        `preempt`, COMPLETED for exit status 0, FAILED otherwise. A terminated instance
+        """What happened to this cluster's instances: PROGRESS when progress.json changed
+        since the last poll (recorded in reported.json), and an ended instance's final
+        event -- PREEMPTED for a `preempt`, COMPLETED for exit status 0, FAILED otherwise --
+        on every poll until the controller `acknowledge`s it after committing it: a
+        controller killed before its commit, or whose commit was refused, is told again
+        (at least once; the controller's handlers are idempotent). A terminated instance
         ends silently."""
         _proc.reap()
         now_s = self._clock.now().timestamp()
@@ -360,11 +362,25 @@ class LocalProvider:
             if life is _Life.EXITED:
                 final = self._final_event(inst, ended, now_s)
                 if final is not None:
-                    events.append(final)
-                new = replace(new, final=True)
+                    events.append(final)  # until acknowledged
+                else:
+                    new = replace(new, final=True)
             if new != reported:
                 _write_reported(inst.dir, new)
         return events
+
+    def acknowledge(self, events: Sequence[ProviderEvent]) -> None:
+        """The controller committed these events: final ones are not reported again."""
+        final = {EventType.PREEMPTED, EventType.COMPLETED, EventType.FAILED}
+        for event in events:
+            if event.type not in final:
+                continue
+            inst = self._find(event.instance_id)
+            if inst is None or inst.meta.cluster != self._cluster:
+                continue
+            reported = _read_reported(inst.dir)
+            if not reported.final:
+                _write_reported(inst.dir, replace(reported, final=True))
 
     # -- local extras ---------------------------------------------------------------------
     def preempt(self, instance_id: InstanceId, notice_s: float = 2.0) -> bool:

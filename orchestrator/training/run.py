@@ -115,7 +115,11 @@ class ResumableRun:
     `store` and `notice_sources` replace what the environment would give (tests, custom
     setups). `handle_signals` installs SIGTERM/SIGUSR1 handlers (main thread only) for the
     life of the run. `exit_on_preemption=False` makes `step_done` return after the
-    preemption checkpoint with `preempted` set, instead of raising SystemExit(0)."""
+    preemption checkpoint with `preempted` set, instead of raising SystemExit(0).
+    `distributed`: None (default) works with all ranks whenever torch.distributed is
+    initialized (then every rank must make its ResumableRun at the same point: that is a
+    collective); False keeps to this process alone (a script where only rank 0 owns the
+    whole state and checkpoints it)."""
 
     def __init__(
         self,
@@ -133,6 +137,7 @@ class ResumableRun:
         handle_signals: bool = True,
         exit_on_preemption: bool = True,
         agree_every_steps: int | None = None,
+        distributed: bool | None = None,
         environ: Mapping[str, str] | None = None,
         wall_clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
@@ -170,8 +175,12 @@ class ResumableRun:
             raise InputError("ResumableRun", "agree_every_steps", "an integer > 0",
                              got=self.agree_every_steps)
         self.exit_on_preemption = exit_on_preemption
-        self._gang = Gang.current()
+        self._gang = Gang.current() if distributed is not False else None
         """The ranks of a distributed job (None in a single process)."""
+        if distributed and self._gang is None:
+            raise InputError("ResumableRun", "distributed", "torch.distributed initialized "
+                             "first", got="no process group",
+                             fix="call torch.distributed.init_process_group() before")
         if self._gang is not None and self.async_checkpoint:
             logger.warning("async checkpointing is single-process only: rank %d of %d writes "
                            "its shards synchronously", self._gang.rank, self._gang.world_size)

@@ -298,3 +298,25 @@ class _Box:
 
     def __hash__(self) -> int:
         return hash(self.value)
+
+
+def test_distributed_false_keeps_to_this_process_and_true_needs_a_process_group(
+    tmp_path: Path, one_rank_world: None
+) -> None:
+    store = store_at(tmp_path)
+    net, optimizer = _model()
+    with ResumableRun(net, optimizer, job_id=JOB, store=store, every_steps=1,
+                      distributed=False, handle_signals=False) as run:
+        run.restore()
+        _train(net, optimizer, 0)
+        run.step_done(0)
+    (ref,) = store.list(JOB)
+    assert store.metadata(ref)["format"] != SHARDED_FORMAT  # the single-process format
+    dist.destroy_process_group()
+    try:
+        with pytest.raises(InputError, match="init_process_group"):
+            ResumableRun(net, optimizer, job_id=JOB, store=store, distributed=True,
+                         handle_signals=False)
+    finally:
+        dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rendezvous3",
+                                rank=0, world_size=1)

@@ -34,6 +34,7 @@ from orchestrator.model import (
     Event,
     EventKind,
     FleetState,
+    FloatArray,
     InstanceId,
     JobSpec,
     Market,
@@ -119,6 +120,11 @@ class Controller:
         self._ckpt_s = np.array([job.checkpoint_interval_h * 3600.0 for job in self.jobs])
         self._start_s = np.array([job.start.timestamp() for job in self.jobs])
         self._spot = np.array([o.market is Market.SPOT for o in self.offers])
+        od = {(o.cloud, o.zone, o.instance_type): k for k, o in enumerate(self.offers)
+              if o.market is Market.ON_DEMAND}
+        self._on_demand_twin = np.array(
+            [od.get((o.cloud, o.zone, o.instance_type), -1) for o in self.offers],
+            dtype=np.int64)
         self._last_s: float | None = None
         self.busy: set[int] = set()  # jobs an external mover is migrating: no new intents
         self.progress_seen_s: dict[int, float] = {}
@@ -249,12 +255,31 @@ class Controller:
                        f"{b.describe(o, 'capacity')}; carbon {b.describe(o, 'carbon')}")
         return dataclasses.replace(event, data=data, detail=detail)
 
+    def _billed_prices(self, g: SignalGrid, k: int) -> FloatArray:
+        """The row's prices, where an offer has none ("not sold" now, a gap in the trace)
+        the price of the same machine on demand, else its last known price: time on an
+        unpriced offer is never billed at 0."""
+        usd: FloatArray = g.usd_per_hour[k]
+        missing = np.isnan(usd)
+        if not missing.any():
+            return usd
+        out: FloatArray = usd.copy()
+        twin = self._on_demand_twin
+        has = missing & (twin >= 0)
+        out[has] = usd[twin[has]]
+        for o in np.flatnonzero(np.isnan(out)):
+            known = g.usd_per_hour[: k + 1, o]
+            known = known[~np.isnan(known)]
+            if known.size:
+                out[o] = known[-1]
+        return out
+
     def _accrue(self, t0_s: float, t1_s: float) -> list[Event]:
         frame = self.frame_at(t0_s)
         k = frame.k
         g = frame.grid
         row = SignalRow(
-            g.usd_per_hour[k],
+            self._billed_prices(g, k),
             g.carbon_g_per_kwh[k],
             g.carbon_marginal_g_per_kwh[k],
             g.curtailing[k],

@@ -171,3 +171,45 @@ def test_job_waits_until_its_start() -> None:
     r = replay(Scripted(lambda s, j: AWS_OD), [late])
     launch = next(e for e in r.runs[0].events if e.kind is EventKind.LAUNCHED)
     assert launch.time_s == pytest.approx(T0.timestamp() + 3 * 3600)
+
+
+def test_time_on_an_offer_whose_price_turns_nan_is_billed_at_on_demand() -> None:
+    """20 h on spot whose price disappears ("not sold") after 10 h: the second half is
+    billed what the same machine costs on demand, never 0."""
+    import numpy as np
+
+    from orchestrator.clock import FakeClock
+    from orchestrator.loop import Controller, EventLog
+    from orchestrator.model import JobSpec, Market
+    from orchestrator.replay.runner import build_grid
+    from providers.sim import SimProvider
+    from tests.conftest import T0, tiny_trace
+
+    job = JobSpec(id="j", work_gpu_hours=100.0, gpus=1, start=T0,
+                  deadline=T0 + timedelta(hours=300), checkpoint_size_gb=0.0, cold_start_h=0.0,
+                  home_region="us-east-1", gpu_types=frozenset({"V100"}))
+    grid = build_grid(tiny_trace(), [job], 3600, 0)
+    spot = next(k for k, o in enumerate(grid.offers)
+                if o.market is Market.SPOT and o.gpu_type == "V100")
+    od = next(k for k, o in enumerate(grid.offers)
+              if o.market is Market.ON_DEMAND and o.gpu_type == "V100")
+    grid.usd_per_hour[10:, spot] = np.nan
+
+    class StayOnSpot:
+        name = "stay"
+
+        def __call__(self, snapshot):  # type: ignore[no-untyped-def]
+            from orchestrator.model import Decision, Intent
+
+            return Decision({0: Intent(spot, "spot")} if snapshot.fleet.offer[0] < 0 else {})
+
+    clock = FakeClock(grid.start)
+    c = Controller([job], grid, SimProvider(grid, clock), StayOnSpot(), EventLog())
+    for k in range(20):
+        clock.set(grid.time_of(k))
+        c.tick(grid.time_of(k))
+    c.finish(grid.time_of(20))
+    spot_usd = float(grid.usd_per_hour[0, spot])
+    od_usd = float(grid.usd_per_hour[0, od])
+    assert c.fleet.offer[0] == spot
+    assert float(c.fleet.usd[0]) == pytest.approx(10 * spot_usd + 10 * od_usd)

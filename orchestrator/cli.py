@@ -32,6 +32,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    from orchestrator.signals.sources.http import redact_logs
+
+    redact_logs()  # no credential in any log line, botocore's DEBUG lines included
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2

@@ -16,7 +16,9 @@ requests (which may include the URL).
 from __future__ import annotations
 
 import logging
+import os
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -62,20 +64,41 @@ class Redactor(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         secrets = self.secrets()
-        if not secrets:
-            return True
         try:
             message = record.getMessage()
         except Exception:  # a broken format string: leave it to logging's own handling
             return True
-        clean = redact(message, secrets)
+        clean = _AWS_KEY_ID.sub("***", redact(message, secrets))
+        clean = _SIGNED.sub(r"\1***", clean)
         if clean != message:
             record.msg = clean
             record.args = None
         return True
 
 
+# Shaped like an AWS access key id, and the values of signed-request headers botocore logs
+# at DEBUG: redacted whether or not the value was registered.
+_AWS_KEY_ID: Final = re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b")
+_SIGNED: Final = re.compile(
+    r"((?:X-Amz-Security-Token|Authorization|x-goog-api-key|auth-token)['\"]?\s*[:=]\s*"
+    r"['\"]?(?:b['\"])?)[^'\",}\s]+", re.IGNORECASE)
+# Environment variables whose values are secrets (the local provider drops the same names).
+SECRET_NAME: Final = re.compile(
+    r"SECRET|TOKEN|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|PRIVATE|API_?KEY|ACCESS_?KEY|AUTH",
+    re.IGNORECASE)
+
 REDACTOR: Final = Redactor()
+
+
+def redact_logs(environ: Mapping[str, str] | None = None) -> None:
+    """Every record any handler of the root logger writes goes through `REDACTOR` (botocore,
+    urllib3, google-auth and ours alike), which knows the values of the environment's
+    secret-named variables. The one redactor of the command line (`heliotrope -v`)."""
+    env = os.environ if environ is None else environ
+    REDACTOR.add(v for k, v in env.items() if SECRET_NAME.search(k) and len(v) >= 8)
+    for handler in logging.getLogger().handlers:
+        if REDACTOR not in handler.filters:
+            handler.addFilter(REDACTOR)
 _INSTALLED: set[str] = set()
 _LOGGERS: Final = (
     "urllib3",

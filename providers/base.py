@@ -15,16 +15,26 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
+from typing import NamedTuple, Protocol, cast
 
 from orchestrator.model import InstanceId, JobId, Offer, OfferId
 
 
 class Capability(StrEnum):
+    """What an adapter can do beyond the contract's six methods, as `capabilities()` says.
+
+    The optional methods are declared by the protocols below and reached through
+    `priced`, `with_capacity` and `preemptible` (never by `getattr`): an adapter that
+    lists a capability has the method; one that does not is never asked.
+    """
+
     SPOT = "spot"
     ON_DEMAND = "on_demand"
     PREEMPTION_NOTICE = "preemption_notice"
     CHECKPOINT_STORE = "checkpoint_store"
+    PRICES = "prices"  # `quotes()`: USD per hour of its offers, with where each came from
+    CAPACITY = "capacity"  # `capacity()`: instances of each offer obtainable now
+    PREEMPT = "preempt"  # `preempt(id, notice_s)`: take an instance away (local, tests)
 
 
 class InstanceState(StrEnum):
@@ -121,3 +131,47 @@ class ComputeProvider(Protocol):
     def terminate(self, ids: Sequence[InstanceId], *, request_id: str) -> None: ...
 
     def poll_events(self) -> list[ProviderEvent]: ...
+
+
+class Quote(NamedTuple):
+    """The hourly price of one offer (whole instance, USD) and where it came from."""
+
+    usd_per_hour: float
+    source: str
+
+
+class PricedProvider(ComputeProvider, Protocol):
+    """`Capability.PRICES`: the adapter prices its offers."""
+
+    def quotes(self) -> Mapping[OfferId, Quote]: ...
+
+
+class CapacityProvider(ComputeProvider, Protocol):
+    """`Capability.CAPACITY`: how many instances of each offer it can start now."""
+
+    def capacity(self) -> Mapping[OfferId, int]: ...
+
+
+class PreemptibleProvider(ComputeProvider, Protocol):
+    """`Capability.PREEMPT`: it can take an instance away itself (with `notice_s` warning)."""
+
+    def preempt(self, instance_id: InstanceId, notice_s: float = 2.0) -> bool: ...
+
+
+def priced(provider: ComputeProvider) -> PricedProvider | None:
+    """The provider as a `PricedProvider` when it lists `Capability.PRICES`, else None."""
+    if Capability.PRICES in provider.capabilities():
+        return cast(PricedProvider, provider)
+    return None
+
+
+def with_capacity(provider: ComputeProvider) -> CapacityProvider | None:
+    if Capability.CAPACITY in provider.capabilities():
+        return cast(CapacityProvider, provider)
+    return None
+
+
+def preemptible(provider: ComputeProvider) -> PreemptibleProvider | None:
+    if Capability.PREEMPT in provider.capabilities():
+        return cast(PreemptibleProvider, provider)
+    return None

@@ -31,7 +31,6 @@ import logging
 import math
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from typing import NamedTuple, Protocol, runtime_checkable
 
 from orchestrator.errors import HeliotropeError, InputError
 from orchestrator.model import InstanceId, Offer, OfferId
@@ -44,52 +43,26 @@ from providers.base import (
     LaunchSpec,
     ProviderEvent,
     ProviderFailure,
+    Quote,
+    priced,
+    with_capacity,
 )
 
 logger = logging.getLogger(__name__)
 
-
-class Quote(NamedTuple):
-    """The hourly price of one offer (whole instance, USD) and where it came from."""
-
-    usd_per_hour: float
-    source: str
+__all__ = ["MultiProvider", "Quote", "cloud_of_offer_id", "quotes_of"]
 
 
-@runtime_checkable
-class PricedProvider(Protocol):
-    """An adapter that also prices its offers (`AwsProvider`, `GcpProvider`): USD per hour,
-    as a number or as a quote with `usd_per_hour` and `source`."""
-
-    name: str
-
-    def prices(self) -> Mapping[OfferId, object]: ...
-
-
-def quotes_of(provider: object) -> dict[OfferId, Quote]:
-    """The prices an adapter knows, as `Quote`s (an adapter without `prices()` has none).
-
-    AWS says where each price came from in its offer book (`DescribeSpotPriceHistory`,
-    `pricing:GetProducts`, `catalog`); GCP in each quote (`billing-catalog`, `list-price`).
-    """
-    if isinstance(provider, MultiProvider):
-        return provider.quotes()
-    if not isinstance(provider, PricedProvider):
+def quotes_of(provider: ComputeProvider) -> dict[OfferId, Quote]:
+    """The prices an adapter knows, as `Quote`s: its `quotes()` when it lists
+    `Capability.PRICES`, else none. Each quote says where it came from (AWS:
+    `DescribeSpotPriceHistory`, `pricing:GetProducts`, `catalog`; GCP: `billing-catalog`,
+    `list-price`; ...). A NaN price is left out."""
+    p = priced(provider)
+    if p is None:
         return {}
-    sources: Mapping[OfferId, str] = {}
-    book = getattr(provider, "offer_book", None)
-    if callable(book):
-        sources = getattr(book(), "price_source", {}) or {}
-    quotes: dict[OfferId, Quote] = {}
-    for offer_id, value in provider.prices().items():
-        if isinstance(value, int | float):
-            usd, source = float(value), sources.get(offer_id, provider.name)
-        else:
-            usd = float(getattr(value, "usd_per_hour", float("nan")))
-            source = str(getattr(value, "source", "") or provider.name)
-        if not math.isnan(usd):
-            quotes[offer_id] = Quote(usd, source)
-    return quotes
+    return {k: Quote(float(q.usd_per_hour), q.source) for k, q in p.quotes().items()
+            if not math.isnan(q.usd_per_hour)}
 
 
 def cloud_of_offer_id(offer_id: OfferId) -> str:
@@ -139,10 +112,10 @@ class MultiProvider:
     # -- contract -------------------------------------------------------------------------
     def capabilities(self) -> frozenset[Capability]:
         """What at least one adapter can do (each offer is served by its own cloud's)."""
-        caps: frozenset[Capability] = frozenset()
+        caps: frozenset[Capability] = frozenset({Capability.PRICES, Capability.CAPACITY})
         for p in self._by_cloud.values():
             caps |= p.capabilities()
-        return caps
+        return caps - {Capability.PREEMPT}  # `preempt` is an adapter's own, never routed
 
     def offers(self) -> Sequence[Offer]:
         found: list[Offer] = []
@@ -187,6 +160,22 @@ class MultiProvider:
     def prices(self) -> dict[OfferId, float]:
         """USD per hour (whole instance) of every offer with a known price."""
         return {k: q.usd_per_hour for k, q in self.quotes().items()}
+
+    def capacity(self) -> dict[OfferId, int]:
+        """Instances obtainable now, of the offers of adapters that say
+        (`Capability.CAPACITY`); offers of the others are absent (unknown)."""
+        out: dict[OfferId, int] = {}
+        for cloud, p in self._by_cloud.items():
+            counting = with_capacity(p)
+            if counting is None:
+                continue
+            try:
+                counts = counting.capacity()
+            except HeliotropeError as exc:
+                logger.error("capacity of %s unavailable: %s", cloud, exc)
+                continue
+            out.update({k: n for k, n in counts.items() if cloud_of_offer_id(k) == cloud})
+        return out
 
     def list_instances(self, *, cluster: str) -> Mapping[InstanceId, InstanceInfo]:
         merged: dict[InstanceId, InstanceInfo] = {}

@@ -10,9 +10,9 @@ this package.
 - `instances`: GPU type and count per instance type (AWS, GCP, Azure, local) and a few
   on-demand list prices used when a trace has no price.
 - `regions`: regions per cloud with their Electricity Maps grid zone and continent, zone to
-  region, and PUE per cloud.
+  region, and PUE per cloud: one `CloudGeography` per cloud (`register_cloud` adds one).
 - `network`: data-transfer price ($/GB), default bandwidth and transfer time between
-  locations.
+  locations: one `Egress` per cloud (`register_egress` adds one).
 """
 
 from orchestrator.catalog.gpus import (
@@ -32,21 +32,29 @@ from orchestrator.catalog.instances import (
     on_demand_usd_per_hour,
 )
 from orchestrator.catalog.network import (
+    Egress,
     bandwidth_gbps,
+    egress_of,
     egress_usd_per_gb,
+    known_clouds,
+    register_egress,
     transfer_hours,
 )
 from orchestrator.catalog.regions import (
     CLOUDS,
     CONTINENTS,
     REGIONS,
+    CloudGeography,
     RegionInfo,
+    clouds,
     continent,
+    geography,
     grid_zone,
     pue,
     region_info,
     region_of_zone,
     regions,
+    register_cloud,
 )
 
 __all__ = [
@@ -58,21 +66,29 @@ __all__ = [
     "HOST_PER_GPU_WATT",
     "LIST_PRICES",
     "REGIONS",
+    "CloudGeography",
+    "Egress",
     "GpuSpec",
     "RegionInfo",
     "bandwidth_gbps",
     "canonical_gpu_name",
+    "clouds",
     "continent",
+    "egress_of",
     "egress_usd_per_gb",
+    "geography",
     "gpu",
     "grid_zone",
     "instance_gpus",
     "instance_power_kw",
+    "known_clouds",
     "local_instance_type",
     "on_demand_usd_per_hour",
     "pue",
     "region_info",
     "region_of_zone",
     "regions",
+    "register_cloud",
+    "register_egress",
     "transfer_hours",
 ]

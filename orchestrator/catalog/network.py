@@ -3,8 +3,10 @@
 Prices are first-tier list prices for data leaving the source (what the source's bill
 shows), approximated per continent: the providers publish per-region tables and individual
 regions differ by a cent or two. Ingress is free on AWS, GCP and Azure, so data leaving the
-local machine or the internet costs nothing here. `Location.cloud` may be "aws", "gcp",
-"azure", "local" (this machine) or "internet" (anything outside the clouds).
+local machine or the internet costs nothing here. `Location.cloud` may be any cloud with an
+`Egress` record (the built-in ones below, or one registered by a plug-in with
+`register_egress`), "local" (this machine) or "internet" (anything outside the clouds).
+Nothing here branches on a cloud's name: each cloud's prices are one `Egress`.
 
 Bandwidth defaults are what one copy job (a few parallel streams from one VM or to an
 object store) can expect; measure and override them in configuration when it matters.
@@ -12,7 +14,9 @@ object store) can expect; measure and override them in configuration when it mat
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
 
@@ -22,18 +26,34 @@ from orchestrator.model import Location
 
 LOCAL: Final = "local"
 INTERNET: Final = "internet"
-KNOWN_CLOUDS: Final = ("aws", "gcp", "azure", LOCAL, INTERNET)
+
+
+@dataclass(frozen=True, slots=True)
+class Egress:
+    """What data leaving one cloud costs ($/GB, paid at the source).
+
+    `inter_region(src_region, dst_region, src_continent, dst_continent)` prices a copy to
+    another region of the same cloud; `internet(src_continent)` a copy out of the cloud.
+    """
+
+    cross_zone: float
+    inter_region: Callable[[str, str, str, str], float]
+    internet: Callable[[str], float]
+
+
+def free(*_: str) -> float:
+    """No charge (a site whose uplink is not billed per GB)."""
+    return 0.0
+
 
 # --- prices, $/GB -----------------------------------------------------------------------
 
-# Between availability zones of one region.
-_CROSS_ZONE_USD_PER_GB: Final[Mapping[str, float]] = MappingProxyType(
-    {
-        "aws": 0.01,  # AWS EC2 on-demand pricing, "Data Transfer": $0.01/GB in each direction
-        "gcp": 0.01,  # GCP network pricing: data transfer between zones of a region $0.01/GB
-        "azure": 0.0,  # Azure bandwidth pricing: no charge between availability zones (2024)
-    }
-)
+# Between availability zones of one region: AWS EC2 on-demand pricing, "Data Transfer":
+# $0.01/GB in each direction; GCP network pricing: data transfer between zones of a region
+# $0.01/GB; Azure bandwidth pricing: no charge between availability zones (2024).
+_AWS_CROSS_ZONE: Final = 0.01
+_GCP_CROSS_ZONE: Final = 0.01
+_AZURE_CROSS_ZONE: Final = 0.0
 
 # AWS EC2 on-demand pricing, "Data Transfer to other AWS regions", by source continent:
 # $0.02 from US/Canada/Europe, ~$0.09 Asia, ~$0.098 Sydney, ~$0.138 Sao Paulo,
@@ -108,10 +128,75 @@ _AZURE_INTERNET: Final[Mapping[str, float]] = MappingProxyType(
 )
 
 
+def _aws_inter_region(src: str, dst: str, a: str, b: str) -> float:
+    pair = _AWS_PAIR_OVERRIDES.get(frozenset({src, dst}))
+    if pair is not None:
+        return pair
+    return _AWS_INTER_REGION.get(a, max(_AWS_INTER_REGION.values()))
+
+
+def _gcp_inter_region(src: str, dst: str, a: str, b: str) -> float:
+    if UNKNOWN_CONTINENT in (a, b) or "oceania" in (a, b):
+        return _GCP_OCEANIA
+    if a == b:
+        return _GCP_SAME_CONTINENT.get(a, _GCP_OTHER_SAME_CONTINENT)
+    return _GCP_NA_EU if {a, b} == {"na", "eu"} else _GCP_INTERCONTINENTAL
+
+
+def _azure_inter_region(src: str, dst: str, a: str, b: str) -> float:
+    table = _AZURE_SAME_CONTINENT if a == b else _AZURE_INTERCONTINENTAL
+    return table.get(a, max(table.values()))
+
+
+def _by_continent(table: Mapping[str, float]) -> Callable[[str], float]:
+    """A price per source continent; an unknown continent gets the highest of the table."""
+    def price(a: str) -> float:
+        return table.get(a, max(table.values()))
+
+    return price
+
+
+_LOCK = threading.Lock()
+_EGRESS: dict[str, Egress] = {}
+
+
+def register_egress(cloud: str, egress: Egress) -> Egress:
+    """Add a cloud's data-transfer prices (a plug-in's); the same record again is a no-op."""
+    name = cloud.strip().lower()
+    if name in (LOCAL, INTERNET):
+        raise ValueError(f"{name!r} is not a cloud name")
+    with _LOCK:
+        known = _EGRESS.get(name)
+        if known is not None and known != egress:
+            raise ValueError(f"cloud {name!r} already has other egress prices")
+        _EGRESS[name] = egress
+    return egress
+
+
+def egress_of(cloud: str) -> Egress:
+    try:
+        return _EGRESS[cloud.strip().lower()]
+    except KeyError:
+        raise UnknownNameError("cloud", cloud, [*_EGRESS, LOCAL, INTERNET]) from None
+
+
+for _name, _egress in (
+    ("aws", Egress(_AWS_CROSS_ZONE, _aws_inter_region, _by_continent(_AWS_INTERNET))),
+    ("gcp", Egress(_GCP_CROSS_ZONE, _gcp_inter_region, lambda a: _GCP_INTERNET)),
+    ("azure", Egress(_AZURE_CROSS_ZONE, _azure_inter_region, _by_continent(_AZURE_INTERNET))),
+):
+    register_egress(_name, _egress)
+
+
+def known_clouds() -> tuple[str, ...]:
+    """Every cloud a `Location` may name: those with egress prices, local and internet."""
+    return (*_EGRESS, LOCAL, INTERNET)
+
+
 def _norm_cloud(cloud: str) -> str:
     c = cloud.strip().lower()
-    if c not in KNOWN_CLOUDS:
-        raise UnknownNameError("cloud", cloud, list(KNOWN_CLOUDS))
+    if c not in _EGRESS and c not in (LOCAL, INTERNET):
+        raise UnknownNameError("cloud", cloud, list(known_clouds()))
     return c
 
 
@@ -128,30 +213,6 @@ def _same_region(src: Location, dst: Location) -> bool:
     return _region(src, s) == _region(dst, d)
 
 
-def _inter_region(cloud: str, a: str, b: str) -> float:
-    """Price from a region on continent `a` to one on continent `b` within `cloud`;
-    an unknown continent gets the highest rate of the table."""
-    if cloud == "aws":
-        return _AWS_INTER_REGION.get(a, max(_AWS_INTER_REGION.values()))
-    if cloud == "gcp":
-        if UNKNOWN_CONTINENT in (a, b) or "oceania" in (a, b):
-            return _GCP_OCEANIA
-        if a == b:
-            return _GCP_SAME_CONTINENT.get(a, _GCP_OTHER_SAME_CONTINENT)
-        return _GCP_NA_EU if {a, b} == {"na", "eu"} else _GCP_INTERCONTINENTAL
-    table = _AZURE_SAME_CONTINENT if a == b else _AZURE_INTERCONTINENTAL
-    return table.get(a, max(table.values()))
-
-
-def _internet(cloud: str, src_region: str) -> float:
-    a = continent(cloud, src_region)
-    if cloud == "aws":
-        return _AWS_INTERNET.get(a, max(_AWS_INTERNET.values()))
-    if cloud == "gcp":
-        return _GCP_INTERNET
-    return _AZURE_INTERNET.get(a, max(_AZURE_INTERNET.values()))
-
-
 def egress_usd_per_gb(src: Location, dst: Location) -> float:
     """List price ($/GB) of moving data from `src` to `dst`, paid at the source.
 
@@ -166,22 +227,20 @@ def egress_usd_per_gb(src: Location, dst: Location) -> float:
     s, d = _norm_cloud(src.cloud), _norm_cloud(dst.cloud)
     if s in (LOCAL, INTERNET):
         return 0.0
+    egress = _EGRESS[s]
     src_region, dst_region = _region(src, s), _region(dst, d)
+    a, b = continent(s, src_region), continent(d, dst_region)
     if s == d:
         if src_region == dst_region:
             if src.zone and dst.zone and src.zone.strip().lower() != dst.zone.strip().lower():
-                return _CROSS_ZONE_USD_PER_GB[s]
+                return egress.cross_zone
             return 0.0
-        if s == "aws":
-            pair = _AWS_PAIR_OVERRIDES.get(frozenset({src_region, dst_region}))
-            if pair is not None:
-                return pair
-        return _inter_region(s, continent(s, src_region), continent(d, dst_region))
+        return egress.inter_region(src_region, dst_region, a, b)
     # Another cloud, the local machine or the internet: billed as internet egress.
-    internet = _internet(s, src_region)
+    internet = egress.internet(a)
     if d in (LOCAL, INTERNET):
         return internet
-    far = _inter_region(s, continent(s, src_region), continent(d, dst_region))
+    far = egress.inter_region(src_region, dst_region, a, b)
     return max(internet, far)
 
 

@@ -9,13 +9,19 @@ city from the provider's public region list (AWS "Regions and Availability Zones
 list for that place. The data files are not read at run time.
 
 Continents: "na", "sa", "eu", "asia", "oceania", "africa", "me" (Middle East), "unknown".
+
+Each cloud is one `CloudGeography` (its regions, fleet PUE and how a zone names its region)
+in a table the lookups below read; nothing here branches on a cloud's name. The built-in
+clouds' facts are written here (policies and replays read them without any adapter); a
+cloud added as a plug-in (providers/registry.py) registers its own with `register_cloud`.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final
 
@@ -36,6 +42,21 @@ class RegionInfo:
 
 def _table(rows: Mapping[str, tuple[str, str | None, str]]) -> Mapping[str, RegionInfo]:
     return MappingProxyType({r: RegionInfo(loc, z, c) for r, (loc, z, c) in rows.items()})
+
+
+def _no_zones(zone: str) -> str | None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class CloudGeography:
+    """Where a cloud is: its regions (name -> `RegionInfo`), its fleet PUE, and
+    `zone_region`, the region a zone name belongs to (None: not one of its zone names)."""
+
+    name: str
+    regions: Mapping[str, RegionInfo]
+    pue: float
+    zone_region: Callable[[str], str | None] = field(default=_no_zones)
 
 
 # region: (location, Electricity Maps zone, continent)
@@ -143,42 +164,19 @@ _AZURE: Final = _table(
 # The local machine: its grid zone is whatever the configuration says (None here).
 _LOCAL: Final = _table({"local": ("this machine", None, UNKNOWN_CONTINENT)})
 
-REGIONS: Final[Mapping[str, Mapping[str, RegionInfo]]] = MappingProxyType(
-    {"aws": _AWS, "gcp": _GCP, "azure": _AZURE, "local": _LOCAL}
-)
-CLOUDS: Final[tuple[str, ...]] = tuple(REGIONS)
-
-# Power usage effectiveness (facility energy / IT energy), fleet-wide annual figures.
-_PUE: Final[Mapping[str, float]] = MappingProxyType(
-    {
-        "aws": 1.15,  # Amazon: AWS global data-centre PUE 1.15 in 2023 (Amazon Sustainability)
-        # Google: fleet trailing-twelve-month PUE 1.10 (google.com/about/datacenters/efficiency)
-        "gcp": 1.10,
-        # Microsoft datacenter sustainability fact sheets (2024): new designs 1.12, fleet ~1.18
-        "azure": 1.18,
-        "local": 1.56,  # Uptime Institute Global Data Center Survey 2024: average PUE 1.56
-    }
-)
+# Power usage effectiveness (facility energy / IT energy), fleet-wide annual figures:
+# Amazon: AWS global data-centre PUE 1.15 in 2023 (Amazon Sustainability); Google: fleet
+# trailing-twelve-month PUE 1.10 (google.com/about/datacenters/efficiency); Microsoft
+# datacenter sustainability fact sheets (2024): new designs 1.12, fleet ~1.18; the local
+# machine: Uptime Institute Global Data Center Survey 2024, average PUE 1.56.
+_AWS_PUE: Final = 1.15
+_GCP_PUE: Final = 1.10
+_AZURE_PUE: Final = 1.18
+_LOCAL_PUE: Final = 1.56
 
 
 def _cloud(cloud: str) -> str:
     return cloud.strip().lower()
-
-
-def pue(cloud: str) -> float:
-    """Fleet PUE of a cloud ("aws", "gcp", "azure", "local")."""
-    try:
-        return _PUE[_cloud(cloud)]
-    except KeyError:
-        raise UnknownNameError("cloud", cloud, list(_PUE)) from None
-
-
-def regions(cloud: str) -> tuple[str, ...]:
-    """The regions the catalog knows for `cloud`."""
-    try:
-        return tuple(REGIONS[_cloud(cloud)])
-    except KeyError:
-        raise UnknownNameError("cloud", cloud, list(REGIONS)) from None
 
 
 # AWS availability-zone ids ("use1-az1") start with an abbreviation of the region:
@@ -213,6 +211,76 @@ _GCP_ZONE = re.compile(r"^([a-z]+-[a-z]+\d+)-[a-z]$")
 _AZURE_ZONE = re.compile(r"^([a-z0-9]+)-\d$")
 
 
+def _aws_zone_region(zone: str) -> str | None:
+    if m := _AWS_ZONE_NAME.match(zone):
+        return m.group(1)
+    if (m := _AWS_ZONE_ID.match(zone)) and m.group(1) in _AWS_ZONE_ID_PREFIXES:
+        return _AWS_ZONE_ID_PREFIXES[m.group(1)]
+    return None
+
+
+def _pattern_region(pattern: re.Pattern[str]) -> Callable[[str], str | None]:
+    def region(zone: str) -> str | None:
+        m = pattern.match(zone)
+        return m.group(1) if m else None
+
+    return region
+
+
+_LOCK = threading.Lock()
+_GEOGRAPHIES: dict[str, CloudGeography] = {}
+
+
+def register_cloud(geography: CloudGeography) -> CloudGeography:
+    """Add a cloud to the catalog (a plug-in's regions, PUE and zone rule); registering
+    the same record again is a no-op, a different one under a known name an error."""
+    name = _cloud(geography.name)
+    with _LOCK:
+        known = _GEOGRAPHIES.get(name)
+        if known is not None and known != geography:
+            raise ValueError(f"cloud {name!r} is already in the catalog with other facts")
+        _GEOGRAPHIES[name] = geography
+    return geography
+
+
+def geography(cloud: str) -> CloudGeography:
+    """The catalog's facts about `cloud`."""
+    try:
+        return _GEOGRAPHIES[_cloud(cloud)]
+    except KeyError:
+        raise UnknownNameError("cloud", cloud, list(_GEOGRAPHIES)) from None
+
+
+def clouds() -> tuple[str, ...]:
+    """Every cloud the catalog knows (the built-in ones and those registered since)."""
+    return tuple(_GEOGRAPHIES)
+
+
+for _geo in (
+    CloudGeography("aws", _AWS, _AWS_PUE, _aws_zone_region),
+    CloudGeography("gcp", _GCP, _GCP_PUE, _pattern_region(_GCP_ZONE)),
+    CloudGeography("azure", _AZURE, _AZURE_PUE, _pattern_region(_AZURE_ZONE)),
+    CloudGeography("local", _LOCAL, _LOCAL_PUE),
+):
+    register_cloud(_geo)
+
+#: The built-in clouds' regions (`geography(cloud).regions` for any cloud).
+REGIONS: Final[Mapping[str, Mapping[str, RegionInfo]]] = MappingProxyType(
+    {name: g.regions for name, g in _GEOGRAPHIES.items()}
+)
+CLOUDS: Final[tuple[str, ...]] = tuple(REGIONS)
+
+
+def pue(cloud: str) -> float:
+    """Fleet PUE of a cloud ("aws", "gcp", "azure", "local", or a registered one)."""
+    return geography(cloud).pue
+
+
+def regions(cloud: str) -> tuple[str, ...]:
+    """The regions the catalog knows for `cloud`."""
+    return tuple(geography(cloud).regions)
+
+
 def region_of_zone(cloud: str, zone: str) -> str:
     """The region of a zone name or AWS zone id; a region name (or anything not recognised)
     is returned unchanged.
@@ -220,27 +288,18 @@ def region_of_zone(cloud: str, zone: str) -> str:
     >>> region_of_zone("aws", "use1-az4"), region_of_zone("gcp", "us-central1-a")
     ('us-east-1', 'us-central1')
     """
-    c = _cloud(cloud)
-    z = zone.strip().lower()
-    if c == "aws":
-        if m := _AWS_ZONE_NAME.match(z):
-            return m.group(1)
-        if (m := _AWS_ZONE_ID.match(z)) and m.group(1) in _AWS_ZONE_ID_PREFIXES:
-            return _AWS_ZONE_ID_PREFIXES[m.group(1)]
-    elif c == "gcp":
-        if m := _GCP_ZONE.match(z):
-            return m.group(1)
-    elif c == "azure" and (m := _AZURE_ZONE.match(z)):
-        return m.group(1)
-    return zone
+    geo = _GEOGRAPHIES.get(_cloud(cloud))
+    if geo is None:
+        return zone
+    return geo.zone_region(zone.strip().lower()) or zone
 
 
 def region_info(cloud: str, region: str) -> RegionInfo | None:
     """What the catalog knows about a region (a zone is accepted too), or None."""
-    table = REGIONS.get(_cloud(cloud))
-    if table is None:
+    geo = _GEOGRAPHIES.get(_cloud(cloud))
+    if geo is None:
         return None
-    return table.get(region_of_zone(cloud, region).strip().lower())
+    return geo.regions.get(region_of_zone(cloud, region).strip().lower())
 
 
 def grid_zone(cloud: str, region: str) -> str | None:

@@ -74,6 +74,7 @@ from providers.base import (
     LaunchSpec,
     ProviderEvent,
     ProviderFailure,
+    Quote,
 )
 
 if TYPE_CHECKING:
@@ -218,7 +219,7 @@ class AwsProvider:
     # -- contract -------------------------------------------------------------------------
     def capabilities(self) -> frozenset[Capability]:
         return frozenset({Capability.SPOT, Capability.ON_DEMAND, Capability.PREEMPTION_NOTICE,
-                          Capability.CHECKPOINT_STORE})
+                          Capability.CHECKPOINT_STORE, Capability.PRICES})
 
     def offers(self) -> Sequence[Offer]:
         return self.offer_book().offers
@@ -227,6 +228,13 @@ class AwsProvider:
         """$/h per offer (whole instance): spot from the price history, on-demand from the
         Pricing API or the catalog. Offers without a known price are absent."""
         return self.offer_book().usd_per_hour
+
+    def quotes(self) -> dict[OfferId, Quote]:
+        """`prices()` with where each came from (`DescribeSpotPriceHistory`,
+        `pricing:GetProducts`, `catalog`), `Capability.PRICES`."""
+        book = self.offer_book()
+        return {k: Quote(usd, book.price_source.get(k, CLOUD))
+                for k, usd in book.usd_per_hour.items()}
 
     def offer_book(self, *, refresh: bool = False) -> OfferBook:
         """Offers and prices, fetched at most every `offers_ttl_s` (or now, `refresh`).

@@ -65,6 +65,7 @@ from providers.base import (
     LaunchSpec,
     ProviderEvent,
     ProviderFailure,
+    Quote,
 )
 from providers.gcp import naming
 from providers.gcp.naming import Gang
@@ -194,7 +195,8 @@ class AzureProvider:
 
     # -- contract ------------------------------------------------------------------------
     def capabilities(self) -> frozenset[Capability]:
-        return frozenset({Capability.SPOT, Capability.ON_DEMAND, Capability.PREEMPTION_NOTICE})
+        return frozenset({Capability.SPOT, Capability.ON_DEMAND, Capability.PREEMPTION_NOTICE,
+                          Capability.PRICES})
 
     def offers(self) -> Sequence[Offer]:
         """The GPU sizes the catalog knows that Resource SKUs says our subscription can
@@ -252,6 +254,10 @@ class AzureProvider:
             if list_price is not None:
                 quotes[offer.id] = PriceQuote(list_price, SOURCE_LIST_PRICE)
         return quotes
+
+    def quotes(self) -> dict[OfferId, Quote]:
+        """`prices()` as `Quote`s (`Capability.PRICES`)."""
+        return {k: Quote(q.usd_per_hour, q.source) for k, q in self.prices().items()}
 
     def list_instances(self, *, cluster: str) -> Mapping[InstanceId, InstanceInfo]:
         """Our gangs, whatever their state; other clusters' VMs and foreign VMs are invisible."""

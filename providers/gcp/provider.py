@@ -56,6 +56,7 @@ from providers.base import (
     LaunchSpec,
     ProviderEvent,
     ProviderFailure,
+    Quote,
 )
 from providers.gcp import errors, naming
 from providers.gcp.billing import (
@@ -197,7 +198,8 @@ class GcpProvider:
 
     # -- contract ------------------------------------------------------------------------
     def capabilities(self) -> frozenset[Capability]:
-        return frozenset({Capability.SPOT, Capability.ON_DEMAND, Capability.PREEMPTION_NOTICE})
+        return frozenset({Capability.SPOT, Capability.ON_DEMAND, Capability.PREEMPTION_NOTICE,
+                          Capability.PRICES})
 
     def offers(self) -> Sequence[Offer]:
         """A2, A3 and G2 machine types sold in our zones, each on both markets. Cached for
@@ -268,6 +270,10 @@ class GcpProvider:
             if list_price is not None:
                 quotes[offer.id] = PriceQuote(list_price, SOURCE_LIST_PRICE)
         return quotes
+
+    def quotes(self) -> dict[OfferId, Quote]:
+        """`prices()` as `Quote`s (`Capability.PRICES`)."""
+        return {k: Quote(q.usd_per_hour, q.source) for k, q in self.prices().items()}
 
     def list_instances(self, *, cluster: str) -> Mapping[InstanceId, InstanceInfo]:
         """Our gangs, whatever their state (a broken gang is listed so it can be cleaned

@@ -58,6 +58,7 @@ from providers.base import (
     LaunchSpec,
     ProviderEvent,
     ProviderFailure,
+    Quote,
 )
 from providers.gcp import naming
 from providers.gcp.naming import Gang
@@ -86,6 +87,8 @@ ANNOTATION_OFFER: Final = "heliotrope.io/offer-id"
 POD_SIZES: Final = (1, 2, 4, 8)
 CHECKPOINT_MOUNT: Final = "/checkpoints"
 PRICE_LABEL: Final = "heliotrope.io/usd-per-gpu-hour"  # optional, on nodes
+SOURCE_CONFIG: Final = "k8s-config"  # a price from `KubeRegion` (the settings)
+SOURCE_NODE_LABEL: Final = "k8s-node-label"  # a price from PRICE_LABEL on the pool's nodes
 # DisruptionTarget reasons (Kubernetes "Pod disruption conditions").
 DISRUPTION_REASONS: Final = frozenset(
     {
@@ -232,7 +235,8 @@ class KubernetesProvider:
 
     # -- contract ------------------------------------------------------------------------
     def capabilities(self) -> frozenset[Capability]:
-        caps = {Capability.ON_DEMAND, Capability.PREEMPTION_NOTICE}
+        caps = {Capability.ON_DEMAND, Capability.PREEMPTION_NOTICE, Capability.PRICES,
+                Capability.CAPACITY}
         if self._config.spot_labels:
             caps.add(Capability.SPOT)
         if self._config.checkpoint_pvc:
@@ -273,19 +277,25 @@ class KubernetesProvider:
         """USD per hour of each offer: its GPUs at the region's configured GPU-hour price,
         else at the price its nodes carry in the `heliotrope.io/usd-per-gpu-hour` label
         (a GPU cloud or a cluster operator may publish it there)."""
+        return {k: q.usd_per_hour for k, q in self.quotes().items()}
+
+    def quotes(self) -> dict[OfferId, Quote]:
+        """`prices()` with their sources: `SOURCE_CONFIG` or `SOURCE_NODE_LABEL`."""
         offers = self.offers()
         by_pool = {(p.region, p.gpu_type, p.market): p.label_usd_per_gpu_hour
                    for pools in self._pools.values() for p in pools}
-        quotes: dict[OfferId, float] = {}
+        quotes: dict[OfferId, Quote] = {}
         for offer in offers:
             region = self.regions[offer.region]
             per_gpu = region.usd_per_gpu_hour.get(offer.gpu_type)
             if offer.market is Market.SPOT:
                 per_gpu = region.spot_usd_per_gpu_hour.get(offer.gpu_type, per_gpu)
+            source = SOURCE_CONFIG
             if per_gpu is None:
                 per_gpu = by_pool.get((offer.region, offer.gpu_type, offer.market))
+                source = SOURCE_NODE_LABEL
             if per_gpu is not None:
-                quotes[offer.id] = round(per_gpu * offer.gpu_count, 6)
+                quotes[offer.id] = Quote(round(per_gpu * offer.gpu_count, 6), source)
         return quotes
 
     def capacity(self) -> dict[OfferId, int]:

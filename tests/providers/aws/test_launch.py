@@ -218,7 +218,9 @@ def test_client_token_fits_ec2() -> None:
 def test_capabilities(provider: AwsProvider) -> None:
     assert provider.capabilities() == {Capability.SPOT, Capability.ON_DEMAND,
                                        Capability.PREEMPTION_NOTICE,
-                                       Capability.CHECKPOINT_STORE}
+                                       Capability.CHECKPOINT_STORE, Capability.PRICES}
+    quotes = provider.quotes()  # what Capability.PRICES promises, with the book's sources
+    assert quotes and {k: q.usd_per_hour for k, q in quotes.items()} == provider.prices()
 
 
 def test_importing_the_package_does_not_import_boto3() -> None:

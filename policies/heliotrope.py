@@ -204,28 +204,33 @@ class Heliotrope:
 
         # A launch into a young run dies young with chance q (it bills about its start-up and
         # makes no progress), else it stays: value and hours are the mixture of the two.
-        q = np.broadcast_to(young[None, :], stay.shape).copy()
-        q[rows_j[holding], current[holding]] = 0.0  # where it runs, it has started already
-        died = np.minimum(np.maximum(startup, tick_h), stay)
-        hours = (1.0 - q) * stay + q * died
+        live: FloatArray | float = 1.0  # the chance a launch lives past its young phase
+        hours = stay
+        if young.any():
+            q = np.broadcast_to(young[None, :], stay.shape).copy()
+            q[rows_j[holding], current[holding]] = 0.0  # where it runs, it has started
+            live = 1.0 - q
+            hours = live * stay + q * np.minimum(np.maximum(startup, tick_h), stay)
         move_cost = egress
         if self.return_aware and outage is not None:
             # The cheapest spot option is down: once it is back (in `outage` hours) a job
             # elsewhere either moves back (egress and a cold start) or pays the difference
             # for the rest of its stay, whichever is less. Charged to every other option.
-            z = cheap
-            away = ~feasible[rows_j, z] & np.isfinite(per_progress[rows_j, z])
-            if away.any():
-                back = (egress_pg[:, z].T * size[:, None]
-                        + (hourly[rows_j, z] * fit.cold_start_h[js])[:, None])
+            away = np.flatnonzero(~feasible[rows_j, cheap]
+                                  & np.isfinite(per_progress[rows_j, cheap]))
+            if away.size:
+                z = cheap[away]
+                back = (egress_pg[:, z].T * size[away, None]
+                        + (hourly[away, z] * fit.cold_start_h[js[away]])[:, None])
                 with np.errstate(invalid="ignore"):
-                    extra = (np.maximum(per_progress - per_progress[rows_j, z][:, None], 0.0)
-                             * rate * np.maximum(stay - outage[z][:, None], 0.0))
-                    after = np.where(away[:, None], np.minimum(back, extra), 0.0)
-                after[rows_j, z] = 0.0
-                move_cost = egress + np.nan_to_num(after)
+                    extra = (np.maximum(per_progress[away] - per_progress[away, z][:, None], 0.0)
+                             * rate[away] * np.maximum(stay[away] - outage[z][:, None], 0.0))
+                    after = np.minimum(back, extra)
+                after[np.arange(away.size), z] = 0.0
+                move_cost = egress.copy()
+                move_cost[away] += np.where(np.isfinite(after), after, 0.0)
         with np.errstate(invalid="ignore"):
-            progress = (1.0 - q) * rate * np.maximum(stay - startup, 0.0)
+            progress = live * rate * np.maximum(stay - startup, 0.0)
             utility = (value[:, None] * progress - hourly * hours - move_cost) / hours
         utility[~(feasible & np.isfinite(utility))] = -np.inf
 
@@ -259,23 +264,25 @@ class Heliotrope:
         # Waiting for a spot offer that is down now: the same utility, per hour of the wait
         # and the stay that follows (`outage` hours expected, from the offer's own history).
         wait_u = np.full(js.size, -np.inf)
-        if self.wait_for_spot and outage is not None:
-            down = usable & spot[None, :] & (capacity[None, :] < inst)
-            down[holding] = False  # a running job weighs staying against moving
+        idle = np.flatnonzero(~holding)  # a running job weighs staying against moving
+        if self.wait_for_spot and outage is not None and idle.size:
+            down = usable[idle] & spot[None, :] & (capacity[None, :] < inst[idle])
             with np.errstate(divide="ignore", invalid="ignore"):
-                fresh_finish = fresh_startup + remaining[:, None] / rate
-                down &= outage[None, :] + fresh_finish <= time_left[:, None]
+                fresh_finish = fresh_startup[idle] + remaining[idle, None] / rate[idle]
+                down &= outage[None, :] + fresh_finish <= time_left[idle, None]
             if down.any():
+                back_in = fresh_startup[idle]
                 after = np.maximum(np.minimum(lifetime[None, :], fresh_finish), tick_h)
                 q_back = np.where(spot, tracker.young_death, 0.0)[None, :] if (
                     self.young_run_h > 0) else 0.0  # it returns as a young run
-                died_w = np.minimum(np.maximum(fresh_startup, tick_h), after)
-                hours_w = (1.0 - q_back) * after + q_back * died_w
+                hours_w = (1.0 - q_back) * after + q_back * np.minimum(
+                    np.maximum(back_in, tick_h), after)
                 with np.errstate(invalid="ignore"):
-                    gain = (1.0 - q_back) * value[:, None] * rate * np.maximum(
-                        after - fresh_startup, 0.0)
-                    u_w = (gain - hourly * hours_w - egress) / (outage[None, :] + hours_w)
-                wait_u = np.max(np.where(down & np.isfinite(u_w), u_w, -np.inf), axis=1)
+                    gain = (1.0 - q_back) * value[idle, None] * rate[idle] * np.maximum(
+                        after - back_in, 0.0)
+                    u_w = (gain - hourly[idle] * hours_w - egress[idle]) / (
+                        outage[None, :] + hours_w)
+                wait_u[idle] = np.max(np.where(down & np.isfinite(u_w), u_w, -np.inf), axis=1)
 
         order = np.argsort(slack, kind="stable")
         chosen: dict[int, Intent] = {}

@@ -361,9 +361,12 @@ def _skip(f: Any, n: int) -> None:
 
 
 def _fill(f: Any, view: memoryview, uri: str, name: str) -> None:
+    """Read exactly len(view) bytes into `view`, which nothing changes until the file is
+    finished: the store's reader then hashes it behind the I/O (`readinto_stable`)."""
+    readinto = getattr(f, "readinto_stable", None) or f.readinto
     got = 0
     while got < len(view):
-        n = f.readinto(view[got:])
+        n = readinto(view[got:])
         if not n:
             raise PermanentError(f"{uri}/{name}: ends early")
         got += n

@@ -1,5 +1,6 @@
-"""The cloud world: real providers (AWS, GCP) behind one `MultiProvider`, per-region
-checkpoint stores, and the checks and tables the CLI prints.
+"""The cloud world: the registered clouds' providers (providers/registry.py: AWS, GCP, Azure,
+Kubernetes) behind one `MultiProvider`, per-region checkpoint stores, and the checks and
+tables the CLI prints.
 
 Cloud settings are the `clouds:` section of `$HELIOTROPE_HOME/config.yaml`, or a YAML file
 of their own (`clouds_file:`, `heliotrope providers check --config`, default
@@ -17,8 +18,10 @@ of their own (`clouds_file:`, `heliotrope providers check --config`, default
       aws:us-east-1: s3://heliotrope-ml-prod-use1/ckpt
       default: gs://heliotrope-ml-prod-{region}/ckpt     # {cloud} {region} {cluster}
 
-Credentials are never part of the file: each adapter uses its cloud's standard chain
-(boto3's, Application Default Credentials), or what the caller passes in `CloudAccess`.
+Each registered cloud has a section of its own name, validated by its spec's settings model;
+nothing here knows a cloud by name. Credentials are never part of the file: each adapter
+uses its cloud's standard chain (boto3's, Application Default Credentials,
+DefaultAzureCredential, the kubeconfig), or what the caller passes in `CloudAccess`.
 
 `clouds_world` is the live world of these clouds: their offers, the quotes read when it is
 built as the price prior only; what the policy decides on each tick is what the signals
@@ -33,8 +36,7 @@ import logging
 import math
 import os
 import re
-import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 import pandas as pd
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 from orchestrator import catalog
 from orchestrator.clock import Clock, SystemClock
@@ -52,71 +54,33 @@ from orchestrator.model import Market, Offer, OfferId, SignalKind
 from orchestrator.signals.grid import WORLD_AVG_G_PER_KWH
 from orchestrator.signals.traces import DEFAULT_MAX_AGE_S, Trace, read_trace
 from orchestrator.state import StateStore
-from providers.base import ComputeProvider
-from providers.multi import MultiProvider, Quote
+from providers import registry
+from providers.base import ComputeProvider, Quote
+from providers.multi import MultiProvider
+from providers.registry import BuildContext, CloudAccess
 
-if TYPE_CHECKING:
-    from google.auth.credentials import Credentials
-
-    from providers.aws import AwsProvider
-    from providers.aws._session import SessionFactory
-    from providers.gcp import GcpProvider
+__all__ = ["CloudAccess", "CloudSettings", "check_providers", "clouds_world", "load_cloud_settings",
+           "make_providers", "offers_table", "parse_clouds"]
 
 logger = logging.getLogger(__name__)
 
-CLOUDS: Final = ("aws", "gcp")
 HOURLY: Final = "carbon_avg_g_per_kwh"
 YEARLY: Final = "carbon_avg_yearly_g_per_kwh"
 CARBON_LOOKBACK_S: Final = 7 * 86400.0  # how far back the state store is asked for samples
-CHECK_REQUEST: Final = "heliotrope-check"
-OFFERS_CHECK: Final = "ec2:DescribeInstanceTypes/-TypeOfferings/SpotPriceHistory"
 _CLUSTER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
-_STORE_KEY = re.compile(r"^(aws|gcp):[a-z0-9-]+$")
-# Secrets that may sit in the environment of a `providers check`: never printed.
-SECRET_ENV: Final = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
-                     "AWS_ACCESS_KEY_ID")
-_AWS_KEY_ID = re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b")
 
 
 # -- settings ---------------------------------------------------------------------------------
 
 
-class AwsSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class _CloudSettings(BaseModel):
+    """The clouds settings; `CloudSettings` adds one optional section per registered cloud
+    (`section(name)` reads it)."""
 
-    regions: list[str] = Field(min_length=1)
-    image_id: str | dict[str, str] | None = None
-    ami_parameter: str | None = None
-    instance_profile: str | None = None
-    subnet_ids: dict[str, str] = Field(default_factory=dict)
-    security_group_ids: list[str] = Field(default_factory=list)
-    pricing_region: str = "us-east-1"
-    endpoint_urls: dict[str, str] = Field(default_factory=dict)  # VPC endpoints by service
-
-
-class GcpSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    project: str = Field(min_length=1)
-    zones: list[str] = Field(min_length=1)
-    billing_api_key_env: str | None = None  # the NAME of the variable that holds the key
-    api_endpoint: str | None = None  # a Private Service Connect endpoint, or a test server
-    billing_endpoint: str | None = None
-    boot_image: str | None = None
-    boot_disk_gb: int | None = Field(default=None, gt=0)
-    network: str | None = None
-    subnetwork: str | None = None
-    external_ip: bool = False
-    service_account: str | None = None
-
-
-class CloudSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     cluster: str
-    providers: list[Literal["aws", "gcp"]] = Field(min_length=1)
-    aws: AwsSettings | None = None
-    gcp: GcpSettings | None = None
+    providers: list[str] = Field(min_length=1)
     # "<cloud>:<region>" -> store URI; "default": a template with {cloud} {region} {cluster}.
     checkpoints: dict[str, str] = Field(default_factory=dict)
     policy: str = "heliotrope"
@@ -129,23 +93,37 @@ class CloudSettings(BaseModel):
     entrypoint: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
-    def _consistent(self) -> CloudSettings:
+    def _consistent(self) -> _CloudSettings:
         if not _CLUSTER.fullmatch(self.cluster):
             raise ValueError(f"cluster {self.cluster!r}: 1-63 letters, digits, '.', '_' or '-'")
+        known = registry.names()
+        unknown = [p for p in self.providers if p not in known]
+        if unknown:
+            raise ValueError(f"providers: {', '.join(map(repr, unknown))} is not a registered "
+                             f"cloud (known: {', '.join(known)})")
         if len(set(self.providers)) != len(self.providers):
             raise ValueError("providers: list each cloud once")
         for name in self.providers:
-            if getattr(self, name) is None:
+            if getattr(self, name, None) is None:
                 raise ValueError(f"providers lists {name} but there is no `{name}:` section")
         for key, uri in self.checkpoints.items():
-            if key != "default" and not _STORE_KEY.fullmatch(key):
-                raise ValueError(f"checkpoints: key {key!r} is not `default` or `<cloud>:<region>`")
+            cloud, sep, region = key.partition(":")
+            if key != "default" and not (sep and cloud in known and region):
+                raise ValueError(f"checkpoints: key {key!r} is not `default` or `<cloud>:<region>` "
+                                 f"(clouds: {', '.join(known)})")
             try:
-                uri.format(cloud="aws", region="r", cluster="c")
+                uri.format(cloud="c", region="r", cluster="c")
             except (KeyError, IndexError, ValueError) as exc:
                 raise ValueError(f"checkpoints[{key}]: {uri!r} may use only {{cloud}}, "
                                  f"{{region}} and {{cluster}} ({exc})") from None
         return self
+
+    def section(self, cloud: str) -> BaseModel:
+        """The settings section of a configured cloud (its spec's settings model)."""
+        value = getattr(self, cloud, None)
+        if not isinstance(value, BaseModel):
+            raise InputError("clouds settings", cloud, f"a `{cloud}:` section", got="none")
+        return value
 
     def store_uri(self, cloud: str, region: str) -> str | None:
         """The checkpoint store of a region, or None when the settings name none."""
@@ -153,6 +131,17 @@ class CloudSettings(BaseModel):
         if uri is None:
             return None
         return uri.format(cloud=cloud, region=region, cluster=self.cluster)
+
+
+if TYPE_CHECKING:
+    CloudSettings = _CloudSettings
+else:
+    CloudSettings = create_model(
+        "CloudSettings",
+        __base__=_CloudSettings,
+        __module__=__name__,
+        **{s.name: (s.settings_model | None, None) for s in registry.specs()},
+    )
 
 
 def settings_path(path: Path | None = None) -> Path:
@@ -195,75 +184,6 @@ def parse_clouds(text: str | None, settings: CloudSettings) -> list[str]:
 # -- providers --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class CloudAccess:
-    """How to reach the clouds, when not by their standard credential chains: a boto3
-    session factory (an assumed role, a test's hooks), Google credentials, and the sleep
-    retries use (default: the clock's)."""
-
-    aws_session_factory: SessionFactory | None = None
-    gcp_credentials: Credentials | None = None
-    sleep: Callable[[float], None] | None = None
-
-
-def make_aws(settings: CloudSettings, *, clock: Clock, access: CloudAccess) -> AwsProvider:
-    from providers.aws import DEFAULT_AMI_PARAMETER, AwsProvider
-
-    a = settings.aws
-    if a is None:
-        raise InputError("clouds settings", "aws", "an `aws:` section", got="none")
-    return AwsProvider(
-        cluster=settings.cluster,
-        regions=a.regions,
-        session_factory=access.aws_session_factory,
-        clock=clock,
-        pricing_region=a.pricing_region,
-        image_id=a.image_id,
-        ami_parameter=a.ami_parameter or DEFAULT_AMI_PARAMETER,
-        instance_profile=a.instance_profile,
-        subnet_ids=a.subnet_ids,
-        security_group_ids=a.security_group_ids,
-        sleep=access.sleep,
-        endpoint_urls=a.endpoint_urls or None,
-    )
-
-
-def make_gcp(settings: CloudSettings, *, clock: Clock, access: CloudAccess) -> GcpProvider:
-    from providers.gcp import GcpLaunchConfig, GcpProvider
-    from providers.gcp.billing import BILLING_ENDPOINT
-
-    g = settings.gcp
-    if g is None:
-        raise InputError("clouds settings", "gcp", "a `gcp:` section", got="none")
-    overrides: dict[str, Any] = {
-        "boot_image": g.boot_image,
-        "boot_disk_gb": g.boot_disk_gb,
-        "network": g.network,
-        "subnetwork": g.subnetwork,
-        "service_account": g.service_account,
-    }
-    config = GcpLaunchConfig(external_ip=g.external_ip,
-                             **{k: v for k, v in overrides.items() if v is not None})
-    return GcpProvider(
-        cluster=settings.cluster,
-        project=g.project,
-        zones=g.zones,
-        credentials=access.gcp_credentials,
-        client_options={"api_endpoint": g.api_endpoint} if g.api_endpoint else None,
-        clock=clock,
-        billing_api_key=billing_key(g),
-        launch_config=config,
-        billing_endpoint=g.billing_endpoint or BILLING_ENDPOINT,
-        sleep=access.sleep,
-    )
-
-
-def billing_key(g: GcpSettings) -> str | None:
-    if not g.billing_api_key_env:
-        return None
-    return os.environ.get(g.billing_api_key_env) or None
-
-
 def make_providers(
     settings: CloudSettings,
     *,
@@ -271,17 +191,18 @@ def make_providers(
     access: CloudAccess | None = None,
     clouds: Sequence[str] | None = None,
 ) -> dict[str, ComputeProvider]:
-    """One adapter per configured cloud (or per cloud of `clouds`), by name."""
+    """One adapter per configured cloud (or per cloud of `clouds`), by name, each built by
+    its registry spec from its settings section."""
     access = access or CloudAccess()
-    out: dict[str, ComputeProvider] = {}
-    for name in clouds or settings.providers:
-        if name == "aws":
-            out[name] = make_aws(settings, clock=clock, access=access)
-        elif name == "gcp":
-            out[name] = make_gcp(settings, clock=clock, access=access)
-        else:
-            raise InputError("clouds settings", "providers", "aws or gcp", got=repr(name))
-    return out
+    return {name: registry.spec(name).build(settings.section(name),
+                                            _context(settings, name, clock, access))
+            for name in clouds or settings.providers}
+
+
+def _context(settings: CloudSettings, name: str, clock: Clock,
+             access: CloudAccess) -> BuildContext:
+    return BuildContext(cluster=settings.cluster, clock=clock, access=access.of(name),
+                        sleep=access.sleep)
 
 
 # -- carbon ---------------------------------------------------------------------------------------
@@ -545,16 +466,21 @@ class CheckResult:
 
 
 class _Redactor:
-    """Removes secrets (credential values from the environment, the billing key, anything
-    shaped like an AWS access key id) from what a check prints."""
+    """Removes secrets (credential values from the environment, keys the settings point
+    at, anything shaped like a cloud's credential) from what a check prints."""
 
-    def __init__(self, secrets: Iterable[str | None]) -> None:
+    def __init__(self, secrets: Iterable[str | None],
+                 patterns: Iterable[re.Pattern[str]] = ()) -> None:
         self._secrets = sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True)
+        self._patterns = tuple(patterns)
 
     def __call__(self, text: str) -> str:
         for secret in self._secrets:
             text = text.replace(secret, "***")
-        return _AWS_KEY_ID.sub("***", " ".join(text.split()))[:400]
+        text = " ".join(text.split())
+        for pattern in self._patterns:
+            text = pattern.sub("***", text)
+        return text[:400]
 
 
 def check_providers(
@@ -564,222 +490,30 @@ def check_providers(
     clock: Clock | None = None,
     access: CloudAccess | None = None,
 ) -> list[CheckResult]:
-    """Credentials and permissions of each configured cloud, one row per check."""
+    """Credentials and permissions of each configured cloud, one row per check (its
+    registry spec's `check`). A cloud whose settings or SDK are missing gets one failed
+    `settings` row; the others are checked all the same."""
     clock = clock or SystemClock()
     access = access or CloudAccess()
-    gcp_key = billing_key(settings.gcp) if settings.gcp is not None else None
-    redact = _Redactor([*(os.environ.get(n) for n in SECRET_ENV), gcp_key])
+    names = list(clouds or settings.providers)
+    secrets: list[str | None] = []
+    for spec in registry.specs():
+        secrets += [os.environ.get(n) for n in spec.secret_env]
+        if spec.name in settings.providers:
+            secrets += spec.secrets(settings.section(spec.name))
+    redact = _Redactor(secrets, [p for s in registry.specs() for p in s.secret_patterns])
     results: list[CheckResult] = []
-    for name in clouds or settings.providers:
+    for name in names:
+        spec = registry.spec(name)
+        section = settings.section(name)
+        ctx = _context(settings, name, clock, access)
         try:
-            if name == "aws":
-                found = _check_aws(settings, make_aws(settings, clock=clock, access=access),
-                                   access)
-            else:
-                found = _check_gcp(settings, make_gcp(settings, clock=clock, access=access),
-                                   access)
+            rows = spec.check(spec.build(section, ctx), section, ctx)
         except HeliotropeError as exc:
-            found = [CheckResult(name, "settings", "fail", str(exc))]
-        results += [CheckResult(r.provider, r.check, r.result, redact(r.reason)) for r in found]
+            rows = [("settings", "fail", str(exc))]
+        except ImportError as exc:
+            rows = [("settings", "fail", f"the {spec.title} SDK is not installed ({exc.name}): "
+                                         f"pip install -e '.[{name}]'")]
+        results += [CheckResult(name, check, result, redact(reason))
+                    for check, result, reason in rows]
     return results
-
-
-def _aws_client(session: Any, service: str, region: str, settings: AwsSettings) -> Any:
-    from botocore.config import Config
-
-    return session.client(service, region_name=region,
-                          endpoint_url=settings.endpoint_urls.get(service),
-                          config=Config(retries={"total_max_attempts": 2, "mode": "standard"},
-                                        user_agent_extra="heliotrope-check",
-                                        connect_timeout=10, read_timeout=30))
-
-
-def _check_aws(settings: CloudSettings, provider: AwsProvider,
-               access: CloudAccess) -> list[CheckResult]:
-    from providers.aws._session import default_session
-    from providers.aws.errors import error_code, failure_of, is_aws_error
-    from providers.aws.instances import parse_offer_id
-    from providers.aws.offers import SOURCE_PRICING
-    from providers.aws.userdata import render
-    from providers.base import LaunchSpec
-
-    a = settings.aws
-    assert a is not None
-    out: list[CheckResult] = []
-
-    def add(check: str, result: Literal["ok", "fail", "skip"], reason: str) -> None:
-        out.append(CheckResult("aws", check, result, reason))
-
-    def failed(check: str, exc: BaseException) -> None:
-        if isinstance(exc, HeliotropeError):
-            add(check, "fail", str(exc))
-        elif is_aws_error(exc):
-            add(check, "fail", failure_of(exc, action=check).message)
-        else:
-            raise exc
-
-    regions = provider.regions
-    try:
-        session = (access.aws_session_factory or default_session)()
-        who = _aws_client(session, "sts", regions[0], a).get_caller_identity()
-        add("sts:GetCallerIdentity", "ok", f"account {who.get('Account')}, {who.get('Arn')}")
-    except Exception as exc:
-        failed("sts:GetCallerIdentity", exc)
-        add("ec2 and pricing", "skip", "no usable AWS credentials (see above)")
-        return out
-
-    instances: Mapping[str, Any] = {}
-    try:
-        instances = provider.list_instances(cluster=settings.cluster)
-        add("ec2:DescribeInstances", "ok",
-            f"{len(instances)} instance(s) of cluster {settings.cluster} in {', '.join(regions)}")
-    except Exception as exc:
-        failed("ec2:DescribeInstances", exc)
-
-    book = None
-    try:
-        book = provider.offer_book(refresh=True)
-        per_region = {r: [o for o in book.offers if o.region == r] for r in regions}
-        missing = [r for r, found in per_region.items() if not found]
-        spot = sum(o.market is Market.SPOT for o in book.offers)
-        if missing:
-                add(OFFERS_CHECK, "fail", f"no offers read in {', '.join(missing)} (see the log)")
-        else:
-            add(OFFERS_CHECK, "ok",
-                f"{len(book.offers)} offers ({spot} spot) in {', '.join(regions)}")
-        on_demand = [o for o in book.offers if o.market is Market.ON_DEMAND]
-        if not on_demand:
-            add("pricing:GetProducts", "skip", "no on-demand offers to price")
-        elif any(book.price_source.get(o.id) == SOURCE_PRICING for o in on_demand):
-            add("pricing:GetProducts", "ok", "on-demand prices from the Pricing API")
-        else:
-            add("pricing:GetProducts", "fail",
-                "the Pricing API gave no price (see the log); catalog list prices are used")
-    except Exception as exc:
-        failed(OFFERS_CHECK, exc)
-
-    for region in regions:
-        check = f"ec2:RunInstances dry run {region}"
-        usd = {} if book is None else book.usd_per_hour
-        offers = [] if book is None else sorted(
-            (o for o in book.offers if o.region == region and o.id in usd),
-            key=lambda o: (o.market is not Market.SPOT, usd[o.id], o.id))
-        if not offers:
-            add(check, "skip", "no priced offer in this region to try")
-            continue
-        offer = offers[0]
-        parsed = parse_offer_id(offer.id)
-        assert parsed is not None
-        zone, instance_type, market = parsed
-        request_id = f"{CHECK_REQUEST}-{uuid.uuid4().hex[:12]}"
-        try:
-            spec = LaunchSpec(job_id=CHECK_REQUEST, offer_id=offer.id, cluster=settings.cluster,
-                              entrypoint=("true",))
-            user_data = render(entrypoint=spec.entrypoint, env={}, job_id=spec.job_id,
-                               cluster=settings.cluster, request_id=request_id, gang_size=1)
-            # Exactly the request a launch sends (tags, IMDSv2, market options), as a dry run:
-            # the IAM policy's conditions on tags and metadata options are checked too.
-            params = dict(provider._run_params(spec, request_id, zone, instance_type, market,
-                                               provider._ami(region), user_data))
-            _aws_client(session, "ec2", region, a).run_instances(**params, DryRun=True)
-            add(check, "fail", "the dry run was not refused: EC2 ignored DryRun")
-        except Exception as exc:
-            if is_aws_error(exc) and error_code(exc) == "DryRunOperation":
-                add(check, "ok", f"allowed: {market.value} {instance_type} in {zone}, tagged "
-                                 f"heliotrope:cluster={settings.cluster}, IMDSv2")
-            else:
-                failed(check, exc)
-
-    by_region: dict[str, str] = {}
-    for instance_id, info in sorted(instances.items()):
-        parsed = parse_offer_id(info.offer_id)
-        if parsed is not None:
-            by_region.setdefault(catalog.region_of_zone("aws", parsed[0]), instance_id)
-    for region in regions:
-        check = f"ec2:TerminateInstances dry run {region}"
-        victim = by_region.get(region)
-        if victim is None:
-            add(check, "skip", f"no instance of cluster {settings.cluster} here to try (the "
-                               "policy lets it terminate only instances tagged with its cluster)")
-            continue
-        try:
-            _aws_client(session, "ec2", region, a).terminate_instances(
-                InstanceIds=[victim], DryRun=True)
-            add(check, "fail", "the dry run was not refused: EC2 ignored DryRun")
-        except Exception as exc:
-            if is_aws_error(exc) and error_code(exc) == "DryRunOperation":
-                add(check, "ok", f"allowed on {victim} (cluster {settings.cluster})")
-            else:
-                failed(check, exc)
-    return out
-
-
-def _check_gcp(settings: CloudSettings, provider: GcpProvider,
-               access: CloudAccess) -> list[CheckResult]:
-    from providers.gcp.billing import SOURCE_BILLING
-    from providers.gcp.provider import CLOUD_PLATFORM_SCOPE
-
-    g = settings.gcp
-    assert g is not None
-    out: list[CheckResult] = []
-
-    def add(check: str, result: Literal["ok", "fail", "skip"], reason: str) -> None:
-        out.append(CheckResult("gcp", check, result, reason))
-
-    if access.gcp_credentials is not None:
-        add("credentials", "ok", f"given by the caller ({type(access.gcp_credentials).__name__})")
-    else:
-        import google.auth
-        from google.auth import exceptions as auth_exceptions
-
-        try:
-            creds, project = google.auth.default(scopes=[CLOUD_PLATFORM_SCOPE])
-        except auth_exceptions.GoogleAuthError as exc:
-            add("credentials", "fail", f"no Application Default Credentials: "
-                                       f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
-            add("compute", "skip", "no usable Google credentials (see above)")
-            return out
-        who = getattr(creds, "service_account_email", None) or ""
-        add("credentials", "ok", "application default credentials "
-                                 f"({type(creds).__name__}{', ' + who if who else ''}"
-                                 f"{', project ' + project if project else ''})")
-
-    zones = ", ".join(provider.zones)
-    checks: list[tuple[str, Callable[[], str]]] = [
-        ("compute.machineTypes.list",
-         lambda: f"{len(provider.offers())} offers in {zones}"),
-        ("compute.instances.list",
-         lambda: f"{len(provider.list_instances(cluster=settings.cluster))} instance(s) of "
-                 f"cluster {settings.cluster} in project {g.project}"),
-        ("compute.zoneOperations.list",
-         lambda: f"preemption operations readable in {zones} "
-                 f"({len(provider.poll_events())} of ours)"),
-    ]
-    for check, run in checks:
-        try:
-            add(check, "ok", run())
-        except HeliotropeError as exc:
-            add(check, "fail", str(exc))
-    add("compute.instances.create", "skip",
-        "Compute Engine has no dry run; infra/gcp/role.yaml grants it and the first launch "
-        "reports AUTH if it is missing")
-    if not g.billing_api_key_env:
-        add("cloudbilling.services.skus.list", "skip",
-            "no billing_api_key_env: list prices are used")
-    elif billing_key(g) is None:
-        add("cloudbilling.services.skus.list", "fail",
-            f"${g.billing_api_key_env} is not set: list prices are used")
-    else:
-        try:
-            sources = {q.source for q in provider.prices().values()}
-        except HeliotropeError as exc:
-            add("cloudbilling.services.skus.list", "fail", str(exc))
-        else:
-            if SOURCE_BILLING in sources:
-                add("cloudbilling.services.skus.list", "ok", "prices from the Cloud Billing "
-                                                             "Catalog")
-            else:
-                add("cloudbilling.services.skus.list", "fail",
-                    "the Cloud Billing Catalog gave no price (the key was refused or the API "
-                    "failed; see the log): list prices are used")
-    return out

@@ -438,6 +438,19 @@ class AwsProvider:
             launched_s = self._clock.now().timestamp()
         return LaunchOutcome(lead.id, ready_at_s=launched_s + spec.startup_s)
 
+    def launch_request(self, spec: LaunchSpec, *, request_id: str) -> RunInstancesRequestTypeDef:
+        """Exactly the `RunInstances` request `launch(spec, request_id=...)` sends (tags,
+        IMDSv2, market options, user data), for a dry run (`providers check`)."""
+        parsed = parse_offer_id(spec.offer_id)
+        if parsed is None:
+            raise AwsPermanentError(ProviderFailure(
+                FailureKind.INVALID, f"offer {spec.offer_id!r} is not an AWS offer id"))
+        zone, instance_type, market = parsed
+        user_data = render(entrypoint=spec.entrypoint, env=spec.env, job_id=spec.job_id,
+                           cluster=self._cluster, request_id=request_id, gang_size=spec.count)
+        return self._run_params(spec, request_id, zone, instance_type, market,
+                                self._ami(region_of_zone(CLOUD, zone)), user_data)
+
     def _run_params(self, spec: LaunchSpec, request_id: str, zone: str, instance_type: str,
                     market: Market, image_id: str, user_data: str) -> RunInstancesRequestTypeDef:
         tags: list[TagTypeDef] = [

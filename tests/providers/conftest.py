@@ -75,8 +75,12 @@ class CloudFakes:
     def access(self, sleep: Callable[[float], None] | None = None) -> CloudAccess:
         from google.auth.credentials import AnonymousCredentials
 
-        return CloudAccess(aws_session_factory=self.aws_session,
-                           gcp_credentials=AnonymousCredentials(), sleep=sleep or (lambda s: None))
+        from providers.aws.spec import AwsAccess
+        from providers.gcp.spec import GcpAccess
+
+        return CloudAccess({"aws": AwsAccess(session_factory=self.aws_session),
+                            "gcp": GcpAccess(credentials=AnonymousCredentials())},
+                           sleep=sleep or (lambda s: None))
 
     def settings_doc(self, **overrides: Any) -> dict[str, Any]:
         doc: dict[str, Any] = {

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from orchestrator.cli import main
-from orchestrator.live.clouds import make_aws
+from orchestrator.live.clouds import make_providers
 from orchestrator.signals.traces import Trace, empty_frame, make_manifest, write_trace
 from providers.base import LaunchSpec
 from tests.providers.conftest import (
@@ -44,7 +44,8 @@ def results(rows: list[dict[str, str]]) -> dict[tuple[str, str], str]:
 
 def launch_aws(fakes: CloudFakes) -> str:
     """An instance of the cluster, as the controller would have launched it."""
-    provider = make_aws(fakes.settings(), clock=_clock(), access=fakes.access())
+    [provider] = make_providers(fakes.settings(), clock=_clock(), access=fakes.access(),
+                                clouds=["aws"]).values()
     outcome = provider.launch(
         LaunchSpec(job_id="job-1", offer_id=AWS_SPOT_L4, cluster=CLUSTER, entrypoint=("train",)),
         request_id="req-1",

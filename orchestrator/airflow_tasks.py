@@ -53,16 +53,27 @@ CONNECTION_IDS: Final[Mapping[str, str]] = {
 
 #: The signals DAG's task groups: one task per family, mapped over regions. Cloud families
 #: poll the regions of their cloud; grid families every region, by its grid zone. Together
-#: they are `orchestrator.signals.poll.SOURCE_NAMES` (a test keeps them in step).
+#: they are `orchestrator.signals.poll.SOURCE_NAMES` (a test keeps them in step). The cloud
+#: families are the registry's (`cloud_families()`: each cloud with signal sources, its
+#: price then capacity sources); they are written out here because the DAG file reads this
+#: while Airflow parses it, when nothing but this module may be imported (a test keeps the
+#: two equal).
 SIGNAL_FAMILIES: Final[Mapping[str, tuple[str, ...]]] = {
-    "aws": ("aws-spot-price", "aws-placement-score", "aws-spot-advisor", "aws-ondemand"),
+    "aws": ("aws-spot-price", "aws-ondemand", "aws-placement-score", "aws-spot-advisor"),
     "gcp": ("gcp-billing",),
     "carbon": ("electricitymaps", "watttime", "uk-carbon"),
     "power": ("caiso-curtailment", "entsoe-prices", "entsoe-generation", "eia930",
               "caiso-prices", "ercot-prices",
               "spp-prices", "miso-prices", "pjm-prices", "nyiso-prices", "isone-prices"),
 }
-_FAMILY_CLOUD: Final[Mapping[str, str]] = {"aws": "aws", "gcp": "gcp"}
+
+
+def cloud_families() -> dict[str, tuple[str, ...]]:
+    """The cloud families of the signals DAG, from the cloud registry: each registered cloud
+    with price or capacity signal sources, named after it."""
+    from providers import registry
+
+    return {s.name: s.signal_sources for s in registry.specs() if s.signal_sources}
 
 #: The regions of the local world (orchestrator.live.world.LOCAL_REGIONS), offered as
 #: suggestions in the migrate form. A test keeps the two in step.
@@ -296,28 +307,31 @@ def credentials_from(get: Callable[[str], ConnectionLike | None]) -> Credentials
 def signal_regions(settings: TaskSettings, family: str | None = None) -> list[str]:
     """The regions to poll, as ``cloud:region``: the Variable's ``regions`` (``aws:us-east-1``
     or a bare region name the catalog knows), else the live world's regions. For a cloud
-    `family` (aws, gcp) only that cloud's regions; grid families poll every region."""
-    from orchestrator import catalog
+    `family` (a cloud of the registry with signal sources) only that cloud's regions; grid
+    families poll every region."""
+    from providers import registry
 
+    polled = [s for s in registry.specs() if s.signal_sources]  # registry order
+    regions = {s.name: s.regions() for s in polled}
     out: list[str] = []
     for value in settings.regions or LOCAL_REGION_NAMES:
         cloud, sep, region = value.partition(":")
         if not sep:
             cloud, region = "", value
-            clouds = [c for c in ("aws", "gcp") if region in catalog.regions(c)]
-            cloud = clouds[0] if clouds else ""
-        if cloud not in ("aws", "gcp") or region not in catalog.regions(cloud):
+            cloud = next((c for c, known in regions.items() if region in known), "")
+        if region not in regions.get(cloud, ()):
+            titles = " or ".join(s.title for s in polled)
             raise InputError(
                 f"Airflow Variable {VARIABLE!r}",
                 "regions",
-                "AWS or GCP regions of the catalog, e.g. aws:us-east-1 or europe-west4",
+                f"{titles} regions of the catalog, e.g. aws:us-east-1 or europe-west4",
                 got=repr(value),
             )
         if f"{cloud}:{region}" not in out:
             out.append(f"{cloud}:{region}")
     if family is not None and family not in SIGNAL_FAMILIES:
         raise InputError("", "family", "one of " + ", ".join(SIGNAL_FAMILIES), got=family)
-    want = _FAMILY_CLOUD.get(family or "")
+    want = family if family in regions else None
     return [r for r in out if want is None or r.startswith(want + ":")]
 
 
@@ -344,8 +358,8 @@ def poll_signals(
         raise InputError("", "family", "one of " + ", ".join(SIGNAL_FAMILIES), got=family)
     cloud, _, name = region.partition(":")
     names = [n for n in SIGNAL_FAMILIES[family] if not settings.sources or n in settings.sources]
-    if family in _FAMILY_CLOUD:
-        if cloud != _FAMILY_CLOUD[family]:
+    if family in cloud_families():
+        if cloud != family:
             raise Skip(f"{family} sources do not cover {region}")
     else:
         zone = catalog.grid_zone(cloud, name)

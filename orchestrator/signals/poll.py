@@ -124,8 +124,16 @@ def make_source(name: str, ctx: SourceContext) -> SignalSource:
     return source
 
 
+def _polled_clouds() -> list[tuple[str, tuple[str, ...]]]:
+    """(cloud, its catalog regions) of each registered cloud with signal sources."""
+    from providers import registry
+
+    return [(s.name, s.regions()) for s in registry.specs() if s.signal_sources]
+
+
 def default_regions() -> list[tuple[str, str]]:
-    return [(c, r) for c in ("aws", "gcp") for r in catalog.regions(c)]
+    """Every catalog region of every cloud the registry polls signals for."""
+    return [(c, r) for c, regions in _polled_clouds() for r in regions]
 
 
 def parse_regions(values: Sequence[str]) -> list[tuple[str, str]]:
@@ -479,7 +487,7 @@ def _regions_of(key: str) -> str:
     parts = key.split("/")
     if len(parts) in (4, 5):
         return f"{parts[0]}:{parts[1]}"
-    fed = [f"{c}:{r}" for c in ("aws", "gcp") for r in catalog.regions(c)
+    fed = [f"{c}:{r}" for c, regions in _polled_clouds() for r in regions
            if catalog.grid_zone(c, r) == key]
     return ", ".join(fed[:4]) + (f" +{len(fed) - 4}" if len(fed) > 4 else "")
 
@@ -549,7 +557,9 @@ def region_zone_markdown() -> str:
         "EIA BA | grid sources |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for cloud in ("aws", "gcp", "azure"):
+    from providers import registry
+
+    for cloud in (s.name for s in registry.specs() if s.geography is not None):
         for region in catalog.regions(cloud):
             info = catalog.region_info(cloud, region)
             if info is None:

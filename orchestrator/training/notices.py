@@ -7,6 +7,9 @@ when the metadata service cannot be read):
   GET /latest/meta-data/spot/instance-action (404 means no notice; about 2 minutes' warning).
 - `GceNotices`: GCE metadata server — GET /computeMetadata/v1/instance/preempted with
   header `Metadata-Flavor: Google`; "TRUE" once preempted (about 30 seconds' warning).
+- `AzureScheduledEvents`: Azure IMDS Scheduled Events — GET /metadata/scheduledevents with
+  header `Metadata: true`; a `Preempt` or `Terminate` event naming this VM (at least 30
+  seconds' warning for a Spot eviction).
 - `FileNotices`: a local file whose existence is the notice (the local provider's way).
 
 A `NoticeWatcher` polls one source on a daemon thread and calls back once. Signals
@@ -34,7 +37,13 @@ logger = logging.getLogger(__name__)
 
 AWS_METADATA_URL: Final = "http://169.254.169.254"
 GCE_METADATA_URL: Final = "http://metadata.google.internal"
-NOTICE_SOURCES: Final = ("aws", "gcp", "local")
+AZURE_METADATA_URL: Final = "http://169.254.169.254"
+# The names of HELIOTROPE_NOTICE_SOURCE; each cloud's registry spec (providers/registry.py)
+# names the one its VMs use (a test keeps the two in step).
+NOTICE_SOURCES: Final = ("aws", "gcp", "azure", "local")
+AZURE_SCHEDULED_EVENTS_API: Final = "2020-07-01"
+AZURE_INSTANCE_API: Final = "2021-02-01"
+AZURE_NOTICE_EVENT_TYPES: Final = frozenset({"Preempt", "Terminate"})
 DEFAULT_POLL_S: Final = 2.0
 
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -148,6 +157,81 @@ class GceNotices:
         return None
 
 
+def azure_preemption_notice(document: Mapping[str, object],
+                            vm_name: str) -> PreemptionNotice | None:
+    """The notice in a Scheduled Events document for the VM `vm_name`, or None: only events
+    naming this VM count (a VM sees those of its availability or scale set too).
+
+    >>> doc = {"Events": [{"EventType": "Preempt", "Resources": ["vm-1"],
+    ...                    "EventStatus": "Scheduled", "NotBefore": "soon"}]}
+    >>> azure_preemption_notice(doc, "vm-1").detail, azure_preemption_notice(doc, "vm-2")
+    ('Preempt (Scheduled) not before soon', None)
+    """
+    events = document.get("Events")
+    for event in events if isinstance(events, list) else []:
+        if not isinstance(event, Mapping):
+            continue
+        kind = str(event.get("EventType", ""))
+        resources = [str(r).lower() for r in event.get("Resources") or []]
+        if kind not in AZURE_NOTICE_EVENT_TYPES or vm_name.lower() not in resources:
+            continue
+        status = event.get("EventStatus", "?")
+        detail = f"{kind} ({status}) not before {event.get('NotBefore') or 'now'}"
+        return PreemptionNotice("azure", detail)
+    return None
+
+
+class AzureScheduledEvents:
+    """Azure Spot evictions from Scheduled Events for this VM (its name is read once from
+    `/metadata/instance/compute/name` and kept). The first request turns Scheduled Events
+    on for the VM and may take a few seconds."""
+
+    name = "azure"
+
+    def __init__(
+        self, base_url: str = AZURE_METADATA_URL, *, timeout_s: float = 2.0,
+        vm_name: str | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+        self._vm_name = vm_name
+
+    def _get(self, path: str) -> tuple[int, bytes]:
+        try:
+            return _request("GET", f"{self.base_url}{path}", {"Metadata": "true"},
+                            self.timeout_s)
+        except TransientError as exc:
+            raise TransientError(f"Azure IMDS {self.base_url} unreachable: {exc}",
+                                 retry_after_s=1.0) from exc
+
+    def vm_name(self) -> str:
+        if self._vm_name is None:
+            status, body = self._get(
+                f"/metadata/instance/compute/name?api-version={AZURE_INSTANCE_API}&format=text"
+            )
+            if status != 200 or not body.strip():
+                raise TransientError(f"Azure IMDS compute/name answered HTTP {status}",
+                                     retry_after_s=1.0)
+            self._vm_name = body.decode(errors="replace").strip()
+        return self._vm_name
+
+    def poll(self) -> PreemptionNotice | None:
+        name = self.vm_name()
+        status, body = self._get(
+            f"/metadata/scheduledevents?api-version={AZURE_SCHEDULED_EVENTS_API}")
+        if status != 200:
+            raise TransientError(f"Azure IMDS scheduledevents answered HTTP {status}",
+                                 retry_after_s=1.0)
+        try:
+            document = json.loads(body)
+        except ValueError as exc:
+            raise TransientError("Azure IMDS scheduledevents: not JSON",
+                                 retry_after_s=1.0) from exc
+        if not isinstance(document, Mapping):
+            raise TransientError("Azure IMDS scheduledevents: not an object", retry_after_s=1.0)
+        return azure_preemption_notice(document, name)
+
+
 class FileNotices:
     """The notice is the existence of `path` (its first line, if any, is the detail)."""
 
@@ -216,7 +300,7 @@ class NoticeWatcher:
 
 
 def notice_source_from_env(environ: Mapping[str, str] | None = None) -> NoticeSource | None:
-    """The source named by HELIOTROPE_NOTICE_SOURCE (aws | gcp | local), or None.
+    """The source named by HELIOTROPE_NOTICE_SOURCE (aws | gcp | azure | local), or None.
 
     HELIOTROPE_METADATA_URL overrides the metadata base URL (tests, proxies). `local` (or
     no source at all with HELIOTROPE_PREEMPT_FILE set) watches that file; SIGUSR1 and
@@ -229,6 +313,8 @@ def notice_source_from_env(environ: Mapping[str, str] | None = None) -> NoticeSo
         return AwsSpotNotices(base or AWS_METADATA_URL)
     if kind == "gcp":
         return GceNotices(base or GCE_METADATA_URL)
+    if kind == "azure":
+        return AzureScheduledEvents(base or AZURE_METADATA_URL)
     if kind in ("local", ""):
         return FileNotices(path) if path else None
     raise InputError("environment", "HELIOTROPE_NOTICE_SOURCE", "one of " +

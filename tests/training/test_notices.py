@@ -17,6 +17,7 @@ from orchestrator.training import (
     PreemptionNotice,
     notice_source_from_env,
 )
+from orchestrator.training.notices import AzureScheduledEvents
 from tests.training.metadata_server import metadata_server
 
 
@@ -105,6 +106,7 @@ def test_watcher_survives_an_unreachable_service(caplog: pytest.LogCaptureFixtur
         ({}, None),
         ({"HELIOTROPE_NOTICE_SOURCE": "aws"}, AwsSpotNotices),
         ({"HELIOTROPE_NOTICE_SOURCE": "GCP"}, GceNotices),
+        ({"HELIOTROPE_NOTICE_SOURCE": "azure"}, AzureScheduledEvents),
         ({"HELIOTROPE_NOTICE_SOURCE": "local"}, None),
         ({"HELIOTROPE_NOTICE_SOURCE": "local", "HELIOTROPE_PREEMPT_FILE": "/x"}, FileNotices),
         ({"HELIOTROPE_PREEMPT_FILE": "/x"}, FileNotices),
@@ -120,4 +122,4 @@ def test_metadata_url_override() -> None:
                                      "HELIOTROPE_METADATA_URL": "http://127.0.0.1:9/"})
     assert isinstance(source, AwsSpotNotices) and source.base_url == "http://127.0.0.1:9"
     with pytest.raises(InputError, match="HELIOTROPE_NOTICE_SOURCE"):
-        notice_source_from_env({"HELIOTROPE_NOTICE_SOURCE": "azure"})
+        notice_source_from_env({"HELIOTROPE_NOTICE_SOURCE": "oracle"})

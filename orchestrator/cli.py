@@ -7,11 +7,12 @@ written), 1 anything else. Progress bars go to stderr, so `--json` output stays 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import sys
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +123,18 @@ def _parser() -> argparse.ArgumentParser:
     jw.add_argument("job")
     jw.add_argument("--json", action="store_true")
     jw.set_defaults(handler=_jobs_show)
+    jc = jsub.add_parser("cancel", help="stop a job for good (its checkpoints are kept)")
+    jc.add_argument("job")
+    jc.add_argument("--json", action="store_true")
+    jc.set_defaults(handler=_jobs_cancel)
+    jh = jsub.add_parser("hold", help="keep a job where it runs: the policy does not move it")
+    jh.add_argument("job")
+    jh.add_argument("--hours", type=float, default=None, help="how long (default: until "
+                    "`jobs release`)")
+    jh.set_defaults(handler=_jobs_hold)
+    jr = jsub.add_parser("release", help="end a hold: the policy may move the job again")
+    jr.add_argument("job")
+    jr.set_defaults(handler=_jobs_release)
 
     st = sub.add_parser("status", help="the fleet: job, where, market, progress, USD, kgCO2")
     st.add_argument("--json", action="store_true")
@@ -147,8 +160,24 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="move even if it misses the deadline or breaks the budget",
     )
+    mg.add_argument("--hold", type=float, default=None, metavar="HOURS",
+                    help="then keep it there this long (the policy does not move it back)")
     mg.add_argument("--json", action="store_true")
     mg.set_defaults(handler=_migrate)
+
+    lg = sub.add_parser("logs", help="a job's output (local world: its current or last "
+                                     "instance's stdout.log)")
+    lg.add_argument("job")
+    lg.add_argument("--follow", "-f", action="store_true",
+                    help="keep printing until the job is done or cancelled (Ctrl-C stops)")
+    lg.set_defaults(handler=_logs)
+
+    cr_ = sub.add_parser("cost-report", help="what the fleet spent and emitted, per job, "
+                                             "region and market, against on-demand")
+    cr_.add_argument("--since", type=_utc_arg, default=None, metavar="ISO",
+                     help="from this time (default: ever)")
+    cr_.add_argument("--json", action="store_true")
+    cr_.set_defaults(handler=_cost_report)
 
     pr = sub.add_parser("preempt", help="preempt a local job's instance (as a spot reclaim)")
     pr.add_argument("job")
@@ -354,11 +383,37 @@ def _jobs_submit(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from orchestrator.live.commands import jobs_table
+    from orchestrator.live.commands import jobs_table, status_context
     from orchestrator.live.world import open_configured_store
 
-    _print_rows(jobs_table(open_configured_store()), args.json, "Fleet")
+    offers, now_s = status_context()
+    rows = jobs_table(open_configured_store(), offers=offers, now_s=now_s)
+    if args.json:
+        _print_rows(rows, True, "")
+        return 0
+    when = datetime.fromtimestamp(now_s, UTC)
+    _print_rows([_human(r, drop=("held_until",) if not any(x["held_until"] for x in rows)
+                        else ()) for r in rows],
+                False, f"Fleet at {when:%Y-%m-%d %H:%M} UTC")
     return 0
+
+
+def _human(row: dict[str, Any], drop: Sequence[str] = ()) -> dict[str, Any]:
+    """A row for people: ISO times as ``2024-04-02 16:00`` (UTC), fractions as percents."""
+    out: dict[str, Any] = {}
+    for key, raw in row.items():
+        if key in drop or key == "time_s":
+            continue
+        value = raw
+        if key == "progress" and isinstance(raw, float):
+            value = f"{raw:.0%}"
+        elif isinstance(raw, str) and len(raw) >= 16 and raw[4:5] == "-" and raw[10:11] == "T":
+            with contextlib.suppress(ValueError):
+                value = f"{datetime.fromisoformat(raw).astimezone(UTC):%Y-%m-%d %H:%M}"
+        elif raw is None:
+            value = ""
+        out[key] = value
+    return out
 
 
 def _jobs_show(args: argparse.Namespace) -> int:
@@ -388,7 +443,9 @@ def _events(args: argparse.Namespace) -> int:
         raise InputError(
             "", "JOB", "a submitted job", got=repr(args.job), fix="see `heliotrope jobs list`"
         )
-    _print_rows(events_table(store, args.job), args.json, f"Events of {args.job}")
+    rows = events_table(store, args.job)
+    _print_rows(rows if args.json else [_human(r) for r in rows], args.json,
+                f"Events of {args.job} (times UTC)")
     return 0
 
 
@@ -404,7 +461,8 @@ def _explain(args: argparse.Namespace) -> int:
 def _migrate(args: argparse.Namespace) -> int:
     from orchestrator.live.commands import migrate
 
-    plan = migrate(args.job, args.to, market=args.market, dry_run=args.dry_run, force=args.force)
+    plan = migrate(args.job, args.to, market=args.market, dry_run=args.dry_run, force=args.force,
+                   hold_h=args.hold)
     if args.json:
         print(json.dumps(plan, indent=2))
     else:
@@ -413,7 +471,69 @@ def _migrate(args: argparse.Namespace) -> int:
             f"{verb} {plan['job']} -> {plan['to']}: {plan['hours_to_finish']} h to finish, "
             f"{plan['usd_to_finish']} USD, egress {plan['egress_usd']} USD"
             + (f"; forced past: {'; '.join(plan['refused'])}" if plan["refused"] else "")
+            + (f"; held there until {plan['held_until']}" if plan["held_until"] else "")
         )
+    return 0
+
+
+def _jobs_cancel(args: argparse.Namespace) -> int:
+    from orchestrator.live.commands import cancel
+
+    out = cancel(args.job)
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        stopped = f"stopped instance {out['stopped']}" if out["stopped"] else "held no instance"
+        where = f"; checkpoints kept at {out['checkpoint_at']}" if out["checkpoint_at"] else ""
+        print(f"cancelled {out['job']} at {out['progress']:.0%}: {stopped}{where}")
+    return 0
+
+
+def _jobs_hold(args: argparse.Namespace) -> int:
+    from orchestrator.live.commands import _iso, hold
+
+    until = hold(args.job, args.hours)
+    print(f"holding {args.job} where it runs "
+          + (f"until {_iso(until)}" if args.hours else "until released"))
+    return 0
+
+
+def _jobs_release(args: argparse.Namespace) -> int:
+    from orchestrator.live.commands import release
+
+    was = release(args.job)
+    print(f"released {args.job}" if was else f"{args.job} was not held")
+    return 0
+
+
+def _logs(args: argparse.Namespace) -> int:
+    from orchestrator.live.commands import logs
+
+    def write(text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends --follow
+        logs(args.job, write, follow=args.follow)
+    return 0
+
+
+def _cost_report(args: argparse.Namespace) -> int:
+    from orchestrator.live.commands import cost_report
+
+    report = cost_report(args.since)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    fleet = report["fleet"]
+    since = report["since"] or "the first job"
+    saved = ("no on-demand price now for some offer" if fleet["saved_pct"] is None
+             else f"{fleet['saved_pct']:.1f}% less than on-demand "
+                  f"({fleet['on_demand_usd']:.2f} USD)")
+    print(f"From {since} to {report['until']}: {fleet['usd']:.2f} USD "
+          f"(egress {fleet['egress_usd']:.2f}), {fleet['kg_co2']:.3f} kgCO2; {saved}")
+    _print_rows(report["jobs"], False, "Per job")
+    _print_rows(report["by_place"], False, "By region and market")
     return 0
 
 

@@ -11,17 +11,28 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import InputError, TransientError
 from orchestrator.jobs import load_jobs
-from orchestrator.live.controller import LiveController
+from orchestrator.live.controller import CANCELLED, LiveController
 from orchestrator.live.fleet_lock import FleetLock
 from orchestrator.live.world import World, configured_world
 from orchestrator.migration import Limits
-from orchestrator.model import Decision, Intent, Market, Phase, Snapshot
-from orchestrator.state import StateStore
+from orchestrator.model import (
+    Decision,
+    Event,
+    EventKind,
+    Intent,
+    Market,
+    Offer,
+    Phase,
+    Snapshot,
+)
+from orchestrator.state import LoadedFleet, StateStore
 from policies.base import Policy
 from policies.costs import move_cost
 from policies.registry import make_policy
@@ -84,31 +95,97 @@ def submit(path: Path) -> list[str]:
     return [s.id for s in specs]
 
 
-def jobs_table(store: StateStore) -> list[dict[str, Any]]:
+def jobs_table(store: StateStore, *, offers: Sequence[Offer] = (),
+               now_s: float | None = None) -> list[dict[str, Any]]:
+    """One row per job, times as ISO strings (UTC). With `offers` and `now_s` (what
+    `status_context` reads), each row also says when the job should finish (`eta`: at the
+    rate of the offer it runs on, or for a job without an instance its best offer plus a
+    cold start) and whether that keeps its deadline (`deadline_status`: met | missed (+H h)
+    for finished jobs; on track | at risk | missed for the others; cancelled)."""
+    from policies.costs import relative_throughput
+
     loaded, _ = store.load()
+    by_id = {o.id: o for o in offers}
     out = []
     for job in loaded.jobs:
         row = loaded.rows.get(job.id)
         phase = Phase(row.phase).name.lower() if row is not None else "pending"
+        cancelled = loaded.status.get(job.id) == CANCELLED
+        deadline_s = job.deadline.timestamp()
+        finished = row.finished_at_s if row is not None else None
+        eta: float | None = None
+        if finished is not None and not math.isnan(finished):
+            eta = finished
+            verdict = ("met" if finished <= deadline_s
+                       else f"missed (+{(finished - deadline_s) / 3600.0:.1f} h)")
+        elif cancelled:
+            verdict = "cancelled"
+        elif now_s is None:
+            verdict = "?"
+        else:
+            remaining = job.work_gpu_hours - (row.progress_gpu_h if row is not None else 0.0)
+            here = by_id.get(row.offer_id or "") if row is not None else None
+            rates = [relative_throughput(job, o.gpu_type) * job.gpus
+                     for o in ([here] if here is not None else offers)
+                     if job.allows(o.gpu_type)]
+            rate = max(rates, default=0.0)
+            if rate > 0:
+                start_s = max(now_s, job.start.timestamp())
+                ready = row.ready_at_s if row is not None and here is not None else None
+                wait_h = (0.0 if here is not None else job.cold_start_h)
+                if ready is not None and not math.isnan(ready) and ready > start_s:
+                    start_s = ready
+                eta = start_s + (wait_h + remaining / rate) * 3600.0
+            if now_s > deadline_s:
+                verdict = "missed"
+            elif eta is None:
+                verdict = "?"
+            else:
+                verdict = "on track" if eta <= deadline_s else "at risk"
+        held = loaded.held_until_s.get(job.id)
         out.append(
             {
                 "job": job.id,
-                "phase": phase,
+                "phase": "cancelled" if cancelled and phase != "done" else phase,
                 "where": (row.offer_id or "") if row else "",
                 "progress": round(row.progress_gpu_h / job.work_gpu_hours, 4) if row else 0.0,
                 "usd": round(row.usd, 4) if row else 0.0,
                 "kg_co2": round(row.kg_co2, 4) if row else 0.0,
                 "migrations": row.migrations if row else 0,
                 "preemptions": row.preemptions if row else 0,
+                "eta": _iso(eta),
                 "deadline": job.deadline.isoformat(),
+                "deadline_status": verdict,
+                "held_until": _iso(held) if held is not None and (
+                    math.isinf(held) or now_s is None or held > now_s) else None,
             }
         )
     return out
 
 
+def status_context() -> tuple[tuple[Offer, ...], float]:
+    """The configured world's offers and time, read without building the world (nothing
+    is written: a read command on a fresh home leaves it as it was)."""
+    import json
+
+    from orchestrator.clock import SystemClock
+    from orchestrator.live.world import home, load_settings, local_offers
+
+    settings = load_settings()
+    now = SystemClock().now()
+    if settings.scenario:
+        clock = home() / "clock.json"
+        real0 = (datetime.fromisoformat(json.loads(clock.read_text())["real_origin"])
+                 if clock.is_file() else now)
+        now = settings.start + (now - real0) * settings.speed
+    offers = local_offers() if settings.world == "local" else ()
+    return offers, now.timestamp()
+
+
 def events_table(store: StateStore, job_id: str) -> list[dict[str, Any]]:
     return [
         {
+            "time": _iso(e.time_s),
             "time_s": e.time_s,
             "kind": e.kind.value,
             "offer": e.offer_id,
@@ -124,19 +201,25 @@ class ManualMove:
     """A policy that asks for exactly one move: the CLI's request, through the same loop."""
 
     job: int
-    offer: int
+    offer: int | None  # None: stop it (`jobs cancel`)
     reason: str
     name: str = "manual"
+    manual: bool = True  # not filtered by the operator's cancels and holds
 
     def __call__(self, snapshot: Snapshot) -> Decision:
         return Decision({self.job: Intent(self.offer, self.reason)})
 
 
 def migrate(
-    job_id: str, region: str, *, market: str | None, dry_run: bool, force: bool
+    job_id: str, region: str, *, market: str | None, dry_run: bool, force: bool,
+    hold_h: float | None = None,
 ) -> dict[str, Any]:
     """Plan (and unless `dry_run`, start) a move of `job_id` to `region`. Refuses, naming
-    why, a move that would miss the deadline or break the budget, unless `force`."""
+    why, a move that would miss the deadline or break the budget, unless `force`. With
+    `hold_h`, the job is then held there that many hours (`hold`), so the policy does not
+    move it straight back."""
+    if hold_h is not None:
+        _check_hours(hold_h, "--hold")
     world = configured_world()
     store = world.open_store()
     live = live_controller(world, store)
@@ -156,6 +239,8 @@ def migrate(
     fleet = controller.fleet
     if fleet.phase[j] == Phase.DONE:
         raise InputError("", "JOB", "a job that is not done", got=f"{job_id} is done")
+    if j in live.cancelled:
+        raise InputError("", "JOB", "a job that is not cancelled", got=f"{job_id} is cancelled")
     if j in controller.busy:
         raise InputError(
             "",
@@ -221,6 +306,7 @@ def migrate(
         "usd_to_finish": round(usd_to_finish, 2),
         "refused": refusals,
         "started": False,
+        "held_until": None,
     }
     if refusals and not force:
         raise InputError(
@@ -232,20 +318,118 @@ def migrate(
         )
     if dry_run:
         return plan
-    live.policy = ManualMove(j, dst, f"manual: heliotrope migrate --to {region}")
-    # A running controller commits every tick, so ours may be refused (VersionConflict:
-    # nothing of it was written). Then tick again from what the store holds now.
+    _manual_tick(live, ManualMove(j, dst, f"manual: heliotrope migrate --to {region}"),
+                 f"migrate {job_id}")
+    plan["started"] = True
+    if hold_h is not None:
+        # The move is in progress (the policy cannot touch the job); held from here on.
+        plan["held_until"] = _iso(hold(job_id, hold_h, store=store, now_s=now.timestamp()))
+    return plan
+
+
+def _manual_tick(live: LiveController, policy: ManualMove, what: str) -> None:
+    """One controller tick whose policy is the operator's request. A running controller
+    commits every tick, so ours may be refused (VersionConflict: nothing of it was
+    written); then tick again from what the store holds now."""
+    live.policy = policy
     for _ in range(MIGRATE_TRIES):
         live.reload()  # with the manual policy, from the store
         refused = live.conflicts
         live.tick()
         if live.conflicts == refused:
-            plan["started"] = True
-            return plan
+            return
     raise TransientError(
-        f"migrate {job_id}: another controller committed first {MIGRATE_TRIES} times in a "
+        f"{what}: another controller committed first {MIGRATE_TRIES} times in a "
         "row; nothing was started, try again"
     )
+
+
+def _check_hours(hours: float, name: str) -> None:
+    if not (hours > 0 and math.isfinite(hours)):
+        raise InputError("", name, "a positive number of hours", got=hours,
+                         fix="e.g. --hold 6 (or `heliotrope jobs hold JOB` until released)")
+
+
+def _iso(s: float | None) -> str | None:
+    if s is None:
+        return None
+    if math.isinf(s):
+        return "until released"
+    return datetime.fromtimestamp(s, UTC).isoformat()
+
+
+def _known_job(loaded: LoadedFleet, job_id: str) -> int:
+    for j, job in enumerate(loaded.jobs):
+        if job.id == job_id:
+            return j
+    raise InputError("", "JOB", "a submitted job", got=repr(job_id),
+                     fix="see `heliotrope jobs list`")
+
+
+def hold(job_id: str, hours: float | None, *, store: StateStore | None = None,
+         now_s: float | None = None) -> float:
+    """Hold `job_id` where it runs for `hours` (None: until `release`): the policy's
+    intents for it are ignored while it holds an instance. Returns until when (seconds)."""
+    if hours is not None:
+        _check_hours(hours, "--hours")
+    if store is None or now_s is None:
+        world = configured_world()
+        store = store or world.open_store()
+        now_s = world.clock.now().timestamp() if now_s is None else now_s
+    loaded, _ = store.load()
+    _known_job(loaded, job_id)
+    row = loaded.rows.get(job_id)
+    if row is not None and row.phase == Phase.DONE:
+        raise InputError("", "JOB", "a job that is not done", got=f"{job_id} is done")
+    if loaded.status.get(job_id) == CANCELLED:
+        raise InputError("", "JOB", "a job that is not cancelled", got=f"{job_id} is cancelled")
+    until = math.inf if hours is None else now_s + hours * 3600.0
+    store.set_control(job_id, held_until_s=until)
+    return until
+
+
+def release(job_id: str) -> bool:
+    """End a hold; False when the job was not held."""
+    store = configured_world().open_store()
+    loaded, _ = store.load()
+    _known_job(loaded, job_id)
+    was = job_id in loaded.held_until_s
+    store.set_control(job_id, held_until_s=None)
+    return was
+
+
+def cancel(job_id: str) -> dict[str, Any]:
+    """Cancel a job: it is stopped through the provider (the job checkpoints on SIGTERM;
+    its checkpoints stay where they are), ends `cancelled` and no controller places it
+    again (the cancel is stored first, so a running controller that ticks in between
+    stops it too)."""
+    world = configured_world()
+    store = world.open_store()
+    loaded, _ = store.load()
+    j = _known_job(loaded, job_id)
+    row = loaded.rows.get(job_id)
+    if loaded.status.get(job_id) == CANCELLED:
+        raise InputError("", "JOB", "a job that is not cancelled",
+                         got=f"{job_id} is cancelled already")
+    if row is not None and row.phase == Phase.DONE:
+        raise InputError("", "JOB", "a job that is not done", got=f"{job_id} is done")
+    if any(m.job_id == job_id for m in loaded.migrations):
+        raise InputError("", "JOB", "a job with no migration in progress",
+                         got=f"{job_id} is being migrated",
+                         fix="wait for the move to end (`heliotrope events JOB`), then cancel")
+    instance = row.instance_id if row is not None else None
+    store.set_control(job_id, status=CANCELLED, held_until_s=None)
+    live = live_controller(world, store)
+    _manual_tick(live, ManualMove(j, None, "cancelled: heliotrope jobs cancel"),
+                 f"cancel {job_id}")
+    after = store.load()[0].rows.get(job_id)
+    return {
+        "job": job_id,
+        "stopped": instance,
+        "checkpoint_at": (after.checkpoint_offer_id if after is not None else None),
+        "progress": round(after.progress_gpu_h / loaded.jobs[j].work_gpu_hours, 4)
+        if after is not None else 0.0,
+    }
 
 
 def preempt(job_id: str) -> str:
@@ -279,13 +463,17 @@ def run(
 ) -> LiveController:
     world = configured_world()
     live = live_controller(world, world.open_store(), locked=True)
-    live.run(
-        once=once,
-        interval_s=interval_s or world.settings.interval_s,
-        until_done=until_done,
-        max_ticks=max_ticks,
-        on_tick=on_tick,
-    )
+    try:
+        live.run(
+            once=once,
+            interval_s=interval_s or world.settings.interval_s,
+            until_done=until_done,
+            max_ticks=max_ticks,
+            on_tick=on_tick,
+        )
+    finally:
+        if live.lock is not None:  # a standby may take over now, not when we are collected
+            live.lock.release()
     return live
 
 
@@ -333,3 +521,185 @@ def explain(store: StateStore, job_id: str) -> list[str]:
         lines += text
         last = dict(d)
     return lines
+
+
+# -- logs ----------------------------------------------------------------------------------
+
+CLOUD_LOGS = ("on AWS: `aws ec2 get-console-output --instance-id ID`; on GCP: `gcloud "
+              "compute instances get-serial-port-output NAME --zone ZONE` (the instance of "
+              "each launch: `heliotrope events JOB`)")
+
+
+def _log_instance(store: StateStore, job_id: str) -> str | None:
+    """The job's current instance, else the last one it had."""
+    loaded, _ = store.load()
+    _known_job(loaded, job_id)
+    row = loaded.rows.get(job_id)
+    if row is not None and row.instance_id:
+        return row.instance_id
+    last = [e.instance_id for e in store.history(job_id) if e.instance_id]
+    return last[-1] if last else None
+
+
+def log_file(world: World, store: StateStore, job_id: str) -> tuple[str, Path] | None:
+    """(instance, its stdout.log) of the job's current or last instance; None if it has
+    not run. Only the local world keeps job output (`InputError` elsewhere)."""
+    if world.local is None:
+        raise InputError("", "logs", "a local world (world: local in config.yaml)",
+                         got=f"world: {world.settings.world}, whose job output stays on the "
+                             "cloud", fix=CLOUD_LOGS)
+    instance = _log_instance(store, job_id)
+    if instance is None:
+        return None
+    where = world.local.instance_dir(instance)
+    return (instance, where / "stdout.log") if where is not None else None
+
+
+def logs(job_id: str, write: Any, *, follow: bool = False, poll_s: float = 0.5,
+         max_s: float | None = None) -> int:
+    """Write the job's output (`write(text)`); with `follow`, keep writing what it adds,
+    across its later instances, until the job is done or cancelled (or `max_s` wall
+    seconds, or Ctrl-C). Returns the bytes written."""
+    import time
+
+    world = configured_world()
+    store = world.open_store()
+    found = log_file(world, store, job_id)
+    if found is None and not follow:
+        raise InputError("", "JOB", "a job that has been launched", got=f"{job_id} has not run "
+                         "yet", fix="see `heliotrope status`; or `logs --follow` to wait")
+    started = time.monotonic()
+    written, offset, current = 0, 0, None
+    while True:
+        if found is not None:
+            instance, path = found
+            if instance != current:
+                if current is not None:
+                    write(f"--- {job_id}: now on instance {instance} ---\n")
+                current, offset = instance, 0
+            if path.is_file():
+                with path.open("rb") as f:
+                    f.seek(offset)
+                    chunk = f.read()
+                offset += len(chunk)
+                if chunk:
+                    write(chunk.decode("utf-8", errors="replace"))
+                    written += len(chunk)
+        if not follow:
+            return written
+        loaded, _ = store.load()
+        row = loaded.rows.get(job_id)
+        over = (row is not None and row.phase == Phase.DONE) or (
+            loaded.status.get(job_id) == CANCELLED and not (row and row.instance_id))
+        if over and found is not None and _drained(found[1], offset):
+            return written
+        if max_s is not None and time.monotonic() - started >= max_s:
+            return written
+        time.sleep(poll_s)
+        found = log_file(world, store, job_id)
+
+
+def _drained(path: Path, offset: int) -> bool:
+    return not path.is_file() or path.stat().st_size <= offset
+
+
+# -- cost report ---------------------------------------------------------------------------
+
+def cost_report(since: datetime | None = None) -> dict[str, Any]:
+    """What the fleet spent and emitted since `since` (default: ever), per job and by
+    region and market, against an on-demand baseline: each hour a job held an instance,
+    priced at the on-demand price of the same instance type in the same region, by the
+    signals as they are now (egress is the same for both).
+
+    Built from the job's events, which carry its running totals: what accrued between two
+    events is booked to the offer the job held in between (a launch sets it; a stop, a
+    preemption or the finish clears it)."""
+    from policies.costs import JobOfferFit
+
+    world = configured_world()
+    store = world.open_store()
+    loaded, _ = store.load()
+    now_s = world.clock.now().timestamp()
+    since_s = since.timestamp() if since is not None else -math.inf
+    offers = {o.id: k for k, o in enumerate(world.offers)}
+    fit = JobOfferFit.build(loaded.jobs, world.offers)
+    try:
+        frame = world.view(store).frame(now_s)
+        price = frame.grid.usd_per_hour[frame.k]
+    except TransientError:
+        price = None
+    od_of: dict[tuple[str, str], int] = {}
+    for k, o in enumerate(world.offers):
+        if o.market is Market.ON_DEMAND:
+            od_of.setdefault((o.region, o.instance_type), k)
+
+    places: dict[tuple[str, str], dict[str, float]] = {}
+    jobs: list[dict[str, Any]] = []
+    for j, job in enumerate(loaded.jobs):
+        usd = kg = egress = hours = od_usd = 0.0
+        od_known = True
+        where: str | None = None
+        t, last_usd, last_kg = None, 0.0, 0.0
+        row = loaded.rows.get(job.id)
+        marks: list[tuple[float, float | None, float | None, Event | None]] = [
+            (e.time_s, e.data.get("usd"), e.data.get("kg_co2"), e)
+            for e in store.history(job.id) if "usd" in e.data]
+        if row is not None:  # the row: accrued until the last committed tick
+            marks.append((loaded.accrued_until_s or now_s, row.usd, row.kg_co2, None))
+        for time_s, total_usd, total_kg, e in marks:
+            d_usd, d_kg = float(total_usd or 0.0) - last_usd, float(total_kg or 0.0) - last_kg
+            e_egress = float(e.data.get("egress_usd", 0.0)) if e is not None and \
+                e.kind is EventKind.LAUNCHED else 0.0
+            d_usd -= e_egress
+            if t is not None and where is not None and time_s > t:
+                share = max(0.0, min(1.0, (time_s - max(t, since_s)) / (time_s - t)))
+                d_usd, d_kg = d_usd * share, d_kg * share
+                h = (time_s - max(t, since_s)) / 3600.0 if share > 0 else 0.0
+                ko = offers.get(where)
+                offer = world.offers[ko] if ko is not None else None
+                key = ((offer.region, offer.market.value) if offer is not None
+                       else (where, "?"))
+                place = places.setdefault(key, {"usd": 0.0, "kg_co2": 0.0, "hours": 0.0})
+                place["usd"] += d_usd
+                place["kg_co2"] += d_kg
+                place["hours"] += max(h, 0.0)
+                usd, kg, hours = usd + d_usd, kg + d_kg, hours + max(h, 0.0)
+                od: int | None = (od_of.get((offer.region, offer.instance_type))
+                                  if offer else None)
+                if od is None or price is None or math.isnan(price[od]) or ko is None:
+                    od_known = False
+                else:
+                    od_usd += max(h, 0.0) * float(price[od]) * int(fit.instances[j, ko])
+            if e is not None and time_s >= since_s:
+                egress += e_egress
+                usd += e_egress
+                od_usd += e_egress
+            if e is not None:
+                if e.kind is EventKind.LAUNCHED:
+                    where = e.offer_id or None
+                elif e.kind in (EventKind.TERMINATED, EventKind.PREEMPTED, EventKind.FINISHED):
+                    where = None
+            t, last_usd, last_kg = time_s, float(total_usd or 0.0), float(total_kg or 0.0)
+        jobs.append({"job": job.id, "usd": round(usd, 4), "kg_co2": round(kg, 4),
+                     "egress_usd": round(egress, 4), "instance_hours": round(hours, 3),
+                     "on_demand_usd": round(od_usd, 4) if od_known else None,
+                     "saved_pct": _saved(usd, od_usd) if od_known else None})
+    fleet_usd = sum(r["usd"] for r in jobs)
+    known = all(r["on_demand_usd"] is not None for r in jobs)
+    fleet_od = sum(r["on_demand_usd"] or 0.0 for r in jobs)
+    return {
+        "since": since.isoformat() if since is not None else None,
+        "until": datetime.fromtimestamp(now_s, UTC).isoformat(),
+        "jobs": jobs,
+        "by_place": [{"region": r, "market": m, "usd": round(v["usd"], 4),
+                      "kg_co2": round(v["kg_co2"], 4), "instance_hours": round(v["hours"], 3)}
+                     for (r, m), v in sorted(places.items())],
+        "fleet": {"usd": round(fleet_usd, 4), "kg_co2": round(sum(r["kg_co2"] for r in jobs), 4),
+                  "egress_usd": round(sum(r["egress_usd"] for r in jobs), 4),
+                  "on_demand_usd": round(fleet_od, 4) if known else None,
+                  "saved_pct": _saved(fleet_usd, fleet_od) if known else None},
+    }
+
+
+def _saved(usd: float, baseline: float) -> float | None:
+    return round(100.0 * (1.0 - usd / baseline), 1) if baseline > 0 else None

@@ -18,6 +18,12 @@ Per tick:
    version read in 1. A `VersionConflict` means another controller acted: nothing of ours
    is written, and the next tick starts from the store again.
 
+Operator controls (`heliotrope jobs cancel / hold`, `migrate --hold`; stored with the job):
+the policy's intents for a cancelled job are replaced by "stop it" while it holds an
+instance and dropped after; a held job's intents are dropped while it holds an instance
+and the hold lasts (a held job that lost its instance may be placed again, so a hold never
+strands a job). A manual policy (`manual = True`: `migrate`, `cancel`) is not filtered.
+
 With a `FleetLock` (`lock=`), a tick first takes or re-checks the fleet lock; when another
 controller holds it, this one is a standby: it acts on nothing, forgets its cached fleet
 and keeps only the time, so that on taking over it reloads from the store and accrues from
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from orchestrator import failpoints
@@ -37,12 +44,24 @@ from orchestrator.live.driver import MigrationDriver, StoreUri
 from orchestrator.live.fleet_lock import FleetLock
 from orchestrator.loop import Controller, EventLog, LoopOptions
 from orchestrator.migration import Limits
-from orchestrator.model import Event, EventKind, JobSpec, Market, Offer, Phase, SignalKind
+from orchestrator.model import (
+    Decision,
+    Event,
+    EventKind,
+    Intent,
+    JobSpec,
+    Market,
+    Offer,
+    Phase,
+    SignalKind,
+    Snapshot,
+)
 from orchestrator.signals.grid import SignalGrid
 from orchestrator.signals.sources.keys import spot_key
 from orchestrator.signals.view import OBSERVED_SOURCE, SignalView, as_view
 from orchestrator.state import (
     JobRow,
+    LoadedFleet,
     SignalSample,
     StateStore,
     fleet_from_rows,
@@ -52,6 +71,36 @@ from policies.base import Policy
 from providers.base import ComputeProvider
 
 logger = logging.getLogger(__name__)
+
+CANCELLED = "cancelled"
+
+
+@dataclass
+class OperatorControls:
+    """The configured policy, under what the operator decided: `cancelled` jobs (indices)
+    are stopped and never placed again; `held` jobs (index: until when, seconds) keep their
+    instance until the hold ends."""
+
+    policy: Policy
+    cancelled: frozenset[int]
+    held: Mapping[int, float]
+    name: str = ""  # the configured policy's
+
+    def __call__(self, snapshot: Snapshot) -> Decision:
+        intents = dict(self.policy(snapshot).intents)
+        offer = snapshot.fleet.offer
+        for j in self.cancelled:
+            if offer[j] >= 0:
+                intents[j] = Intent(None, "cancelled by the operator")
+            else:
+                intents.pop(j, None)
+        for j, until_s in self.held.items():
+            if j in intents and offer[j] >= 0 and snapshot.now_s < until_s:
+                logger.debug("job %d is held until %s: intent %s ignored", j, until_s,
+                             intents[j])
+                del intents[j]
+        return Decision(intents)
+
 
 
 class LiveController:
@@ -96,6 +145,7 @@ class LiveController:
         self.commits = 0  # ticks whose commit the store accepted
         self.conflicts = 0  # ticks refused with VersionConflict (another writer acted)
         self.standby_ticks = 0  # of `ticks`: skipped, another controller held the lock
+        self.cancelled: frozenset[int] = frozenset()  # of the loaded jobs
 
     def launch_env(self, job: JobSpec, offer: Offer) -> Mapping[str, str]:
         return {
@@ -145,8 +195,7 @@ class LiveController:
                 return
             if (
                 until_done
-                and self.controller is not None
-                and self.controller.all_done
+                and self.finished
                 and not self.driver.open
             ):
                 return
@@ -163,7 +212,7 @@ class LiveController:
             loaded.jobs,
             self.view,
             self.provider,
-            self.policy,
+            self._controlled(loaded),
             EventLog(),
             self.options,
             mover=self.driver,
@@ -179,6 +228,26 @@ class LiveController:
         self.controller, self.version = controller, version
         self._stored = dict(loaded.rows)
         return controller
+
+    def _controlled(self, loaded: LoadedFleet) -> Policy:
+        """The policy, under the operator's cancels and holds (module docstring)."""
+        index = {job.id: j for j, job in enumerate(loaded.jobs)}
+        self.cancelled = frozenset(index[i] for i, s in loaded.status.items()
+                                   if s == CANCELLED and i in index)
+        held = {index[i]: t for i, t in loaded.held_until_s.items() if i in index}
+        if getattr(self.policy, "manual", False) or not (self.cancelled or held):
+            return self.policy
+        return OperatorControls(self.policy, self.cancelled, held, name=self.policy.name)
+
+    @property
+    def finished(self) -> bool:
+        """Every job done, or cancelled and stopped."""
+        c = self.controller
+        if c is None:
+            return False
+        phase, offer = c.fleet.phase, c.fleet.offer
+        return all(phase[j] == Phase.DONE or (j in self.cancelled and offer[j] < 0)
+                   for j in range(len(c.jobs)))
 
     def _observed(self, events: Sequence[Event]) -> None:
         """What this tick learned about spot capacity, as samples: a spot launch refused for

@@ -28,6 +28,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
 from orchestrator.model import Event, JobId, JobSpec, SignalKind
+from orchestrator.state.checks import UNSET, Unset
 from orchestrator.state.memory import MemoryJobClaim, MemoryStateStore
 from orchestrator.state.records import (
     SAMPLE_COLUMNS,
@@ -92,6 +93,14 @@ class StateStore(Protocol):
         accrued (`accrued_until_s`, when given; `load` returns it), and bump the fleet
         version from `expected_version`; return the new version. `VersionConflict` if the
         version is no longer `expected_version` (nothing written)."""
+        ...
+
+    def set_control(self, job_id: JobId, *, status: str | None = None,
+                    held_until_s: float | Unset | None = UNSET) -> int:
+        """What an operator decided about a job: its `status` (``active`` | ``cancelled``)
+        and until when it is held where it runs (`held_until_s`, seconds since the epoch;
+        ``math.inf`` until released; None: not held; left out: unchanged). Bumps the fleet
+        version, so running controllers reload; returns it. Unknown job: `InputError`."""
         ...
 
     def claim_jobs(self, n: int) -> AbstractContextManager[JobClaim]:

@@ -36,6 +36,24 @@ def check_unique(ids: Sequence[JobId]) -> None:
                          fix="give every job its own name")
 
 
+JOB_STATUSES = ("active", "cancelled")
+
+
+class Unset:
+    """`set_control`'s "leave the hold as it is" (None clears it)."""
+
+
+UNSET = Unset()
+
+
+def check_control(status: str | None, held_until_s: float | Unset | None) -> None:
+    if status is not None and status not in JOB_STATUSES:
+        raise InputError("state store", "status", " or ".join(JOB_STATUSES), got=repr(status))
+    if isinstance(held_until_s, float | int) and math.isnan(held_until_s):
+        raise InputError("state store", "held_until_s", "a time in seconds (inf: until "
+                         "released) or None", got="NaN")
+
+
 def duplicate_jobs(ids: Sequence[JobId]) -> InputError:
     return InputError("jobs", "id", "job ids not submitted before", got=", ".join(ids),
                       fix="rename the jobs, or see `heliotrope jobs list`")

@@ -16,7 +16,10 @@ from typing import Any
 from orchestrator.clock import Clock, SystemClock
 from orchestrator.model import Event, JobId, JobSpec, Phase, SignalKind
 from orchestrator.state.checks import (
+    UNSET,
+    Unset,
     check_claimed,
+    check_control,
     check_migrations,
     check_unique,
     duplicate_jobs,
@@ -57,6 +60,8 @@ class MemoryStateStore:
         self._version = 0
         self._accrued_until_s: float | None = None
         self._claimed: set[JobId] = set()
+        self._status: dict[JobId, str] = {}
+        self._held_until_s: dict[JobId, float] = {}
 
     def __repr__(self) -> str:
         return f"MemoryStateStore({len(self._jobs)} jobs, version {self._version})"
@@ -96,9 +101,24 @@ class MemoryStateStore:
                 rows=dict(self._rows),
                 migrations=tuple(self._open()),
                 submitted_at=dict(self._submitted_at),
-                status=dict.fromkeys(self._jobs, "active"),
+                status={i: self._status.get(i, "active") for i in self._jobs},
                 accrued_until_s=self._accrued_until_s,
+                held_until_s=dict(self._held_until_s),
             ), self._version
+
+    def set_control(self, job_id: JobId, *, status: str | None = None,
+                    held_until_s: float | Unset | None = UNSET) -> int:
+        check_control(status, held_until_s)
+        with self._lock:
+            self._known({job_id})
+            if status is not None:
+                self._status[job_id] = status
+            if held_until_s is None:
+                self._held_until_s.pop(job_id, None)
+            elif not isinstance(held_until_s, Unset):
+                self._held_until_s[job_id] = float(held_until_s)
+            self._version += 1
+            return self._version
 
     def _known(self, ids: set[JobId]) -> None:
         unknown = sorted(ids - self._jobs.keys())

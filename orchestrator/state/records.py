@@ -163,6 +163,7 @@ class LoadedFleet:
     submitted_at: Mapping[JobId, datetime]
     status: Mapping[JobId, str]
     accrued_until_s: float | None = None  # the fleet is accounted up to here (None: never)
+    held_until_s: Mapping[JobId, float] = field(default_factory=dict)  # held jobs only
 
 
 # -- conversions ----------------------------------------------------------------------------

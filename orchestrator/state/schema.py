@@ -66,7 +66,8 @@ jobs = sa.Table(
     sa.Column("checkpoint_interval_h", sa.Double(), nullable=False),
     sa.Column("command", sa.JSON(), nullable=True),  # argv a live instance runs
     sa.Column("submitted_at", UTCDateTime(), nullable=False),
-    sa.Column("status", sa.String(), nullable=False),
+    sa.Column("status", sa.String(), nullable=False),  # active | cancelled
+    sa.Column("held_until_s", sa.Float(), nullable=True),  # `jobs hold`: until when (0004)
 )
 
 job_state = sa.Table(

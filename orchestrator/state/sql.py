@@ -39,7 +39,10 @@ from orchestrator.errors import HeliotropeError, InputError, PermanentError, Tra
 from orchestrator.model import Event, EventKind, JobId, JobSpec, Phase, SignalKind
 from orchestrator.state import schema as t
 from orchestrator.state.checks import (
+    UNSET,
+    Unset,
     check_claimed,
+    check_control,
     check_migrations,
     check_unique,
     duplicate_jobs,
@@ -499,8 +502,27 @@ class SqlStateStore:
                 submitted_at={r["id"]: r["submitted_at"] for r in job_rows},
                 status={r["id"]: r["status"] for r in job_rows},
                 accrued_until_s=meta.accrued_until_s,
+                held_until_s={r["id"]: r["held_until_s"] for r in job_rows
+                              if r["held_until_s"] is not None},
             )
         return fleet, version
+
+    def set_control(self, job_id: JobId, *, status: str | None = None,
+                    held_until_s: float | Unset | None = UNSET) -> int:
+        check_control(status, held_until_s)
+        values: dict[str, Any] = {}
+        if status is not None:
+            values["status"] = status
+        if not isinstance(held_until_s, Unset):
+            values["held_until_s"] = held_until_s
+        with self._write([job_id]) as conn:
+            if not self._existing([job_id], conn):
+                raise unknown_jobs([job_id])
+            if values:
+                conn.execute(sa.update(t.jobs).where(t.jobs.c.id == job_id).values(**values))
+            conn.execute(sa.update(t.meta).where(t.meta.c.id == 1)
+                         .values(version=t.meta.c.version + 1))
+            return self._version(conn)
 
     def commit(self, events: Sequence[Event], rows: Mapping[JobId, JobRow], *,
                expected_version: int, migrations: Sequence[MigrationRecord] = (),

@@ -43,6 +43,7 @@ class AzureSettings(BaseModel):
     os_disk_type: str = "Premium_LRS"
     accelerated_networking: bool = True
     managed_identity: str | None = None
+    poll_interval_s: float = Field(default=5.0, ge=0)  # between polls of an ARM operation
     arm_endpoint: str | None = None  # another Azure cloud's Resource Manager, or a test server
     prices_endpoint: str | None = None
 
@@ -83,6 +84,7 @@ def build(z: AzureSettings, ctx: BuildContext) -> AzureProvider:
         "os_disk_type": z.os_disk_type,
         "accelerated_networking": z.accelerated_networking,
         "managed_identity": z.managed_identity,
+        "poll_interval_s": z.poll_interval_s,
     }
     if z.image:
         config["image"] = z.image

@@ -198,3 +198,82 @@ def cloud_fakes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Clo
 
 def json_out(text: str) -> Any:
     return json.loads(text)
+
+
+# -- Azure and Kubernetes ---------------------------------------------------------------------
+
+KUBE_CONTEXTS = ("onprem", "gpucloud")
+
+
+@dataclass
+class NewCloudFakes:
+    """The Azure suite's fake Resource Manager (with the Retail Prices API) and the
+    Kubernetes suite's two fake API servers (an on-premises pool, a GPU cloud) behind a
+    kubeconfig: what the registry builds Azure and Kubernetes providers against."""
+
+    arm: Any  # tests.providers.azure.fake_arm.FakeArm
+    kube: dict[str, Any]  # context -> tests.providers.kubernetes.fake_kube.FakeKube
+    kubeconfig: Path
+
+    def azure_section(self) -> dict[str, Any]:
+        from tests.providers.azure.support import REGIONS, RESOURCE_GROUP, SSH_KEY, SUBNETS
+        from tests.providers.azure.support import SUBSCRIPTION as AZURE_SUBSCRIPTION
+
+        return {"subscription_id": AZURE_SUBSCRIPTION, "resource_group": RESOURCE_GROUP,
+                "regions": list(REGIONS), "subnet_ids": dict(SUBNETS),
+                "ssh_public_key": SSH_KEY, "prices_endpoint": self.arm.url,
+                "poll_interval_s": 0.0}
+
+    def k8s_section(self) -> dict[str, Any]:
+        return {
+            "kubeconfig": str(self.kubeconfig),
+            "image": "registry.example/trainer:1",
+            "contexts": [
+                {"context": "onprem", "grid_zone": "DE",
+                 "usd_per_gpu_hour": {"A100-80GB": 1.10, "L4": 0.35}},
+                {"context": "gpucloud", "grid_zone": "US-MIDA-PJM", "pue": 1.25,
+                 "usd_per_gpu_hour": {"H100": 2.49}, "spot_usd_per_gpu_hour": {"H100": 1.25}},
+            ],
+        }
+
+    def access(self, base: CloudAccess | None = None,
+               sleep: Callable[[float], None] | None = None) -> CloudAccess:
+        """`base`'s access (AWS, GCP) plus Azure's credential and transport."""
+        from providers.azure.spec import AzureAccess
+        from tests.providers.azure.fake_arm import FakeCredential
+
+        clouds = dict(base.clouds) if base is not None else {}
+        clouds["azure"] = AzureAccess(credential=FakeCredential(), transport=self.arm.transport())
+        return CloudAccess(clouds, sleep=sleep or (base.sleep if base else None)
+                           or (lambda s: None))
+
+    def label_spot(self, context: str, node: str, *, value: str = "spot") -> None:
+        """The cluster's part: node `node` of `context` is in a spot node pool now."""
+        [found] = [n for n in self.kube[context].nodes if n["metadata"]["name"] == node]
+        found["metadata"]["labels"]["karpenter.sh/capacity-type"] = value
+
+
+@contextlib.contextmanager
+def open_new_cloud_fakes(tmp_path: Path) -> Iterator[NewCloudFakes]:
+    from tests.providers.azure.fake_arm import FakeArm
+    from tests.providers.azure.support import RESOURCE_GROUP
+    from tests.providers.azure.support import SUBSCRIPTION as AZURE_SUBSCRIPTION
+    from tests.providers.kubernetes.fake_kube import FakeKube
+    from tests.providers.kubernetes.support import write_kubeconfig
+
+    arm = FakeArm(AZURE_SUBSCRIPTION, RESOURCE_GROUP, record_globally=False).start()
+    kube = {"onprem": FakeKube("nodes_onprem.json", record_globally=False).start(),
+            "gpucloud": FakeKube("nodes_gpucloud.json", token="other-cluster-token",
+                                 record_globally=False).start()}
+    try:
+        yield NewCloudFakes(arm, kube, write_kubeconfig(tmp_path / "kubeconfig", kube))
+    finally:
+        arm.stop()
+        for fake in kube.values():
+            fake.stop()
+
+
+@pytest.fixture
+def new_cloud_fakes(tmp_path: Path) -> Iterator[NewCloudFakes]:
+    with open_new_cloud_fakes(tmp_path) as fakes:
+        yield fakes

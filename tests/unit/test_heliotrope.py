@@ -303,10 +303,10 @@ def test_lifetime_tracker_learns_young_deaths_and_outages() -> None:
 
 
 def test_an_idle_job_waits_for_the_cheap_zone_that_comes_back_soon() -> None:
-    """Offer 3 (8 $/h) is down now; its outages last one tick. With 2 h of slack the job
-    waits for it rather than launch at once on offer 1 (10 $/h); without the waiting option
-    it launches on offer 1."""
+    """Offer 3 (8 $/h) is down now; its outages last one tick. With 2 h of slack and the
+    waiting option the job waits for it rather than launch at once on offer 1 (10 $/h);
+    without (the default) it launches on offer 1."""
     outages = ([5.0] * 20 + [0.0]) * 3 + [5.0] * 20 + [0.0]
     snap = _with_spot_history(World(now_h=32 - 10.5).snapshot(), {3: outages})
-    assert _target(Heliotrope(), snap) == KEEP
-    assert _target(Heliotrope(wait_for_spot=False), snap) == 1
+    assert _target(Heliotrope(wait_for_spot=True), snap) == KEEP
+    assert _target(Heliotrope(), snap) == 1  # the default: waiting is not an option

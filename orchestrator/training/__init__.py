@@ -20,7 +20,7 @@ from orchestrator.training.notices import (
 )
 from orchestrator.training.rng import capture_rng, restore_rng
 from orchestrator.training.run import STATE_FILE, ResumableRun
-from orchestrator.training.sharded import SHARDED_FORMAT
+from orchestrator.training.shard_layout import SHARDED_FORMAT
 from orchestrator.training.state_io import (
     load_state,
     load_state_files,

@@ -66,10 +66,6 @@ from types import FrameType
 from typing import Any, Final
 
 import torch
-from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
-from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from orchestrator.checkpoints import (
     CheckpointExists,
@@ -89,13 +85,7 @@ from orchestrator.training.notices import (
     poll_interval_from_env,
 )
 from orchestrator.training.rng import capture_rng, restore_rng
-from orchestrator.training.sharded import (
-    SHARDED_FORMAT,
-    SafeLoadPlanner,
-    StoreReader,
-    StoreWriter,
-    rank_file,
-)
+from orchestrator.training.shard_layout import SHARDED_FORMAT, rank_file
 from orchestrator.training.state_io import FORMAT, load_state_files, map_tensors, save_state_files
 
 logger = logging.getLogger(__name__)
@@ -344,6 +334,12 @@ class ResumableRun:
 
     def _load_sharded(self, ref: CheckpointRef, gang: Gang | None) -> None:
         """Load a sharded checkpoint (a collective in a distributed run, as it is for DCP)."""
+        from torch.distributed.checkpoint.api import CheckpointException
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+        from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+
+        from orchestrator.training.sharded import SafeLoadPlanner, StoreReader
+
         saved_world = int(self.store.metadata(ref).get("world_size", "1"))
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
         state = {"model": model_sd, "optimizer": optim_sd}
@@ -638,6 +634,12 @@ class ResumableRun:
     ) -> CheckpointRef:
         """Every rank writes its part; rank 0 publishes; every rank gets the same outcome
         (the ref, or the same error type: TransientError when retrying may help)."""
+        from torch.distributed.checkpoint.api import CheckpointException
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+        from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
+
+        from orchestrator.training.sharded import StoreWriter
+
         stale = self._corrupt.pop(completed, None)  # the same on every rank (restore agreed)
         if stale is not None:
             if gang.is_leader:

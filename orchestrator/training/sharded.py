@@ -31,7 +31,7 @@ import pickle
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 import torch
 from torch.distributed.checkpoint._traverse import set_element
@@ -51,19 +51,16 @@ from torch.futures import Future
 
 from orchestrator.checkpoints import CheckpointRef, CheckpointStore, FileEntry, WriteFn
 from orchestrator.errors import PermanentError, TransientError
+from orchestrator.training.shard_layout import (
+    METADATA_FILE,
+    SHARDED_FORMAT,
+    rank_file,
+    shard_file,
+)
 from orchestrator.training.state_io import byte_view
 
-SHARDED_FORMAT: Final = "heliotrope-dcp/1"
-METADATA_FILE: Final = "dcp-metadata"
-
-
-def shard_file(rank: int) -> str:
-    return f"shard-r{rank:05d}"
-
-
-def rank_file(rank: int) -> str:
-    return f"rank-r{rank:05d}"
-
+__all__ = ["METADATA_FILE", "SHARDED_FORMAT", "Piece", "SafeLoadPlanner", "StoreReader",
+           "StoreWriter", "portable", "rank_file", "read_metadata", "shard_file"]
 
 @dataclass(frozen=True, slots=True)
 class Piece:

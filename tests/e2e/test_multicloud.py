@@ -16,6 +16,7 @@ here; real deployments use s3:// and gs:// URIs, see docs/providers.md).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -245,3 +246,101 @@ def test_multi_provider_routes_each_instance_to_its_cloud_and_leaves_others_alon
     assert fresh.list_instances(cluster=CLUSTER) == {}
     assert fakes.raw.state(untagged) == "running" and fakes.raw.state(other) == "running"
     assert ("us-central1-a", foreign.name) in fakes.compute.instances
+
+
+# -- through the registry: Azure -> Kubernetes ---------------------------------------------------
+
+AZURE_SPOT_A100 = "azure:eastus:Standard_NC24ads_A100_v4:spot"
+K8S_SPOT_A100 = "k8s:onprem:a100-80gbx1:spot"
+A100_JOB = "lm-a100"
+
+
+def a100_job_doc() -> dict[str, object]:
+    doc = job_doc()
+    [job] = doc["jobs"]  # type: ignore[misc]
+    job.update(name=A100_JOB, gpu_types=["A100-80GB"], throughput={"A100-80GB": 1.0},
+               home_region="eastus")
+    return doc
+
+
+@pytest.mark.timeout(120)
+def test_spot_job_evicted_on_azure_moves_to_a_kubernetes_spot_pool_with_its_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """The same move between the two clouds added through the registry: Azure (the fake
+    Resource Manager through the SDK) and Kubernetes (the fake API servers through the
+    client). The on-premises cluster has a spot pool: one of its A100 nodes is labelled
+    `karpenter.sh/capacity-type=spot` and priced at 0.78 $/GPU-h, between Azure's spot A100
+    in eastus (0.7346 $/h) and in swedencentral (0.8081 $/h)."""
+    from tests.providers.conftest import open_new_cloud_fakes
+
+    with open_new_cloud_fakes(tmp_path) as new:
+        new.label_spot("onprem", "dgx-a100-01")
+        k8s = new.k8s_section()
+        k8s["contexts"][0]["spot_usd_per_gpu_hour"] = {"A100-80GB": 0.78}
+        clock = FakeClock(datetime(2024, 5, 1, 17, 0, tzinfo=UTC))
+        live_settings = LiveSettings(world="clouds", cluster=CLUSTER, policy="spot-failover",
+                                     clouds={
+            "providers": ["azure", "k8s"], "azure": new.azure_section(), "k8s": k8s,
+            "checkpoints": {"default": f"file://{tmp_path}/checkpoints/{{cloud}}/{{region}}"}})
+        world = configured_world(live_settings, clock=clock,
+                                 access=new.access(sleep=clock.sleep))
+        offers = {o.id: o for o in world.offers}
+        assert {AZURE_SPOT_A100, K8S_SPOT_A100} <= set(offers)
+        src_store = CheckpointStore(world.store_uri(offers[AZURE_SPOT_A100]), durable=False)
+        dst_store = CheckpointStore(world.store_uri(offers[K8S_SPOT_A100]), durable=False)
+        store = MemoryStateStore(clock=clock)
+        store.submit(parse_jobs(a100_job_doc(), trace_start=clock.now()))
+        live = live_controller(world, store)
+
+        # 1. The cheapest spot A100: Azure eastus, a Spot VM with eviction policy Delete.
+        assert EventKind.LAUNCHED in [e.kind for e in live.tick()]
+        c = live.controller
+        assert c is not None and c.offers[int(c.fleet.offer[0])].id == AZURE_SPOT_A100
+        [put] = [call for call in new.arm.calls if call.method == "PUT"
+                 and call.action == "Microsoft.Compute/virtualMachines/write"]
+        assert put.body["properties"]["priority"] == "Spot"
+        assert put.body["properties"]["evictionPolicy"] == "Delete"
+        [vm_name] = list(new.arm.vms)
+        for _ in range(2):
+            tick(live, clock)
+        ref = src_store.write(A100_JOB, STEP, {"model.pt": b"w" * 4000},
+                              now_s=clock.now().timestamp())
+
+        # 2. Azure evicts the VM: it is gone (eviction policy Delete).
+        new.arm.evict(vm_name)
+        kinds = tick(live, clock)
+        assert EventKind.PREEMPTED in kinds and EventKind.MIGRATION in kinds
+        [planned] = store.open_migrations()
+        assert (planned.src_offer_id, planned.dst_offer_id) == (AZURE_SPOT_A100, K8S_SPOT_A100)
+
+        # 3. Copied, verified, launched as a pod on the spot node, restored, run, done.
+        for _ in range(30):
+            if c.all_done and not store.open_migrations():
+                break
+            tick(live, clock)
+            c = live.controller
+            assert c is not None
+        assert c.fleet.phase[0] == Phase.DONE and not store.open_migrations()
+        copied = dst_store.latest(A100_JOB)
+        assert copied is not None and copied.manifest_sha256 == ref.manifest_sha256
+        dst_store.verify(copied)
+        assert dst_store.read(copied) == src_store.read(ref)
+
+        onprem = new.kube["onprem"]
+        [create] = onprem.requests_for("pods", "create")
+        pod = create.body
+        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+        assert env["HELIOTROPE_CHECKPOINT_URI"] == dst_store.root_uri
+        assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+        assert "karpenter.sh/capacity-type" in json.dumps(pod["spec"]["affinity"])
+        assert new.kube["gpucloud"].requests_for("pods", "create") == []
+        assert onprem.pods == {}  # deleted once the job finished
+        history = store.history(A100_JOB)
+        assert [e.offer_id for e in history if e.kind is EventKind.LAUNCHED] == [
+            AZURE_SPOT_A100, K8S_SPOT_A100]
+        assert [e.offer_id for e in history if e.kind is EventKind.FINISHED] == [K8S_SPOT_A100]
+        # Nothing else bought: one VM create at Azure, one pod, and no VM left there.
+        assert len([call for call in new.arm.calls if call.method == "PUT" and
+                    call.action == "Microsoft.Compute/virtualMachines/write"]) == 1
+        assert new.arm.vms == {}

@@ -80,19 +80,40 @@ def scaled_limits(speed: float) -> Limits:
 
 
 def submit(path: Path) -> list[str]:
-    world = configured_world()
-    specs = load_jobs(path, trace_start=world.clock.now())
-    with_command = [s for s in specs if not s.command]
-    if with_command:
+    """Submit the jobs of a jobs file to the configured world. Everything is checked before
+    anything is written: a rejected file leaves a fresh home as it was (no database, no
+    folders). Relative paths in a `command:` that name an existing file (from the directory
+    you submit from) are made absolute, since an instance runs in a directory of its own."""
+    offers, now_s = status_context()
+    specs = load_jobs(path, trace_start=datetime.fromtimestamp(now_s, UTC))
+    without = [s for s in specs if not s.command]
+    if without:
         raise InputError(
             str(path),
-            f"job {with_command[0].id!r} command",
+            f"job {without[0].id!r} command",
             "the command a live job runs, e.g. [python, train.py]",
-            fix="add `command:` to the entry (or to `defaults:`)",
+            fix="add `command:` to the entry (or to `defaults:`); "
+                "docs/examples/local-jobs.yaml is a file for this machine",
         )
-    store = world.open_store()
+    if offers:  # the local world: its GPU types are known without building it
+        types = sorted({o.gpu_type for o in offers})
+        for spec in specs:
+            if not any(spec.allows(t) for t in types):
+                raise InputError(
+                    str(path), f"job {spec.id!r} gpu_types",
+                    f"a GPU type this world offers: {', '.join(types)}",
+                    got=", ".join(sorted(spec.gpu_types)),
+                    fix="add one of those to gpu_types (docs/examples/local-jobs.yaml runs "
+                        "on this machine), or use `world: clouds`")
+    specs = tuple(dataclasses.replace(s, command=_absolute(s.command)) for s in specs)
+    store = configured_world().open_store()
     store.submit(specs)
     return [s.id for s in specs]
+
+
+def _absolute(command: Sequence[str]) -> tuple[str, ...]:
+    return tuple(str(Path(a).resolve()) if a and not a.startswith("-") and not
+                 Path(a).is_absolute() and Path(a).is_file() else a for a in command)
 
 
 def jobs_table(store: StateStore, *, offers: Sequence[Offer] = (),
@@ -355,7 +376,7 @@ def _iso(s: float | None) -> str | None:
         return None
     if math.isinf(s):
         return "until released"
-    return datetime.fromtimestamp(s, UTC).isoformat()
+    return datetime.fromtimestamp(round(s), UTC).isoformat()
 
 
 def _known_job(loaded: LoadedFleet, job_id: str) -> int:

@@ -265,11 +265,17 @@ def _progress() -> Progress:
 
 
 def _policies(args: argparse.Namespace) -> int:
+    import shutil
+    import textwrap
+
     from policies.registry import POLICY_NAMES, make_policy
 
+    width = max(60, min(shutil.get_terminal_size((100, 24)).columns, 120))
     for name in POLICY_NAMES:
-        doc = (type(make_policy(name)).__doc__ or "").strip().splitlines()[0]
-        print(f"{name:24s} {doc}")
+        # The docstring's first paragraph, whole, wrapped under its name.
+        first = (type(make_policy(name)).__doc__ or "").strip().split("\n\n")[0]
+        print(textwrap.fill(" ".join(first.split()), width=width, initial_indent=f"{name:24s} ",
+                            subsequent_indent=" " * 25))
     return 0
 
 
@@ -361,13 +367,15 @@ def _print_rows(rows: list[dict[str, Any]], as_json: bool, title: str) -> None:
     if as_json:
         print(json.dumps(rows, indent=2, default=str))
         return
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=title, title_justify="left")
+    table = Table(title=escape(title), title_justify="left")
     for key in rows[0] if rows else ["(none)"]:
-        table.add_column(key)
-    for row in rows:
-        table.add_row(*[f"{v:.3f}" if isinstance(v, float) else str(v) for v in row.values()])
+        table.add_column(escape(key))
+    for row in rows:  # cells are text, not markup: a `[python, train.py]` stays as it is
+        table.add_row(*[escape(f"{v:.3f}" if isinstance(v, float) else str(v))
+                        for v in row.values()])
     out = Console()
     if not out.is_terminal:
         out = Console(width=160)
@@ -417,11 +425,12 @@ def _human(row: dict[str, Any], drop: Sequence[str] = ()) -> dict[str, Any]:
 
 
 def _jobs_show(args: argparse.Namespace) -> int:
-    from orchestrator.live.commands import events_table, jobs_table
+    from orchestrator.live.commands import events_table, jobs_table, status_context
     from orchestrator.live.world import open_configured_store
 
     store = open_configured_store()
-    rows = [r for r in jobs_table(store) if r["job"] == args.job]
+    offers, now_s = status_context()
+    rows = [r for r in jobs_table(store, offers=offers, now_s=now_s) if r["job"] == args.job]
     if not rows:
         raise InputError(
             "", "JOB", "a submitted job", got=repr(args.job), fix="see `heliotrope jobs list`"
@@ -429,8 +438,8 @@ def _jobs_show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**rows[0], "events": events_table(store, args.job)}, indent=2))
         return 0
-    _print_rows(rows, False, f"Job {args.job}")
-    _print_rows(events_table(store, args.job), False, "Events")
+    _print_rows([_human(rows[0])], False, f"Job {args.job}")
+    _print_rows([_human(r) for r in events_table(store, args.job)], False, "Events (times UTC)")
     return 0
 
 
@@ -650,11 +659,11 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _traces_import(args: argparse.Namespace) -> int:
-    from orchestrator.signals.importers import import_shared_data
+    from orchestrator.signals.importers import DATASETS, import_shared_data
     from orchestrator.signals.traces import write_trace
 
     with _progress() as bar:
-        task = bar.add_task("import", total=None)
+        task = bar.add_task("import", total=len(DATASETS) + 1)  # each dataset, then merging
 
         def step(label: str) -> None:
             bar.update(task, description=f"import {label}", advance=1)

@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from orchestrator.live.commands import jobs_table, live_controller
@@ -132,8 +133,8 @@ def run_demo(out: Path, *, steps: int = 240) -> int:
                 EventKind.TERMINATED,
             ):
                 console.print(
-                    f"  {controller.clock.now():%a %H:%M}  {e.job_id:11s} "
-                    f"{e.kind.value:10s} {e.offer_id:36s} {e.detail[:60]}",
+                    escape(f"  {controller.clock.now():%a %H:%M}  {e.job_id:11s} "
+                           f"{e.kind.value:10s} {e.offer_id:36s} {e.detail[:60]}"),
                     highlight=False,
                 )
         c = controller.controller

@@ -158,6 +158,27 @@ _AZURE: Final = _table(
         "uksouth": ("London", "GB", "eu"),  # [map]
         "francecentral": ("Paris", "FR", "eu"),  # [map]
         "germanywestcentral": ("Frankfurt", "DE", "eu"),  # [map]
+        # Azure geographies (region -> data-centre place); EM zone for that place:
+        "canadaeast": ("Quebec City", "CA-QC", "na"),
+        "brazilsouth": ("Sao Paulo State", "BR-CS", "sa"),
+        "ukwest": ("Cardiff", "GB", "eu"),
+        "norwayeast": ("Oslo", "NO-NO1", "eu"),
+        "switzerlandnorth": ("Zurich", "CH", "eu"),
+        "italynorth": ("Milan", "IT-NO", "eu"),
+        "polandcentral": ("Warsaw", "PL", "eu"),
+        "spaincentral": ("Madrid", "ES", "eu"),
+        "southeastasia": ("Singapore", "SG", "asia"),
+        "eastasia": ("Hong Kong", "HK", "asia"),
+        "japaneast": ("Tokyo, Saitama", "JP-TK", "asia"),
+        "japanwest": ("Osaka", "JP-KN", "asia"),
+        "koreacentral": ("Seoul", "KR", "asia"),
+        "centralindia": ("Pune", "IN-WE", "asia"),
+        "southindia": ("Chennai", "IN-SO", "asia"),
+        "australiaeast": ("New South Wales", "AU-NSW", "oceania"),
+        "australiasoutheast": ("Victoria", "AU-VIC", "oceania"),
+        "uaenorth": ("Dubai", "AE", "me"),
+        "qatarcentral": ("Doha", "QA", "me"),
+        "southafricanorth": ("Johannesburg", "ZA", "africa"),
     }
 )
 

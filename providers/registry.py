@@ -12,8 +12,9 @@ knows it. The orchestrator, the CLI, the DAGs and the catalog loop over `specs()
 - `secrets(section)`, `secret_env`, `secret_patterns`: what its check output must never show;
 - `notice_source`: the `HELIOTROPE_NOTICE_SOURCE` of its VMs' preemption notice reader
   (orchestrator/training/notices.py), None where the notice is SIGTERM;
-- `geography` and `egress`: its regions -> grid zones, PUE, zone rule and data-transfer
-  prices, as catalog records (`orchestrator.catalog` registers them; it imports no provider);
+- `geography`, `egress`, `instance_types`: its regions -> grid zones, PUE, zone rule,
+  data-transfer prices and instance types, as catalog records (registered with
+  `orchestrator.catalog` when the registry loads; the catalog imports no provider);
 - `price_sources`, `capacity_sources`: the signal sources of orchestrator/signals/poll.py
   that poll its prices and spot capacity (its family in the signals DAG);
 - `connection_id`: the Airflow Connection holding its credentials for those sources;
@@ -98,6 +99,9 @@ class CloudSpec:
     secrets: Callable[[Any], Sequence[str]] = _no_secrets
     secret_env: tuple[str, ...] = ()  # environment variables whose values are never printed
     secret_patterns: tuple[re.Pattern[str], ...] = ()  # shapes of its credentials
+    # Its instance types -> (GPU type, count), for a cloud the catalog does not know
+    # (`catalog.register_instance_types`); None: the catalog's own table, or none needed.
+    instance_types: catalog.InstanceParser | None = None
 
     @property
     def signal_sources(self) -> tuple[str, ...]:
@@ -132,6 +136,8 @@ def _add(spec: CloudSpec) -> None:
             raise ValueError(f"cloud {spec.name!r}: its geography is {spec.geography.name!r}")
         catalog.register_cloud(spec.geography)
     catalog.register_egress(spec.name, spec.egress)
+    if spec.instance_types is not None:
+        catalog.register_instance_types(spec.name, spec.instance_types)
     _SPECS[spec.name] = spec
 
 

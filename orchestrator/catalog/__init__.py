@@ -7,8 +7,9 @@ this package.
 
 - `gpus`: `GpuSpec` per GPU type (board power, memory, throughput relative to one
   A100-80GB), alias normalisation, and the IT power of an instance (GPUs plus host).
-- `instances`: GPU type and count per instance type (AWS, GCP, Azure, local) and a few
-  on-demand list prices used when a trace has no price.
+- `instances`: GPU type and count per instance type (AWS, GCP, Azure, local; a plug-in
+  cloud adds its own with `register_instance_types`) and a few on-demand list prices used
+  when a trace has no price.
 - `regions`: regions per cloud with their Electricity Maps grid zone and continent, zone to
   region, and PUE per cloud: one `CloudGeography` per cloud (`register_cloud` adds one).
 - `network`: data-transfer price ($/GB), default bandwidth and transfer time between
@@ -27,9 +28,11 @@ from orchestrator.catalog.gpus import (
 from orchestrator.catalog.instances import (
     FRACTIONAL_GPU_SHAPES,
     LIST_PRICES,
+    InstanceParser,
     instance_gpus,
     local_instance_type,
     on_demand_usd_per_hour,
+    register_instance_types,
 )
 from orchestrator.catalog.network import (
     Egress,
@@ -69,6 +72,7 @@ __all__ = [
     "CloudGeography",
     "Egress",
     "GpuSpec",
+    "InstanceParser",
     "RegionInfo",
     "bandwidth_gbps",
     "canonical_gpu_name",
@@ -90,5 +94,6 @@ __all__ = [
     "regions",
     "register_cloud",
     "register_egress",
+    "register_instance_types",
     "transfer_hours",
 ]

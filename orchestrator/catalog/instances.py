@@ -9,7 +9,8 @@ Facts come from the providers' instance-type pages: AWS "Amazon EC2 instance typ
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Final
 
@@ -144,6 +145,55 @@ def local_instance_type(gpu_type: str, gpu_count: int) -> str:
     return f"local-{gpu_type.lower()}x{gpu_count}"
 
 
+def _aws_gpus(t: str) -> tuple[str, int] | None:
+    family, _, size = t.partition(".")
+    gpu_type = _AWS_FAMILY_GPU.get(family)
+    count = _AWS_COUNTS.get(family, {}).get(size)
+    return None if gpu_type is None or count is None else (gpu_type, count)
+
+
+def _gcp_gpus(t: str) -> tuple[str, int] | None:
+    if m := _GCP_SUFFIX.match(t):
+        gpu_type = _GCP_SERIES_GPU.get(m.group(1))
+        return None if gpu_type is None else (gpu_type, int(m.group(2)))
+    series, _, vcpus = t.rpartition("-")
+    by_vcpus = _GCP_BY_VCPUS.get(series)
+    if by_vcpus is None or not vcpus.isdigit():
+        return None
+    count = by_vcpus[1].get(int(vcpus))
+    return None if count is None else (by_vcpus[0], count)
+
+
+def _local_gpus(t: str) -> tuple[str, int] | None:
+    if m := _LOCAL.match(t):
+        canonical = canonical_gpu_name(m.group(1))
+        count = int(m.group(2)) if m.group(2) else 1
+        return None if canonical is None or count < 1 else (canonical, count)
+    return None
+
+
+InstanceParser = Callable[[str], "tuple[str, int] | None"]
+_LOCK = threading.Lock()
+# cloud -> (lower-case instance type -> (GPU type, count) or None)
+_PARSERS: dict[str, InstanceParser] = {
+    "aws": _aws_gpus,
+    "gcp": _gcp_gpus,
+    "azure": _AZURE.get,
+    "local": _local_gpus,
+}
+
+
+def register_instance_types(cloud: str, parser: InstanceParser) -> None:
+    """Teach the catalog a plug-in cloud's instance types: `parser(lower-case type)` gives
+    (canonical GPU type, count) or None. The same parser again is a no-op."""
+    name = cloud.strip().lower()
+    with _LOCK:
+        known = _PARSERS.get(name)
+        if known is not None and known is not parser:
+            raise ValueError(f"cloud {name!r} already has an instance-type table")
+        _PARSERS[name] = parser
+
+
 def instance_gpus(cloud: str, instance_type: str) -> tuple[str, int] | None:
     """(canonical GPU name, GPU count) of an instance type; None when unknown, CPU-only or
     a fraction of a GPU (see FRACTIONAL_GPU_SHAPES).
@@ -151,30 +201,8 @@ def instance_gpus(cloud: str, instance_type: str) -> tuple[str, int] | None:
     >>> instance_gpus("gcp", "a3-highgpu-8g"), instance_gpus("aws", "p3.2xlarge")
     (('H100', 8), ('V100', 1))
     """
-    c = cloud.strip().lower()
-    t = instance_type.strip().lower()
-    if c == "aws":
-        family, _, size = t.partition(".")
-        gpu_type = _AWS_FAMILY_GPU.get(family)
-        count = _AWS_COUNTS.get(family, {}).get(size)
-        return None if gpu_type is None or count is None else (gpu_type, count)
-    if c == "gcp":
-        if m := _GCP_SUFFIX.match(t):
-            gpu_type = _GCP_SERIES_GPU.get(m.group(1))
-            return None if gpu_type is None else (gpu_type, int(m.group(2)))
-        series, _, vcpus = t.rpartition("-")
-        by_vcpus = _GCP_BY_VCPUS.get(series)
-        if by_vcpus is None or not vcpus.isdigit():
-            return None
-        count = by_vcpus[1].get(int(vcpus))
-        return None if count is None else (by_vcpus[0], count)
-    if c == "azure":
-        return _AZURE.get(t)
-    if c == "local" and (m := _LOCAL.match(t)):
-        canonical = canonical_gpu_name(m.group(1))
-        count = int(m.group(2)) if m.group(2) else 1
-        return None if canonical is None or count < 1 else (canonical, count)
-    return None
+    parser = _PARSERS.get(cloud.strip().lower())
+    return None if parser is None else parser(instance_type.strip().lower())
 
 
 # On-demand list prices ($/h, Linux, whole instance), a fallback when a trace has no price.

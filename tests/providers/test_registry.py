@@ -121,6 +121,13 @@ def test_a_registered_clouds_geography_reaches_the_catalog() -> None:
                                      Location("testcloud", "tc-west")) == 0.03
     with pytest.raises(Exception, match="cloud"):
         catalog.egress_usd_per_gb(Location("nocloud", "x"), Location("aws", "us-east-1"))
+    shapes = {"gpu_1x_h100": ("H100", 1), "gpu_8x_a100_80gb": ("A100-80GB", 8)}
+    assert catalog.instance_gpus("testcloud", "gpu_1x_h100") is None
+    catalog.register_instance_types("testcloud", shapes.get)
+    assert catalog.instance_gpus("testcloud", "GPU_8x_A100_80GB") == ("A100-80GB", 8)
+    with pytest.raises(ValueError, match="already"):
+        catalog.register_instance_types("aws", shapes.get)
+    assert catalog.instance_gpus("aws", "p5.48xlarge") == ("H100", 8)
 
 
 # -- settings ---------------------------------------------------------------------------------

@@ -344,3 +344,72 @@ def test_spot_job_evicted_on_azure_moves_to_a_kubernetes_spot_pool_with_its_chec
         assert len([call for call in new.arm.calls if call.method == "PUT" and
                     call.action == "Microsoft.Compute/virtualMachines/write"]) == 1
         assert new.arm.vms == {}
+
+
+K8S_SPOT_L4 = "k8s:onprem:l4x1:spot"
+
+
+@pytest.mark.timeout(120)
+def test_spot_job_reclaimed_on_aws_moves_to_a_kubernetes_spot_pool(
+    fakes: CloudFakes, tmp_path: Path
+) -> None:
+    """The first test's reclaim, with `providers: [aws, k8s]`: the only other spot L4 is the
+    on-premises cluster's L4 node (back to Ready, in a spot pool, 0.30 $/GPU-h)."""
+    from tests.providers.conftest import open_new_cloud_fakes
+
+    with open_new_cloud_fakes(tmp_path) as new:
+        new.make_ready("onprem", "l4-box-01")
+        new.label_spot("onprem", "l4-box-01")
+        k8s = new.k8s_section()
+        k8s["contexts"][0]["spot_usd_per_gpu_hour"] = {"L4": 0.30}
+        doc = fakes.settings_doc(providers=["aws", "k8s"], k8s=k8s)
+        del doc["gcp"]
+        now_s = datetime.now(UTC).timestamp()
+        clock = FakeClock(datetime.fromtimestamp(now_s - now_s % TICK_S, UTC))
+        world = configured_world(
+            LiveSettings(world="clouds", cluster=doc.pop("cluster"), policy=doc.pop("policy"),
+                         clouds=doc),
+            clock=clock, access=fakes.access(sleep=clock.sleep))
+        offers = {o.id: o for o in world.offers}
+        assert {AWS_SPOT_L4, K8S_SPOT_L4} <= set(offers)
+        src_store = CheckpointStore(world.store_uri(offers[AWS_SPOT_L4]), durable=False)
+        dst_store = CheckpointStore(world.store_uri(offers[K8S_SPOT_L4]), durable=False)
+        store = MemoryStateStore(clock=clock)
+        store.submit(parse_jobs(job_doc(), trace_start=clock.now()))
+        live = live_controller(world, store)
+
+        assert EventKind.LAUNCHED in [e.kind for e in live.tick()]
+        c = live.controller
+        assert c is not None and c.offers[int(c.fleet.offer[0])].id == AWS_SPOT_L4
+        aws_instance = c.instance_of[0]
+        assert aws_instance is not None
+        tick(live, clock)
+        ref = src_store.write(JOB, STEP, {"model.pt": b"weights" * 1000},
+                              now_s=clock.now().timestamp())
+        tagged = fakes.raw.tags(aws_instance)
+        fakes.raw.terminate(aws_instance)
+        fakes.answer_spot_reclaimed(aws_instance, job_id=JOB,
+                                    request_id=tagged["heliotrope:request"])
+        kinds = tick(live, clock)
+        assert EventKind.PREEMPTED in kinds and EventKind.MIGRATION in kinds
+        [planned] = store.open_migrations()
+        assert (planned.src_offer_id, planned.dst_offer_id) == (AWS_SPOT_L4, K8S_SPOT_L4)
+        for _ in range(30):
+            if c.all_done and not store.open_migrations():
+                break
+            tick(live, clock)
+            c = live.controller
+            assert c is not None
+        assert c.fleet.phase[0] == Phase.DONE and not store.open_migrations()
+        copied = dst_store.latest(JOB)
+        assert copied is not None and copied.manifest_sha256 == ref.manifest_sha256
+        dst_store.verify(copied)
+        [create] = new.kube["onprem"].requests_for("pods", "create")
+        env = {e["name"]: e.get("value") for e in create.body["spec"]["containers"][0]["env"]}
+        assert env["HELIOTROPE_CHECKPOINT_URI"] == dst_store.root_uri
+        assert "karpenter.sh/capacity-type" in json.dumps(create.body["spec"]["affinity"])
+        assert new.kube["onprem"].pods == {}
+        assert len(fakes.aws_ops("ec2:RunInstances")) == 1
+        assert fakes.aws_ops("ec2:TerminateInstances") == []
+        launches = [e.offer_id for e in store.history(JOB) if e.kind is EventKind.LAUNCHED]
+        assert launches == [AWS_SPOT_L4, K8S_SPOT_L4]

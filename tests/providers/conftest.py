@@ -249,8 +249,19 @@ class NewCloudFakes:
 
     def label_spot(self, context: str, node: str, *, value: str = "spot") -> None:
         """The cluster's part: node `node` of `context` is in a spot node pool now."""
+        self._node(context, node)["metadata"]["labels"]["karpenter.sh/capacity-type"] = value
+
+    def make_ready(self, context: str, node: str) -> None:
+        """The cluster's part: the kubelet of `node` reports Ready again."""
+        for condition in self._node(context, node)["status"]["conditions"]:
+            if condition["type"] == "Ready":
+                condition.update(status="True", reason="KubeletReady",
+                                 message="kubelet is posting ready status")
+
+    def _node(self, context: str, node: str) -> dict[str, Any]:
         [found] = [n for n in self.kube[context].nodes if n["metadata"]["name"] == node]
-        found["metadata"]["labels"]["karpenter.sh/capacity-type"] = value
+        node_doc: dict[str, Any] = found
+        return node_doc
 
 
 @contextlib.contextmanager

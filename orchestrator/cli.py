@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -42,11 +43,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args))
     except InputError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        _say("error", exc)
         return 2
     except HeliotropeError as exc:
-        err_console.print(f"[bold red]failed:[/] {exc}", highlight=False, soft_wrap=True)
+        _say("failed", exc)
         return 1
+    except BrokenPipeError:  # `heliotrope status --json | head`: the reader left, fine
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except (IsADirectoryError, NotADirectoryError, FileExistsError, PermissionError) as exc:
+        where = exc.filename or ""
+        _say("error", f"{where}: {exc.strerror}; nothing was written (pick another path)")
+        return 2
+    except (OverflowError, UnicodeDecodeError) as exc:
+        _say("error", f"{type(exc).__name__}: {exc}; check the numbers and the file's "
+                      "encoding (UTF-8)")
+        return 2
+
+
+def _say(word: str, what: object) -> None:
+    """An error line on stderr; the message is printed as text (a `[python, train.py]` in it
+    is not rich markup)."""
+    from rich.markup import escape
+
+    err_console.print(f"[bold red]{word}:[/] {escape(str(what))}", highlight=False,
+                      soft_wrap=True)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -68,16 +90,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     r.add_argument(
         "--carbon-price",
-        type=float,
+        type=_finite,
         default=0.0,
         metavar="USD_PER_TONNE",
         help="price of carbon in the objective (0 = pure cost)",
     )
     r.add_argument("--seed", type=int, default=0, help="seed for spot gaps and the scenario")
-    r.add_argument("--tick-minutes", type=float, default=10.0, help="tick length")
+    r.add_argument("--tick-minutes", type=_finite, default=10.0, help="tick length")
     r.add_argument(
         "--days",
-        type=float,
+        type=_finite,
         default=14.0,
         help="length of the built-in scenario when --traces is not given",
     )
@@ -97,7 +119,7 @@ def _parser() -> argparse.ArgumentParser:
     ti.set_defaults(handler=_traces_import)
     tg = tsub.add_parser("generate", help="generate the built-in seeded scenario")
     tg.add_argument("--seed", type=int, default=0)
-    tg.add_argument("--days", type=float, default=14.0)
+    tg.add_argument("--days", type=_finite, default=14.0)
     tg.add_argument(
         "--start",
         type=datetime.fromisoformat,
@@ -189,7 +211,7 @@ def _parser() -> argparse.ArgumentParser:
     cr.add_argument("--once", action="store_true")
     cr.add_argument("--until-done", action="store_true")
     cr.add_argument(
-        "--interval", type=float, default=None, metavar="S", help="scenario seconds between ticks"
+        "--interval", type=_finite, default=None, metavar="S", help="scenario seconds between ticks"
     )
     cr.set_defaults(handler=_controller_run)
 
@@ -724,6 +746,19 @@ def _add_signal_commands(sub: Any, tsub: Any) -> None:
     td.add_argument("--out", type=Path, required=True)
     common(td)
     td.set_defaults(handler=_traces_download)
+
+
+def _finite(text: str) -> float:
+    """A float argument that is a real number (not nan or inf)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"not a finite number: {text!r}")
+    return value
 
 
 def _utc_arg(text: str) -> datetime:

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from orchestrator import catalog
 from orchestrator.clock import utc
 from orchestrator.errors import HeliotropeError, InputError
 from orchestrator.model import JobSpec
+from orchestrator.yamlio import load_yaml
+
+MAX_HOURS = 10 * 366 * 24.0  # ten years: any later time is a typo (and overflows datetime)
 
 
 class JobEntry(BaseModel):
@@ -25,19 +27,21 @@ class JobEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    work_gpu_hours: float = Field(gt=0, description="reference GPU-hours (one A100-80GB)")
+    work_gpu_hours: float = Field(gt=0, le=1e8, allow_inf_nan=False,
+                                  description="reference GPU-hours (one A100-80GB)")
     gpus: int = Field(default=1, ge=1, le=4096)
     gpu_types: list[str] = Field(default_factory=list)
-    throughput: dict[str, float] = Field(default_factory=dict)
+    throughput: dict[str, Annotated[float, Field(gt=0, le=1e4, allow_inf_nan=False)]] = Field(
+        default_factory=dict)
     start: datetime | None = None
-    start_offset_h: float | None = Field(default=None, ge=0)
+    start_offset_h: float | None = Field(default=None, ge=0, le=MAX_HOURS, allow_inf_nan=False)
     deadline: datetime | None = None
-    deadline_h: float | None = Field(default=None, gt=0)
-    checkpoint_size_gb: float = Field(default=10.0, ge=0)
-    cold_start_h: float = Field(default=0.1, ge=0)
-    checkpoint_interval_h: float = Field(default=1.0, ge=0)
+    deadline_h: float | None = Field(default=None, gt=0, le=MAX_HOURS, allow_inf_nan=False)
+    checkpoint_size_gb: float = Field(default=10.0, ge=0, le=1e6, allow_inf_nan=False)
+    cold_start_h: float = Field(default=0.1, ge=0, le=MAX_HOURS, allow_inf_nan=False)
+    checkpoint_interval_h: float = Field(default=1.0, ge=0, le=MAX_HOURS, allow_inf_nan=False)
     home_region: str = Field(min_length=1)
-    budget_usd: float | None = Field(default=None, gt=0)
+    budget_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     count: int = Field(default=1, ge=1, le=10_000)
     command: list[str] = Field(default_factory=list)
 
@@ -66,20 +70,7 @@ class JobsFile(BaseModel):
 def load_jobs(path: Path, *, trace_start: datetime | None = None) -> tuple[JobSpec, ...]:
     """Read and validate a jobs file. `trace_start` anchors `start_offset_h`."""
     where = str(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise InputError(
-            where,
-            "",
-            "a jobs file",
-            got="no such file",
-            fix="see docs/jobs.md and docs/examples/jobs.yaml",
-        ) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f"line {mark.line + 1}" if mark is not None else ""
-        raise InputError(where, line, "valid YAML", got=str(getattr(exc, "problem", exc))) from exc
+    raw = load_yaml(path, what="a jobs file", fix="see docs/jobs.md and docs/examples/jobs.yaml")
     return parse_jobs(raw, where=where, trace_start=trace_start)
 
 

@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 import pandas as pd
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 from orchestrator import catalog
@@ -54,6 +53,7 @@ from orchestrator.model import Market, Offer, OfferId, SignalKind
 from orchestrator.signals.grid import WORLD_AVG_G_PER_KWH
 from orchestrator.signals.traces import DEFAULT_MAX_AGE_S, Trace, read_trace
 from orchestrator.state import StateStore
+from orchestrator.yamlio import load_yaml
 from providers import registry
 from providers.base import ComputeProvider, Quote
 from providers.multi import MultiProvider
@@ -154,11 +154,10 @@ def load_cloud_settings(path: Path | None = None) -> CloudSettings:
         raise InputError(str(path), "", "a clouds settings file", got="missing",
                          fix="write one (docs/providers.md, 'Several clouds at once') or pass "
                              "--config")
+    raw = load_yaml(path, what="a clouds settings file", fix="see docs/providers.md",
+                    max_bytes=1 << 20) or {}
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
         settings = CloudSettings.model_validate(raw)
-    except yaml.YAMLError as exc:
-        raise InputError(str(path), "", "valid YAML", got=str(exc).splitlines()[0]) from exc
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "(file)"

@@ -39,7 +39,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from orchestrator.clock import Clock, ScaledClock, SystemClock
@@ -56,6 +55,7 @@ from orchestrator.signals.view import (
     list_priors,
 )
 from orchestrator.state import StateStore, open_store
+from orchestrator.yamlio import load_yaml
 from providers.base import ComputeProvider
 from providers.local import LocalProvider
 
@@ -114,24 +114,20 @@ class LiveSettings(BaseModel):
 
 
 def home() -> Path:
-    return Path(os.environ.get("HELIOTROPE_HOME", "~/.heliotrope")).expanduser()
+    """`$HELIOTROPE_HOME` (default ~/.heliotrope); it must be a directory, or not exist."""
+    path = Path(os.environ.get("HELIOTROPE_HOME", "~/.heliotrope")).expanduser()
+    if path.exists() and not path.is_dir():
+        raise InputError("$HELIOTROPE_HOME", "", "a directory (or a path that does not exist)",
+                         got=f"{path} is a file", fix="point HELIOTROPE_HOME at a directory")
+    return path
 
 
 def load_settings(path: Path | None = None) -> LiveSettings:
     path = path or home() / CONFIG_FILE
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return LiveSettings()
-    if not path.is_file():
-        raise InputError(str(path), "", "a YAML file", got="a directory",
-                         fix="remove it or point $HELIOTROPE_HOME elsewhere")
-    try:
-        if path.stat().st_size > MAX_CONFIG_BYTES:
-            raise InputError(str(path), "", f"at most {MAX_CONFIG_BYTES} bytes",
-                             got=f"{path.stat().st_size} bytes")
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise InputError(str(path), "", "valid UTF-8 YAML",
-                         got=str(exc).splitlines()[0][:200]) from exc
+    raw = load_yaml(path, what="live settings (YAML)", fix="see docs/deploy.md",
+                    max_bytes=MAX_CONFIG_BYTES) or {}
     if not isinstance(raw, dict):
         raise InputError(str(path), "", "a mapping of settings (docs/deploy.md)",
                          got=type(raw).__name__)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Protocol
 
 import numpy as np
@@ -51,6 +51,15 @@ from policies.costs import JobOfferFit
 from providers.base import ComputeProvider, EventType, ProviderEvent
 
 logger = logging.getLogger(__name__)
+
+FAILURE_BACKOFF_S = 60.0  # the first relaunch after a failed run waits this long, doubling
+FAILURE_BACKOFF_MAX_S = 3600.0  # ... up to this
+
+
+def failure_backoff_s(failures: int) -> float:
+    """How long a job that failed `failures` times in a row waits before its next launch."""
+    return min(FAILURE_BACKOFF_MAX_S, FAILURE_BACKOFF_S * 2.0 ** max(0, failures - 1))
+
 
 # A cloud may not list an instance for a while after launching it (eventual consistency):
 # reconcile declares a job's instance gone only this long after the launch.
@@ -130,6 +139,8 @@ class Controller:
         self.progress_seen_s: dict[int, float] = {}
         self._launched_s: dict[int, float] = {}  # launches of this process, for reconcile
         self.observed: list[ProviderEvent] = []  # what the provider reported this tick
+        # job -> (failures in a row, when the last one was): relaunches back off
+        self.failed_starts: dict[int, tuple[int, float]] = {}
         self._handlers = {
             EventType.PREEMPTED: self._on_preempted,
             EventType.PROGRESS: self._on_progress,
@@ -177,7 +188,8 @@ class Controller:
             return events
         self.held = ""
         decision = self.policy(snapshot)
-        actions, refusals = plan(snapshot, decision, k, busy=self.busy)
+        actions, refusals = plan(snapshot, decision, k, busy=self.busy,
+                                 held=self.backing_off(now_s))
         for j, reason in refusals:
             logger.debug("refused intent for %s: %s", self.jobs[j].id, reason)
             events.append(Event(now_s, self.jobs[j].id, EventKind.REJECTED, "", reason))
@@ -353,6 +365,7 @@ class Controller:
 
     def _on_progress(self, j: int, pe: ProviderEvent, now_s: float) -> None:
         f = self.fleet
+        self.failed_starts.pop(j, None)  # it ran: the next failure starts the count again
         f.progress_gpu_h[j] = min(1.0, max(0.0, pe.value)) * self._work[j]
         f.checkpointed_gpu_h[j] = max(f.checkpointed_gpu_h[j], 0.0)
         if f.phase[j] == Phase.STARTING:
@@ -379,14 +392,29 @@ class Controller:
     def _on_failed(self, j: int, pe: ProviderEvent, now_s: float) -> Event:
         offer = int(self.fleet.offer[j])
         self._release(j)
+        n = self.failed_starts.get(j, (0, 0.0))[0] + 1
+        self.failed_starts[j] = (n, now_s)
+        retry = datetime.fromtimestamp(now_s + failure_backoff_s(n), UTC)
         return Event(
             now_s,
             self.jobs[j].id,
             EventKind.TERMINATED,
             self.offers[offer].id,
-            f"failed: {pe.detail[-300:]}",
+            f"failed: {pe.detail[-300:]}; not relaunched before {retry:%Y-%m-%d %H:%M:%S} "
+            f"UTC ({n} failure(s) in a row)",
             instance_id=pe.instance_id,
         )
+
+    def backing_off(self, now_s: float) -> dict[int, str]:
+        """Jobs whose last runs failed, and why they are not relaunched yet."""
+        out = {}
+        for j, (n, last_s) in self.failed_starts.items():
+            until = last_s + failure_backoff_s(n)
+            if now_s < until:
+                when = datetime.fromtimestamp(until, UTC)
+                out[j] = (f"backing off after {n} failure(s) in a row: not relaunched before "
+                          f"{when:%Y-%m-%d %H:%M:%S} UTC")
+        return out
 
     def _snapshot(self, now: datetime, now_s: float, frame: SignalFrame) -> Snapshot:
         g, k = frame.grid, frame.k

@@ -37,6 +37,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
+
 from orchestrator import failpoints
 from orchestrator.clock import Clock
 from orchestrator.errors import TransientError
@@ -219,6 +221,7 @@ class LiveController:
             launch_env=self.launch_env,
         )
         controller.restore(fleet, instance_of, loaded.accrued_until_s)
+        self._recall_failures(controller)
         if self.controller is not None:  # keep what the old one learned this run
             old = {job.id: j for j, job in enumerate(self.controller.jobs)}
             for j, job in enumerate(loaded.jobs):
@@ -275,6 +278,29 @@ class LiveController:
                 self.store.append_samples(samples)
             except TransientError as exc:  # the next refusal will say it again
                 logger.warning("could not record observed capacity: %s", exc)
+
+    def _recall_failures(self, controller: Controller) -> None:
+        """Failed runs in a row of jobs waiting to be relaunched, from their history, so a
+        new controller (a one-shot tick, a restart) keeps backing off as the old one did."""
+        if self.controller is not None:  # keep what this process counted
+            old = {job.id: j for j, job in enumerate(self.controller.jobs)}
+            for j, job in enumerate(controller.jobs):
+                if job.id in old and old[job.id] in self.controller.failed_starts:
+                    controller.failed_starts[j] = self.controller.failed_starts[old[job.id]]
+            return
+        waiting = np.flatnonzero((controller.fleet.phase == Phase.WAITING)
+                                 & (controller.fleet.launches > 0))
+        for j in map(int, waiting):
+            n, last = 0, 0.0
+            for e in reversed(self.store.history(controller.jobs[j].id)):
+                if e.kind is EventKind.TERMINATED and e.detail.startswith("failed:"):
+                    n, last = n + 1, max(last, e.time_s)
+                elif e.kind in (EventKind.LAUNCHED, EventKind.REJECTED, EventKind.HELD):
+                    continue
+                else:
+                    break
+            if n:
+                controller.failed_starts[j] = (n, last)
 
     def _commit(self, controller: Controller, events: Sequence[Event], now_s: float) -> None:
         rows = rows_from_fleet(

@@ -80,3 +80,37 @@ def test_a_completion_seen_in_a_refused_tick_is_not_lost(
     finished = [e for e in store.history("quick") if e.kind is EventKind.FINISHED]
     assert len(finished) == 1
     assert local.poll_events() == []  # acknowledged after the commit
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("one_shot", [False, True], ids=["continuous", "one-shot ticks"])
+def test_a_job_that_fails_at_start_backs_off(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, one_shot: bool) -> None:
+    """A job whose command fails at once is relaunched after 1, 2, 4, 8 ... minutes, not
+    every tick; a new controller each tick (Airflow) backs off the same, from the history."""
+    monkeypatch.setenv("HELIOTROPE_HOME", str(tmp_path / "home"))
+    settings = LiveSettings(days=2, signals="scenario")
+    clock = FakeClock(settings.start)
+    world = local_world(settings, clock=clock)
+    store = world.open_store()
+    store.submit(parse_jobs(job_doc([sys.executable, "-c", "import sys; sys.exit(3)"]),
+                            trace_start=clock.now()))
+    live = live_controller(world, store, policy=make_policy("on-demand"))
+    local = world.local
+    assert local is not None
+    for _ in range(40):  # 40 minutes, a tick a minute
+        if one_shot:
+            live = live_controller(world, store, policy=make_policy("on-demand"))
+        live.tick()
+        deadline = time.monotonic() + 10
+        while local.list_instances(cluster=world.cluster):  # let the process fail
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        clock.advance(60)
+    history = store.history("quick")
+    launches = [e for e in history if e.kind is EventKind.LAUNCHED]
+    failed = [e for e in history if e.kind is EventKind.TERMINATED]
+    # failures at minutes ~1, 3, 6, 11, 20, 37: six launches, not twenty
+    assert 4 <= len(launches) <= 7, [e.detail for e in history]
+    assert "failure(s) in a row" in failed[-1].detail
+    assert any("backing off" in e.detail for e in history if e.kind is EventKind.REJECTED)

@@ -251,7 +251,7 @@ def migrate(
         raise InputError(
             "",
             "JOB",
-            "a submitted job: " + ", ".join(sorted(index)) or "(none)",
+            "a submitted job: " + (", ".join(sorted(index)) or "(none)"),
             got=repr(job_id),
             fix="see `heliotrope jobs list`",
         )

@@ -592,8 +592,17 @@ class CheckpointStore:
                     got=request_id,
                 )
             if dest._published_sha(done.job_id, done.step) == done.manifest_sha256:
-                logger.info("copy %s already done as %s", request_id, done.uri)
-                return done
+                try:
+                    dest.verify(done)  # the copy may have rotted since: never hand it back
+                except CorruptCheckpoint as exc:
+                    if dest.root_uri == self.root_uri:
+                        raise
+                    logger.warning("the copy of request %s at %s is corrupt (%s); copying "
+                                   "it again", request_id, done.uri, exc)
+                    dest._unpublish(done.job_id, done.step)
+                else:
+                    logger.info("copy %s already done as %s", request_id, done.uri)
+                    return done
         existing = dest._published_sha(ref.job_id, ref.step)
         if existing is not None:
             if existing != ref.manifest_sha256:
@@ -606,6 +615,8 @@ class CheckpointStore:
             try:
                 dest.verify(dref)
             except CorruptCheckpoint as exc:
+                if dest.root_uri == self.root_uri:  # the source itself: keep it, say so
+                    raise
                 logger.warning("the copy at %s is corrupt (%s); copying it again", dref.uri, exc)
                 dest._unpublish(ref.job_id, ref.step)
             else:

@@ -572,3 +572,25 @@ def test_a_bad_chunk_size_is_refused(tmp_path: Path) -> None:
     for bad in (0, -1, True, 1.5):
         with pytest.raises(InputError, match="chunk_bytes"):
             CheckpointStore(f"file://{tmp_path}/s", chunk_bytes=bad)  # type: ignore[arg-type]
+
+
+def test_a_repeated_copy_request_never_hands_back_a_corrupt_copy(
+    store: CheckpointStore, other: CheckpointStore
+) -> None:
+    ref = store.write(JOB, 7, {"state": BIG}, now_s=77.0)
+    copy = store.copy(ref, other, request_id="r-1")
+    flip_byte(other, copy, "state", 5)  # the copy rots after it was made
+    again = store.copy(ref, other, request_id="r-1")  # the same request, after a crash
+    other.verify(again)
+    assert other.read(again) == {"state": BIG}
+
+
+def test_copying_a_corrupt_checkpoint_into_its_own_store_keeps_it(
+    store: CheckpointStore,
+) -> None:
+    ref = store.write(JOB, 7, {"state": BIG}, now_s=77.0)
+    flip_byte(store, ref, "state", 100)
+    with pytest.raises(CorruptCheckpoint):
+        store.copy(ref, store, request_id="self")
+    # Still published (for a person to look at, and for `latest` to skip), not deleted.
+    assert store._published_sha(JOB, 7) == ref.manifest_sha256

@@ -91,6 +91,7 @@ GRID_PRIORITY: Final = ("electricitymaps", "uk-carbon", "eia930", "entsoe-genera
                         "entsoe-prices",
                         "caiso-curtailment", *PRICE_SOURCES)
 SAMPLES_FILE: Final = "samples.parquet"
+POLL_DEADLINE_S: Final = 120.0
 GENERATOR: Final = "signals-poll"
 STATUS_WINDOW: Final = timedelta(days=30)
 
@@ -304,12 +305,16 @@ def poll(
     env: Mapping[str, str] | None = None,
     sleep: Callable[[float], None] | None = None,
     window: tuple[datetime, datetime] | None = None,
+    deadline_s: float | None = POLL_DEADLINE_S,
+    monotonic: Callable[[], float] = time.monotonic,
 ) -> PollReport:
     """Read every source in `sources` (default: all) at `now` and record what was read.
 
     `credentials` maps environment-variable names to values (e.g. from Airflow
     connections); `base_urls` maps source names to base URLs (tests, mirrors); `window`
-    replaces each source's own poll window (as `download` does)."""
+    replaces each source's own poll window (as `download` does). Sources not started within
+    `deadline_s` of the poll's start (each retries its own failures) are reported failed,
+    not polled: one poll never runs on without end against servers answering 500."""
     names = list(sources) or list(SOURCE_NAMES)
     for name in names:
         if name not in _CLASSES:
@@ -319,7 +324,12 @@ def poll(
     wanted = list(regions) if regions else default_regions()
     frames: list[pd.DataFrame] = []
     results: list[SourceResult] = []
+    started = monotonic()
     for name in names:
+        if deadline_s is not None and monotonic() - started > deadline_s:
+            results.append(SourceResult(name, "failed", errors=(
+                f"not polled: the poll ran past its {deadline_s:g} s deadline",)))
+            continue
         try:
             source = make_source(name, ctx)
         except HeliotropeError as exc:

@@ -189,3 +189,17 @@ def test_sql_store_round_trip_and_cli_db(server: FixtureServer, tmp_path: Path,
 
     rows = _json.loads(capsys.readouterr().out)
     assert [(r["source"], r["key"], r["stale"]) for r in rows] == [("uk-carbon", "GB", False)]
+
+
+def test_a_poll_against_failing_servers_stops_at_its_deadline(server: FixtureServer) -> None:
+    """Every source answers 500 (and retries); past the poll's deadline the sources not
+    started yet are reported, not polled."""
+    server.add(r".*", Reply(500, b"oops"))
+    ticks = iter(range(0, 10_000, 100))  # each look at the clock: 100 s later
+    report = _poll(server, None, ["uk-carbon", "electricitymaps", "gcp-billing", "watttime"],
+                   deadline_s=150.0, monotonic=lambda: float(next(ticks)))
+    statuses = {r.name: r.status for r in report.results}
+    assert set(statuses.values()) == {"failed"}
+    late = [r for r in report.results if any("deadline" in e for e in r.errors)]
+    assert late and len(late) < 4
+    assert "150 s deadline" in late[0].errors[0]

@@ -118,18 +118,21 @@ _SPECS: dict[str, CloudSpec] = {}
 
 
 def _load() -> dict[str, CloudSpec]:
+    """The specs, loaded once (all or none: a spec module that fails to import fails every
+    call). Spec modules must not call the registry while they are imported."""
     with _LOCK:
         if not _SPECS:
+            loaded: dict[str, CloudSpec] = {}
             for module in SPEC_MODULES:
-                spec = importlib.import_module(module).SPEC
-                _add(spec)
+                _add(loaded, importlib.import_module(module).SPEC)
+            _SPECS.update(loaded)
         return _SPECS
 
 
-def _add(spec: CloudSpec) -> None:
+def _add(loaded: dict[str, CloudSpec], spec: CloudSpec) -> None:
     if not _NAME.fullmatch(spec.name):
         raise ValueError(f"cloud name {spec.name!r}: 2-16 lowercase letters and digits")
-    if spec.name in _SPECS or spec.name in (LOCAL, INTERNET):
+    if spec.name in loaded or spec.name in (LOCAL, INTERNET):
         raise ValueError(f"cloud {spec.name!r} registered twice")
     if spec.geography is not None:
         if spec.geography.name != spec.name:
@@ -138,7 +141,7 @@ def _add(spec: CloudSpec) -> None:
     catalog.register_egress(spec.name, spec.egress)
     if spec.instance_types is not None:
         catalog.register_instance_types(spec.name, spec.instance_types)
-    _SPECS[spec.name] = spec
+    loaded[spec.name] = spec
 
 
 def names() -> tuple[str, ...]:

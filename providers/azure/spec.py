@@ -117,4 +117,6 @@ SPEC: Final = CloudSpec(
     egress=catalog.egress_of(CLOUD),
     infra=("infra/azure/role.json", "infra/azure/role-subscription.json"),
     notice_source=NOTICE_SOURCE,
+    # azure-identity's environment credential: never printed by `providers check`.
+    secret_env=("AZURE_CLIENT_SECRET", "AZURE_CLIENT_CERTIFICATE_PASSWORD"),
 )

@@ -290,3 +290,33 @@ def test_the_multi_provider_reads_kubernetes_capacity_by_capability(
     capacity = multi.capacity()
     assert capacity[K8S_H100_SPOT] == 2  # two spot H100 nodes of 8, nothing of ours on them
     assert not any(k.startswith("azure:") for k in capacity)
+
+
+class _RefusedCredential:
+    """A credential whose refusal quotes the secret it was given (as a careless identity
+    provider might): `providers check` must not print it."""
+
+    def __init__(self, secret: str) -> None:
+        self.secret = secret
+
+    def get_token(self, *scopes: str, **kwargs: Any) -> Any:
+        from azure.core.exceptions import ClientAuthenticationError
+
+        raise ClientAuthenticationError(message=f"AADSTS7000215: invalid secret {self.secret}")
+
+
+def test_providers_check_never_prints_an_azure_secret(
+    new_cloud_fakes: NewCloudFakes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from providers.azure.spec import AzureAccess
+
+    secret = "hElIo~tRoPe.AzUrE_sEcReT-0123456789"
+    monkeypatch.setenv("AZURE_CLIENT_SECRET", secret)
+    settings = _settings(new_cloud_fakes, tmp_path, "azure")
+    access = registry.CloudAccess({"azure": AzureAccess(
+        credential=_RefusedCredential(secret), transport=new_cloud_fakes.arm.transport())})
+    rows = check_providers(settings, clock=FakeClock(T0), access=access)
+    assert [(r.check, r.result) for r in rows] == [("credentials", "fail"), ("compute", "skip")]
+    assert "refused" in rows[0].reason
+    assert secret not in json.dumps([r.row() for r in rows])
+    assert new_cloud_fakes.arm.calls == []  # nothing was asked of ARM without a token

@@ -133,6 +133,11 @@ class _CloudSettings(BaseModel):
         return uri.format(cloud=cloud, region=region, cluster=self.cluster)
 
 
+_CLASH = [s.name for s in registry.specs() if hasattr(_CloudSettings, s.name)
+          or s.name in _CloudSettings.model_fields]
+if _CLASH:  # a cloud named like a setting (`policy`, `days`, ...) could not have a section
+    raise RuntimeError(f"registered cloud(s) {', '.join(_CLASH)} clash with clouds settings")
+
 if TYPE_CHECKING:
     CloudSettings = _CloudSettings
 else:

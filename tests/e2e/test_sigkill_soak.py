@@ -14,6 +14,7 @@ the test prints kills survived, duplicates and lost completions.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -73,11 +74,10 @@ def test_random_sigkills_lose_nothing_and_launch_nothing_twice(
             region = rng.choice([r for r, _ in LOCAL_REGIONS])
             with monkeypatch.context() as env:
                 env.setenv("HELIOTROPE_HOME", str(home.root))
-                try:
+                # refused with a reason when moving, done or already there
+                with contextlib.suppress(HeliotropeError):
                     moves += bool(migrate(JOB, region, market=None, dry_run=False,
                                           force=True)["started"])
-                except HeliotropeError:
-                    pass  # moving, done, or already there: refused with a reason
         launched, finished, _ = recorded(home)
         assert len(home.launched()) == launched, "an instance was launched but not recorded"
         assert finished <= 1

@@ -10,10 +10,22 @@
 The actions it needs are exactly those in infra/azure/role.json.
 """
 
-from providers.azure.notices import AzureScheduledEvents, preemption_notice
+from typing import Any
+
 from providers.azure.prices import PriceQuote, RetailPriceCatalog, RetailPrices, parse_items
 from providers.azure.provider import AzureLaunchConfig, AzureProvider
 from providers.azure.regions import grid_zone
+
+
+def __getattr__(name: str) -> Any:
+    """The notice reader lives in the training SDK, whose package imports torch: it is
+    imported only when asked for, so the cloud registry stays light."""
+    if name in ("AzureScheduledEvents", "preemption_notice"):
+        from providers.azure import notices
+
+        return getattr(notices, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "AzureLaunchConfig",

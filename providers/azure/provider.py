@@ -46,7 +46,6 @@ from orchestrator.errors import HeliotropeError, InputError, TransientError
 from orchestrator.model import InstanceId, Market, Offer, OfferId
 from providers.azure import checks, errors, regions
 from providers.azure.checks import CheckRow
-from providers.azure.notices import NOTICE_SOURCE
 from providers.azure.prices import (
     DEFAULT_TTL_S,
     RETAIL_PRICES_ENDPOINT,
@@ -82,6 +81,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 CLOUD: Final = "azure"
+# HELIOTROPE_NOTICE_SOURCE on Spot VMs: the training SDK's AzureScheduledEvents.name (not
+# imported here: the SDK's package imports torch; tests/providers/test_registry.py keeps
+# the two equal through the spec's notice_source).
+NOTICE_SOURCE: Final = CLOUD
 ARM_SCOPE: Final = "https://management.azure.com/.default"
 TAG_CLUSTER: Final = "heliotrope-cluster"
 TAG_JOB: Final = "heliotrope-job"

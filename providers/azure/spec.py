@@ -19,7 +19,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator import catalog
 from orchestrator.errors import InputError
-from providers.azure.notices import NOTICE_SOURCE
 from providers.registry import BuildContext, CheckRow, CloudSpec
 
 if TYPE_CHECKING:
@@ -116,7 +115,7 @@ SPEC: Final = CloudSpec(
     geography=catalog.geography(CLOUD),
     egress=catalog.egress_of(CLOUD),
     infra=("infra/azure/role.json", "infra/azure/role-subscription.json"),
-    notice_source=NOTICE_SOURCE,
+    notice_source=CLOUD,  # the SDK's AzureScheduledEvents (HELIOTROPE_NOTICE_SOURCE=azure)
     # azure-identity's environment credential: never printed by `providers check`.
     secret_env=("AZURE_CLIENT_SECRET", "AZURE_CLIENT_CERTIFICATE_PASSWORD"),
 )

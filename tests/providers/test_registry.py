@@ -320,3 +320,18 @@ def test_providers_check_never_prints_an_azure_secret(
     assert "refused" in rows[0].reason
     assert secret not in json.dumps([r.row() for r in rows])
     assert new_cloud_fakes.arm.calls == []  # nothing was asked of ARM without a token
+
+
+def test_loading_the_registry_imports_no_cloud_sdk_and_no_torch() -> None:
+    """Every `heliotrope` command that reads clouds settings loads all specs: they must stay
+    light (SDKs inside `build`/`check`; the training SDK's package imports torch)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from providers import registry; registry.specs(); "
+            "import orchestrator.live.clouds; "
+            "print(sorted({m.split('.')[0] for m in sys.modules}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, timeout=120, cwd=REPO)
+    loaded = set(json.loads(done.stdout.strip().replace("'", '"')))
+    assert not loaded & {"boto3", "botocore", "google", "azure", "kubernetes", "torch"}

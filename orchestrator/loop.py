@@ -253,19 +253,38 @@ class Controller:
             return event
         j = self._index[event.job_id]
         data = dict(event.data)
+        equiv = self._usd_equivalent_per_hour(snapshot, j)
         data.update(_signal_values("dst", snapshot, o))
+        data["dst_usd_equiv_per_hour"] = float(equiv[o])
         src = int(snapshot.fleet.offer[j])
         if src < 0:
             src = int(snapshot.fleet.checkpoint_offer[j])
         if src >= 0:
             data.update(_signal_values("src", snapshot, src))
+            data["src_usd_equiv_per_hour"] = float(equiv[src])
         data["carbon_usd_per_tonne"] = float(snapshot.settings.carbon_usd_per_tonne)
         detail = event.detail
         if frame.basis is not None:
             b = frame.basis
             detail += (f" | price {b.describe(o, 'price')}; capacity "
                        f"{b.describe(o, 'capacity')}; carbon {b.describe(o, 'carbon')}")
+        usable = np.isfinite(equiv) & (snapshot.fit.rate[j] > 0)
+        others = [k for k in np.argsort(np.where(usable, equiv, np.inf))[:4] if usable[k]]
+        if others:
+            detail += " | cheapest per hour: " + ", ".join(
+                f"{snapshot.offers[k].id} {equiv[k]:.2f}" for k in others[:3])
         return dataclasses.replace(event, data=data, detail=detail)
+
+    @staticmethod
+    def _usd_equivalent_per_hour(snapshot: Snapshot, j: int) -> FloatArray:
+        """Per offer, what an hour of job `j` there costs: dollars plus the carbon price of
+        its emissions (USD/h equivalent; the policy weighs progress and moves besides)."""
+        fit = snapshot.fit
+        kwh = fit.power_kw[j] * fit.pue
+        out: FloatArray = (snapshot.usd_per_hour * fit.instances[j]
+                           + kwh * snapshot.carbon_g_per_kwh
+                           * snapshot.settings.carbon_usd_per_tonne / 1e6)
+        return out
 
     def _billed_prices(self, g: SignalGrid, k: int) -> FloatArray:
         """The row's prices, where an offer has none ("not sold" now, a gap in the trace)

@@ -521,10 +521,14 @@ def explain(store: StateStore, job_id: str) -> list[str]:
         verb = "moved to" if e.kind.value == "migration" else "launched on"
         text = [f"{when}  {verb} {e.offer_id}: {reason}"]
         carbon_price = d.get("carbon_usd_per_tonne", 0.0)
-        text.append(f"    there: {d['dst_usd_per_hour']:.3f} USD/h, "
-                    f"{d['dst_g_co2_per_kwh']:.0f} g/kWh"
-                    + (", curtailing" if d.get("dst_curtailing") else "")
-                    + f", carbon priced at {carbon_price:g} USD/t")
+        there = (f"    there: {d['dst_usd_per_hour']:.3f} USD/h, "
+                 f"{d['dst_g_co2_per_kwh']:.0f} g/kWh"
+                 + (", curtailing" if d.get("dst_curtailing") else ""))
+        if "dst_usd_equiv_per_hour" in d:
+            there += f"; {d['dst_usd_equiv_per_hour']:.2f} USD/h equivalent"
+            if "src_usd_equiv_per_hour" in d:
+                there += f" vs {d['src_usd_equiv_per_hour']:.2f} where it was"
+        text.append(there + f" at {carbon_price:g} USD/t")
         if signals:
             text.append(f"    from: {signals}")
         if "src_usd_per_hour" in d and last:

@@ -333,6 +333,7 @@ def test_explain_says_which_signal_moved_the_job(server: FixtureServer) -> None:
     assert "moved to aws:" in text
     assert "carbon rose 300 -> 900 g/kWh" in text
     assert "electricitymaps" in text
+    assert "USD/h equivalent vs" in text and "cheapest per hour: " in text
 
 
 def placement(run: Run, offer: Offer, score: float) -> None:

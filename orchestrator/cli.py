@@ -304,7 +304,7 @@ def _policies(args: argparse.Namespace) -> int:
 def _replay(args: argparse.Namespace) -> int:
     from orchestrator.jobs import load_jobs
     from orchestrator.replay.metrics import write_outputs
-    from orchestrator.replay.report import format_table
+    from orchestrator.replay.report import format_table, summary
     from orchestrator.replay.runner import run_replay
     from orchestrator.signals.traces import read_trace
     from policies.registry import make_policy
@@ -374,7 +374,8 @@ def _replay(args: argparse.Namespace) -> int:
     if not out.is_terminal:
         out = Console(width=160)  # logs and pipes: never squeeze the table
     out.print(format_table(res))
-    out.print(f"report: {paths['report']}")
+    out.print(summary(res), markup=False, highlight=False)
+    out.print(f"report: {paths['report']}", markup=False)
     return 0
 
 

@@ -29,7 +29,7 @@ from orchestrator.live.world import load_settings, local_world
 from orchestrator.loop import LoopOptions
 from orchestrator.model import Event, EventKind, JobSpec
 from orchestrator.replay.metrics import write_outputs
-from orchestrator.replay.report import format_table
+from orchestrator.replay.report import format_table, summary
 from orchestrator.replay.runner import Replay, feasible_jobs, run_policy
 from policies.registry import make_policy
 
@@ -170,8 +170,10 @@ def run_demo(out: Path, *, steps: int = 240) -> int:
     )
     import json
 
-    console.print(format_table(json.loads(paths["results"].read_text())))
-    console.print(f"report: {paths['report']}")
+    results = json.loads(paths["results"].read_text())
+    console.print(format_table(results))
+    console.print(summary(results), markup=False, highlight=False)
+    console.print(f"report: {paths['report']}", markup=False)
     done = all(r["phase"] == "done" for r in jobs_table(store))
     return 0 if done else 1
 

@@ -26,9 +26,9 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from string import Template
 from typing import Any, Literal
 
+import jinja2
 import matplotlib
 
 matplotlib.use("Agg")
@@ -56,12 +56,14 @@ DPI = 110
 MAX_GANTT_JOBS = 30
 REFERENCE_POLICIES: frozenset[str] = frozenset({"oracle"})
 MISSING = "—"
+MISSED_COLOUR = "#B3261E"
 
 REPORT_FILE = "report.html"
 SCATTER_FILE = "cost_vs_carbon.png"
 GANTT_FILE = "gantt.png"
 CUMULATIVE_FILE = "cumulative_cost.png"
-_TEMPLATE_PATH = Path(__file__).with_name("report.html")
+_TEMPLATES = Path(__file__).with_name("templates")
+TEMPLATE = "report.html.j2"
 
 # Okabe & Ito (2008) colour-blind-safe palette, yellow and black last (weak as lines / fills).
 OKABE_ITO: tuple[str, ...] = (
@@ -125,6 +127,9 @@ COLUMNS: tuple[Column, ...] = (
 )
 
 _DECIMALS: dict[str, int] = {"usd": 2, "kg": 2, "share": 1, "int": 0, "hours": 1}
+# Shown even when every policy has the same value: what the table is about.
+ALWAYS_SHOWN: frozenset[str] = frozenset(
+    {"usd", "kg_co2", "deadlines_met", "deadlines_missed", "mean_completion_h"})
 
 
 @dataclass(frozen=True)
@@ -136,8 +141,20 @@ class Cell:
 @dataclass(frozen=True)
 class Row:
     policy: str
-    reference: bool
+    reference: bool  # a reference policy (the oracle), shown but never ranked
     cells: tuple[Cell, ...]
+    missed: int = 0  # deadlines it missed: marked everywhere, never ranked
+    bound: bool = False  # a reference that is a bound here (nothing met the deadlines cheaper)
+
+    @property
+    def label(self) -> str:
+        """The policy's name with what the reader must know about it."""
+        text = self.policy
+        if self.reference:
+            text += " (bound)" if self.bound else " (reference, not a bound)"
+        if self.missed:
+            text += f" — missed {self.missed} deadline{'s' if self.missed != 1 else ''}"
+        return text
 
 
 def _as_float(value: Any) -> float | None:
@@ -178,17 +195,79 @@ def _policies(results: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     return out
 
 
-def _rows(results: Mapping[str, Any]) -> list[Row]:
+def _missed(policies: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
+    """Policies that missed deadlines (of the feasible jobs), and how many."""
+    out = {}
+    for name, metrics in policies.items():
+        missed = _as_float(metrics.get("deadlines_missed"))
+        if missed is not None and missed > 0:
+            out[name] = int(missed)
+    return out
+
+
+def _objective(metrics: Mapping[str, Any]) -> float | None:
+    value = _as_float(metrics.get("objective_usd"))
+    return value if value is not None else _as_float(metrics.get("usd"))
+
+
+def _beaten_by(results: Mapping[str, Any], reference: str) -> list[str]:
+    """The policies that met every deadline at a lower objective than `reference`: where
+    there are any, the reference is no bound (e.g. the oracle's hindsight model differs
+    from the replay's)."""
+    policies = _policies(results)
+    missed = _missed(policies)
+    ref = _objective(policies.get(reference, {}))
+    if ref is None:
+        return []
+    tol = 1e-6 * max(1.0, abs(ref))
+    return [n for n, m in policies.items()
+            if n != reference and n not in missed
+            and (v := _objective(m)) is not None and v < ref - tol]
+
+
+def _contenders(results: Mapping[str, Any]) -> list[str]:
+    """Who may be ranked: not a reference, no missed deadline. With only references, the
+    references (a lone oracle still has its numbers, just nothing to beat)."""
+    policies = _policies(results)
+    missed = _missed(policies)
+    names = [n for n in policies if n not in REFERENCE_POLICIES]
+    if not names:
+        return [n for n in policies if n not in missed]
+    return [n for n in names if n not in missed]
+
+
+def _shown_columns(results: Mapping[str, Any]) -> tuple[tuple[Column, ...], list[str]]:
+    """The columns worth a place on a laptop screen, and a note for each one left out
+    because every policy shows the same value (``Curtailed energy 0.0%``)."""
+    policies = _policies(results)
+    keep, dropped = [], []
+    for col in COLUMNS:
+        texts = {_format_value(_as_float(m.get(col.key)), col.kind) for m in policies.values()}
+        if col.key not in ALWAYS_SHOWN and len(policies) > 1 and len(texts) == 1:
+            dropped.append(f"{col.header} {texts.pop()}")
+            continue
+        keep.append(col)
+    return tuple(keep), dropped
+
+
+def _rows(results: Mapping[str, Any],
+          columns: Sequence[Column] | None = None) -> list[Row]:
     """Formatted rows with the best value(s) per column flagged.
 
     Best is judged on the displayed (rounded) value so visual ties are all highlighted,
-    among non-reference policies only, and only when the column is not constant.
+    among the contenders only (no reference, no policy that missed a deadline), and only
+    when the column is not constant.
     """
+    columns = COLUMNS if columns is None else columns
     policies = _policies(results)
     names = list(policies)
-    contenders = [n for n in names if n not in REFERENCE_POLICIES] or names
+    missed = _missed(policies)
+    contenders = _contenders(results)
+    # A reference is one only beside something to compare with (a lone oracle is a policy).
+    others = [n for n in names if n not in REFERENCE_POLICIES]
+    references = {n for n in names if n in REFERENCE_POLICIES} if others else set()
     best: dict[str, set[str]] = {}
-    for col in COLUMNS:
+    for col in columns:
         shown = {
             n: _display_value(v, col.kind)
             for n in contenders
@@ -207,9 +286,12 @@ def _rows(results: Mapping[str, Any]) -> list[Row]:
                 _format_value(_as_float(metrics.get(col.key)), col.kind),
                 name in best[col.key],
             )
-            for col in COLUMNS
+            for col in columns
         )
-        rows.append(Row(name, name in REFERENCE_POLICIES and len(contenders) < len(names), cells))
+        reference = name in references
+        rows.append(Row(name, reference, cells, missed=missed.get(name, 0),
+                        bound=reference and name not in missed
+                        and not _beaten_by(results, name)))
     return rows
 
 
@@ -223,17 +305,25 @@ SHORT_HEADERS: Mapping[str, str] = {
 
 
 def format_table(results: Mapping[str, Any]) -> Table:
-    """The per-policy results table for the terminal; best values in bold green."""
-    table = Table(title="Replay results", title_justify="left", header_style="bold")
+    """The per-policy results table for the terminal: best values in bold green (among
+    policies that met every deadline), a policy that missed deadlines in red and said so,
+    the oracle called a bound only where it is one; columns equal for every policy are left
+    out and named in the caption."""
+    columns, dropped = _shown_columns(results)
+    table = Table(title="Replay results", title_justify="left", header_style="bold",
+                  caption=_rich_escape("Same for every policy: " + "; ".join(dropped))
+                  if dropped else None, caption_justify="left")
     table.add_column("Policy", no_wrap=True)
-    for col in COLUMNS:
+    for col in columns:
         table.add_column(SHORT_HEADERS.get(col.key, col.header), justify="right")
-    for row in _rows(results):
+    for row in _rows(results, columns):
         cells = [
             f"[bold green]{_rich_escape(c.text)}[/]" if c.best else _rich_escape(c.text)
             for c in row.cells
         ]
-        name = _rich_escape(row.policy) + (" (bound)" if row.reference else "")
+        name = _rich_escape(row.label)
+        if row.missed:
+            name = f"[red]{name}[/]"
         table.add_row(name, *cells, style="dim italic" if row.reference else None)
     return table
 
@@ -261,50 +351,90 @@ def _config_value(value: Any) -> str:
     return str(value)
 
 
-def _config_html(config: Mapping[str, Any]) -> str:
-    if not config:
-        return '<p class="note">No configuration recorded.</p>'
-    lines = ['<table class="config">', "<tbody>"]
-    for key, value in config.items():
-        lines.append(
-            f'<tr><td class="key">{_esc(key)}</td><td>{_esc(_config_value(value))}</td></tr>'
-        )
-    lines += ["</tbody>", "</table>"]
-    return "\n".join(lines)
+def _pct(value: float, baseline: float) -> float:
+    return 100.0 * (baseline - value) / baseline if baseline else 0.0
 
 
-def _policy_table_html(results: Mapping[str, Any]) -> str:
-    rows = _rows(results)
-    if not rows:
-        return '<p class="note">No policies in the results.</p>'
-    head = "".join(f'<th class="num">{_esc(col.header)}</th>' for col in COLUMNS)
-    lines = ['<table class="metrics">', f"<thead><tr><th>Policy</th>{head}</tr></thead>", "<tbody>"]
-    for row in rows:
-        attrs = ' class="reference"' if row.reference else ""
-        label = _esc(row.policy) + (" (bound)" if row.reference else "")
-        tds = "".join(
-            f'<td class="num best">{_esc(c.text)}</td>'
-            if c.best
-            else f'<td class="num">{_esc(c.text)}</td>'
-            for c in row.cells
-        )
-        lines.append(f"<tr{attrs}><th>{label}</th>{tds}</tr>")
-    lines += ["</tbody>", "</table>"]
-    return "\n".join(lines)
+def _compare(name: str, ours: Mapping[str, Any], other: str,
+             theirs: Mapping[str, Any], note: str = "") -> str | None:
+    """``18% cheaper than spot-failover, 53% less CO₂`` (or dearer / more), from totals."""
+    usd, kg = _as_float(ours.get("usd")), _as_float(ours.get("kg_co2"))
+    base_usd, base_kg = _as_float(theirs.get("usd")), _as_float(theirs.get("kg_co2"))
+    if usd is None or base_usd is None or base_usd <= 0:
+        return None
+    d = _pct(usd, base_usd)
+    text = (f"{abs(d):.0f}% {'cheaper' if d >= 0 else 'dearer'} than {other}"
+            if round(d) else f"as cheap as {other}") + note
+    if kg is not None and base_kg is not None and base_kg > 0:
+        c = _pct(kg, base_kg)
+        text += (f", {abs(c):.0f}% {'less' if c >= 0 else 'more'} CO₂" if round(c)
+                 else ", the same CO₂")
+    return text
 
 
-def _figure_html(file_name: str, alt: str, caption: str) -> str:
-    return (
-        "<figure>\n"
-        f'<img src="{_esc(file_name)}" alt="{_esc(alt)}">\n'
-        f"<figcaption>{_esc(caption)}</figcaption>\n"
-        "</figure>"
-    )
+def summary(results: Mapping[str, Any], focus: str = "heliotrope") -> str:
+    """One paragraph in words: how `focus` (else the cheapest policy that met every
+    deadline) did against the cheapest other policy that met every deadline and against
+    on-demand, its deadlines, who missed deadlines, and whether the oracle is a bound."""
+    policies = _policies(results)
+    if not policies:
+        return ""
+    missed = _missed(policies)
+    contenders = [n for n in _contenders(results) if n not in REFERENCE_POLICIES]
+    by_cost = sorted(contenders, key=lambda n: _as_float(policies[n].get("usd")) or math.inf)
+    if focus not in policies or focus in REFERENCE_POLICIES:
+        focus = by_cost[0] if by_cost else next(iter(policies))
+    ours = policies[focus]
+    met = int(_as_float(ours.get("deadlines_met")) or 0)
+    infeasible = int(_as_float(ours.get("infeasible")) or 0)
+    if focus in missed:
+        deadlines = f"it missed {missed[focus]} of {met + missed[focus]} deadlines"
+    else:
+        deadlines = f"all {met} deadline{'s' if met != 1 else ''} met"
+    if infeasible:
+        deadlines += f" ({infeasible} job{'s' if infeasible != 1 else ''} no policy could "\
+                     "finish in time left out)"
+    others = [n for n in by_cost if n != focus]
+    parts = []
+    if others:
+        versus = _compare(focus, ours, others[0], policies[others[0]],
+                          " (the cheapest other policy that met every deadline)"
+                          if len(others) > 1 else "")
+        if versus:
+            parts.append(versus)
+    if "on-demand" in policies and "on-demand" not in (focus, *others[:1]):
+        versus = _compare(focus, ours, "on-demand", policies["on-demand"])
+        if versus:
+            parts.append(versus)
+    text = f"{focus}: " + ("; ".join(parts) + "; " if parts else "") + deadlines + "."
+    if focus in missed:
+        text += " Its cost is not comparable with policies that met every deadline."
+    losers = [n for n in policies if n in missed and n != focus]
+    if losers:
+        text += (" " + ", ".join(f"{n} missed {missed[n]}" for n in losers)
+                 + " deadline(s): marked in the table and the plot and never ranked best.")
+    for ref in (n for n in policies if n in REFERENCE_POLICIES and n != focus):
+        beaten = _beaten_by(results, ref)
+        if beaten:
+            text += (f" The {ref} (hindsight) is shown for reference but is not a bound here: "
+                     f"{', '.join(beaten)} met every deadline at a lower objective.")
+        elif ref not in missed and _objective(policies[ref]) is not None:
+            gap = _objective(ours)
+            bound = _objective(policies[ref])
+            if gap is not None and bound:
+                text += (f" The {ref} (hindsight, a bound on the objective): "
+                         f"{abs(_pct(bound, gap)):.0f}% below {focus}'s objective.")
+    return text
 
 
 # --------------------------------------------------------------------------------------------
 # Figures
 # --------------------------------------------------------------------------------------------
+
+
+def _missed_note(missed: Mapping[str, int], name: str) -> str:
+    n = missed.get(name, 0)
+    return f" — missed {n} deadline{'s' if n != 1 else ''}" if n else ""
 
 
 def _mpl_text(text: str) -> str:
@@ -376,8 +506,10 @@ def _plot_cost_vs_carbon(
         return
 
     fig, ax = plt.subplots(figsize=(8, 6), layout="constrained")
+    missed = _missed(policies)
+    ranked = set(_contenders(results))
     contenders = [p for p in points if p[0] not in REFERENCE_POLICIES] or points
-    frontier = _pareto(contenders)
+    frontier = _pareto([p for p in points if p[0] in ranked and p[0] not in REFERENCE_POLICIES])
     if len(frontier) >= 2:
         ax.plot(
             [p[1] for p in frontier],
@@ -392,14 +524,15 @@ def _plot_cost_vs_carbon(
     for name, usd, kg in points:
         colour, marker, _ = styles[name]
         reference = name in REFERENCE_POLICIES and len(contenders) < len(points)
+        late = name in missed
         ax.scatter(
             [usd],
             [kg],
             s=140 if reference else 80,
             marker="*" if reference else marker,
-            color=colour,
-            edgecolors="black",
-            linewidths=0.7,
+            color="none" if late else colour,
+            edgecolors=MISSED_COLOUR if late else "black",
+            linewidths=1.8 if late else 0.7,
             zorder=3,
         )
 
@@ -414,15 +547,19 @@ def _plot_cost_vs_carbon(
         slot = next((i for i in range(len(_LABEL_OFFSETS)) if i not in crowded), 0)
         placed.append((nx, ny, slot))
         dx, dy = _LABEL_OFFSETS[slot]
-        label = name + (
-            " (bound)" if name in REFERENCE_POLICIES and len(contenders) < len(points) else ""
-        )
+        label = name
+        if name in REFERENCE_POLICIES and len(contenders) < len(points):
+            label += " (reference)" if _beaten_by(results, name) or name in missed \
+                else " (bound)"
+        if name in missed:
+            label += f"\nmissed {missed[name]} deadline{'s' if missed[name] != 1 else ''}"
         ax.annotate(
             _mpl_text(label),
             (usd, kg),
             xytext=(dx, dy),
             textcoords="offset points",
             ha="left" if dx > 0 else "right",
+            color=MISSED_COLOUR if name in missed else "black",
             fontsize=9,
             bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none", "alpha": 0.75},
             zorder=4,
@@ -430,7 +567,9 @@ def _plot_cost_vs_carbon(
     ax.margins(x=0.18, y=0.15)
     ax.set_xlabel("total cost (USD)")
     ax.set_ylabel("emissions (kg CO₂, location-based)")
-    ax.set_title(title + " (lower-left is better)")
+    ax.set_title(title + (" (lower-left is better; hollow red: missed deadlines, not "
+                          "comparable)" if missed else " (lower-left is better)"),
+                 fontsize=10 if missed else None)
     ax.grid(True, color="#e5e5e5", linewidth=0.8)
     ax.set_axisbelow(True)
     if len(frontier) >= 2:
@@ -526,9 +665,11 @@ def _plot_gantt(results: Mapping[str, Any], timeline: pd.DataFrame, path: Path) 
     if t1 <= t0:
         t1 = t0 + 1.0 / 24.0
 
+    missed = _missed(_policies(results))
     for ax, name in zip(axes, names, strict=True):
         sub = df[df["policy"] == name]
-        ax.set_title(_mpl_text(name), loc="left", fontsize=9, fontweight="bold")
+        ax.set_title(_mpl_text(name + _missed_note(missed, name)), loc="left", fontsize=9,
+                     fontweight="bold", color=MISSED_COLOUR if name in missed else "black")
         ax.set_yticks(range(len(jobs)))
         ax.set_yticklabels([_mpl_text(j[:28]) for j in jobs], fontsize=fontsize)
         ax.set_ylim(len(jobs) - 0.5, -0.5)
@@ -639,6 +780,7 @@ def _plot_cumulative(
     for n in names:
         all_styles.setdefault(n, extra[n])
 
+    missed = _missed(_policies(results))
     fig, axes_arr = plt.subplots(
         2, 1, figsize=(10, 7), sharex=True, squeeze=False, layout="constrained"
     )
@@ -671,7 +813,7 @@ def _plot_cumulative(
                     color=colour,
                     linestyle=linestyle,
                     linewidth=2.2 if name == "heliotrope" else 1.5,
-                    label=_mpl_text(name),
+                    label=_mpl_text(name + _missed_note(missed, name)),
                 )
         ax.set_ylabel(label)
         ax.grid(True, color="#e5e5e5", linewidth=0.8)
@@ -704,8 +846,13 @@ def _subtitle(config: Mapping[str, Any]) -> str:
     return " · ".join(parts) or "Offline replay of recorded price, carbon and capacity traces."
 
 
-def _render(template: str, **fields: str) -> str:
-    return Template(template).substitute(fields)
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(_TEMPLATES),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+    )
 
 
 def write_report(
@@ -734,36 +881,51 @@ def write_report(
         gantt_caption = "No stints were recorded in this replay."
     elif shown < total:
         gantt_caption += f" Only the first {shown} of {total} jobs are shown."
-    figures: list[tuple[str, str, str]] = [
-        (
-            SCATTER_FILE,
-            "Scatter of total cost against emissions per policy",
-            "Total cost (USD) against location-based emissions (kgCO₂), one point per "
-            "policy; lower-left is better. The dashed line joins the Pareto-efficient "
-            "policies (reference bounds such as the oracle excluded).",
-        ),
-        (GANTT_FILE, "Gantt chart of job stints per policy", gantt_caption),
-        (
-            CUMULATIVE_FILE,
-            "Cumulative cost and emissions over time per policy",
-            "Cumulative fleet cost (top) and location-based emissions (bottom) over the "
-            "replay window, per policy.",
-        ),
+    figures = [
+        {"file": SCATTER_FILE, "alt": "Scatter of total cost against emissions per policy",
+         "caption": "Total cost (USD) against location-based emissions (kgCO₂), one point per "
+                    "policy; lower-left is better among policies that met every deadline. "
+                    "Hollow red markers missed deadlines: they are not comparable and are "
+                    "left out of the dashed Pareto line, as are reference policies such as "
+                    "the oracle."},
+        {"file": GANTT_FILE, "alt": "Gantt chart of job stints per policy",
+         "caption": gantt_caption},
+        {"file": CUMULATIVE_FILE,
+         "alt": "Cumulative cost and emissions over time per policy",
+         "caption": "Cumulative fleet cost (top) and location-based emissions (bottom) over "
+                    "the replay window, per policy."},
     ]
+    columns, dropped = _shown_columns(results)
     table_note = (
-        "Best value per column highlighted (ties included; reference bounds such as the "
-        "oracle are not ranked). kgCO₂ (location) uses average grid intensity, kgCO₂ "
-        "(marginal) marginal emissions rates; curtailed energy is the share of energy drawn "
-        f"while the grid was curtailing renewables. {MISSING} means not available."
+        "Best value per column highlighted (ties included) among policies that met every "
+        "deadline; a policy that missed deadlines is marked red and never ranked; reference "
+        "policies (the oracle) are not ranked and are called a bound only where no policy "
+        "met every deadline at a lower objective. kgCO₂ (location) uses average grid "
+        "intensity, kgCO₂ (marginal) marginal emissions rates; curtailed energy is the "
+        "share of energy drawn while the grid was curtailing renewables. "
+        f"{MISSING} means not available. Hover a header for its full name."
     )
-    page = _render(
-        _TEMPLATE_PATH.read_text(encoding="utf-8"),
-        title=_esc("Heliotrope replay report"),
-        subtitle=_esc(_subtitle(config)),
-        config_table=_config_html(config),
-        policy_table=_policy_table_html(results),
-        table_note=_esc(table_note),
-        figures="\n".join(_figure_html(*fig) for fig in figures),
+    if dropped:
+        table_note += " Same for every policy, so left out: " + "; ".join(dropped) + "."
+    rows = []
+    for row in _rows(results, columns):
+        name = row.policy
+        if row.reference:
+            name += " (bound)" if row.bound else " (reference, not a bound)"
+        classes = " ".join(c for c, on in (("reference", row.reference),
+                                           ("missed", bool(row.missed))) if on)
+        rows.append({"name": name, "classes": classes, "cells": row.cells,
+                     "flag": f"✗ missed {row.missed}" if row.missed else ""})
+    page = _environment().get_template(TEMPLATE).render(
+        title="Heliotrope replay report",
+        subtitle=_subtitle(config),
+        summary=summary(results),
+        columns=[{"header": c.header, "short": SHORT_HEADERS.get(c.key, c.header)}
+                 for c in columns],
+        rows=rows,
+        table_note=table_note,
+        figures=figures,
+        config=[(str(k), _config_value(v)) for k, v in config.items()],
     )
     report = out_dir / REPORT_FILE
     report.write_text(page, encoding="utf-8")

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import math
+import os
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import matplotlib.image as mpimg
+import numpy as np
 import pandas as pd
 import pytest
 from PIL import Image
@@ -17,6 +21,7 @@ from orchestrator.replay.report import (
     COLUMNS,
     MAX_GANTT_JOBS,
     format_table,
+    summary,
     write_report,
 )
 
@@ -250,7 +255,9 @@ def test_format_table_one_row_per_policy() -> None:
     results = _results()
     table = format_table(results)
     assert table.row_count == len(results["policies"])
-    assert len(table.columns) == 1 + len(COLUMNS)
+    # egress is 2.50 USD for every policy: left out, and named in the caption
+    assert len(table.columns) == len(COLUMNS)
+    assert "Egress USD 2.50" in str(table.caption)
     console = Console(width=300, record=True)
     console.print(table)
     text = console.export_text()
@@ -269,3 +276,118 @@ def test_missing_values_render_as_dash(tmp_path: Path, value: Any) -> None:
     }
     page = write_report(results, pd.DataFrame(), pd.DataFrame(), tmp_path).read_text("utf-8")
     assert '<th>a</th><td class="num">—</td>' in page
+
+
+# -- a report that cannot mislead ---------------------------------------------------------
+
+def _contest(**over: dict[str, Any]) -> dict[str, Any]:
+    """spot-failover the cheapest that met every deadline; curtailment-threshold cheaper
+    still, having run nothing and missed all three."""
+    policies = {
+        "on-demand": _metrics(10.0, 4.0, migrations=0, preemptions=0),
+        "spot-failover": _metrics(3.0, 2.0),
+        "heliotrope": _metrics(2.4, 1.0),
+        "curtailment-threshold": _metrics(0.0, 0.0, deadlines_met=0, deadlines_missed=3),
+        "oracle": _metrics(2.0, 0.9),
+    }
+    for name, changes in over.items():
+        policies[name.replace("_", "-")] = {**policies[name.replace("_", "-")], **changes}
+    return {"config": {"start": "2024-03-01T00:00:00Z"}, "policies": policies}
+
+
+def _red_pixels(path: Path) -> int:
+    with Image.open(path) as img:
+        px = np.asarray(img.convert("RGB")).astype(int)
+    target = np.array([0xB3, 0x26, 0x1E])
+    return int((np.abs(px - target).sum(axis=2) < 40).sum())
+
+
+def test_a_policy_that_missed_deadlines_is_marked_and_never_best(tmp_path: Path) -> None:
+    results = _contest()
+    page = write_report(results, _timeline(), _cumulative(), tmp_path).read_text("utf-8")
+    row = next(line for line in page.splitlines() if "<th>curtailment-threshold" in line)
+    assert 'class="missed"' in row and "✗ missed 3" in row
+    assert "best" not in row  # cheapest and cleanest, but it ran nothing
+    assert '<td class="num best">2.40</td>' in page  # heliotrope: best of those that met all
+    console = Console(width=200, record=True)
+    console.print(format_table(results))
+    text = console.export_text()
+    assert "curtailment-threshold — missed 3 deadlines" in text
+    # the plot: hollow red markers and a red label for it, none when nobody missed
+    missed_red = _red_pixels(tmp_path / "cost_vs_carbon.png")
+    clean = _contest(curtailment_threshold={"deadlines_missed": 0, "deadlines_met": 3})
+    write_report(clean, _timeline(), _cumulative(), tmp_path / "clean")
+    assert missed_red > 200 and _red_pixels(tmp_path / "clean" / "cost_vs_carbon.png") == 0
+
+
+def test_the_oracle_is_a_bound_only_where_it_is_one(tmp_path: Path) -> None:
+    bound = write_report(_contest(), pd.DataFrame(), pd.DataFrame(), tmp_path / "a")
+    assert "<th>oracle (bound)</th>" in bound.read_text("utf-8")
+    beaten = _contest(oracle={"usd": 2.9, "objective_usd": 2.9})
+    page = write_report(beaten, pd.DataFrame(), pd.DataFrame(), tmp_path / "b").read_text()
+    assert "<th>oracle (reference, not a bound)</th>" in page and "oracle (bound)" not in page
+    assert "not a bound here: heliotrope met every deadline at a lower objective" in page
+    console = Console(width=200, record=True)
+    console.print(format_table(beaten))
+    assert "(bound)" not in console.export_text()
+    # a policy that beat it only by missing deadlines does not unmake the bound
+    cheap_and_late = _contest(oracle={"usd": 2.5, "objective_usd": 2.5},
+                              heliotrope={"deadlines_missed": 1})
+    assert "oracle (bound)" in write_report(cheap_and_late, pd.DataFrame(), pd.DataFrame(),
+                                            tmp_path / "c").read_text()
+
+
+def test_the_summary_says_it_in_words() -> None:
+    text = summary(_contest())
+    assert text.startswith("heliotrope: 20% cheaper than spot-failover (the cheapest other "
+                           "policy that met every deadline), 50% less CO₂; 76% cheaper than "
+                           "on-demand, 75% less CO₂; all 3 deadlines met.")
+    assert "curtailment-threshold missed 3 deadline(s)" in text
+    assert "a bound on the objective" in text
+    lost = summary(_contest(heliotrope={"usd": 3.3, "kg_co2": 2.2}))
+    assert lost.startswith("heliotrope: 10% dearer than spot-failover")
+    assert "10% more CO₂" in lost
+    late = summary(_contest(heliotrope={"deadlines_missed": 2, "deadlines_met": 1}))
+    assert "it missed 2 of 3 deadlines" in late and "not comparable" in late
+
+
+def test_the_html_comes_from_the_jinja_template_and_escapes(tmp_path: Path) -> None:
+    results = _contest()
+    results["policies"]["<b>x</b>"] = _metrics(5.0, 5.0)
+    page = write_report(results, pd.DataFrame(), pd.DataFrame(), tmp_path).read_text()
+    assert '<p class="summary">heliotrope: ' in page
+    assert "&lt;b&gt;x&lt;/b&gt;" in page and "<b>x</b>" not in page
+    assert page.index('class="summary"') < page.index('class="metrics"')
+
+
+def _chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome", "chrome", "headless_shell"):
+        if found := shutil.which(name):
+            return found
+    return None
+
+
+@pytest.mark.skipif(_chromium() is None, reason="no chromium on PATH: the laptop-screen check "
+                    "needs a headless browser (apt install chromium)")
+def test_the_report_table_fits_a_laptop_screen_in_chromium(tmp_path: Path) -> None:
+    browser = _chromium()
+    assert browser is not None
+    results = _contest()
+    report = write_report(results, _timeline(), _cumulative(), tmp_path)
+    # A copy that measures itself (the report has no scripts of its own).
+    probe = tmp_path / "probe.html"
+    probe.write_text(report.read_text().replace("</body>", (
+        "<script>const t = document.querySelector('table.metrics');"
+        "document.body.setAttribute('data-fit', String(t.getBoundingClientRect().right <= "
+        "document.documentElement.clientWidth && t.parentElement.scrollWidth <= "
+        "t.parentElement.clientWidth));</script></body>")))
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
+    dom = subprocess.run([browser, *flags, "--window-size=1366,768", "--dump-dom",
+                          probe.as_uri()], capture_output=True, text=True, timeout=120,
+                         check=True).stdout
+    assert 'data-fit="true"' in dom
+    shot = Path(os.environ.get("HELIOTROPE_TEST_ARTIFACTS", tmp_path)) / "report-1366.png"
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([browser, *flags, "--window-size=1366,2600", f"--screenshot={shot}",
+                    report.as_uri()], capture_output=True, timeout=120, check=True)
+    _assert_png(shot)

@@ -31,7 +31,7 @@ import pickle
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from torch.distributed.checkpoint._traverse import set_element
@@ -61,6 +61,7 @@ from orchestrator.training.state_io import byte_view
 
 __all__ = ["METADATA_FILE", "SHARDED_FORMAT", "Piece", "SafeLoadPlanner", "StoreReader",
            "StoreWriter", "portable", "rank_file", "read_metadata", "shard_file"]
+
 
 @dataclass(frozen=True, slots=True)
 class Piece:
@@ -117,7 +118,7 @@ class StoreWriter(StorageWriter):
         try:
             return self._write_data(plan, planner)
         except Exception as exc:
-            raise portable(exc) from exc
+            _reraise(exc)
 
     def _write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
         name = shard_file(self.rank)
@@ -168,7 +169,7 @@ class StoreWriter(StorageWriter):
         try:
             self.entries.update(self.store.write_part(self.job_id, self.step, files))
         except Exception as exc:
-            raise portable(exc) from exc
+            _reraise(exc)
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: Any) -> bool:
@@ -227,7 +228,7 @@ class StoreReader(StorageReader):
         try:
             return read_metadata(self.store, self.ref)
         except Exception as exc:
-            raise portable(exc) from exc
+            _reraise(exc)
 
     def set_up_storage_reader(
         self, metadata: Metadata, is_coordinator: bool, *args: Any, **kwargs: Any
@@ -244,7 +245,7 @@ class StoreReader(StorageReader):
         try:
             return self._read_data(plan, planner)
         except Exception as exc:
-            raise portable(exc) from exc
+            _reraise(exc)
 
     def _read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
         by_file: dict[str, dict[Piece, list[ReadItem]]] = defaultdict(lambda: defaultdict(list))
@@ -343,6 +344,13 @@ def portable(exc: Exception) -> Exception:
         kind = TransientError if isinstance(exc, OSError | TransientError) else PermanentError
         return kind(f"{type(exc).__name__}: {exc}")
     return exc
+
+
+def _reraise(exc: Exception) -> NoReturn:
+    wrapped = portable(exc)
+    if wrapped is exc:
+        raise exc
+    raise wrapped from exc
 
 
 def _skip(f: Any, n: int) -> None:

@@ -320,3 +320,32 @@ def test_distributed_false_keeps_to_this_process_and_true_needs_a_process_group(
     finally:
         dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rendezvous3",
                                 rank=0, world_size=1)
+
+
+def test_a_corrupt_sharded_checkpoint_is_skipped_and_its_step_written_again(
+    tmp_path: Path, one_rank_world: None
+) -> None:
+    store = store_at(tmp_path)
+    net, optimizer = _model()
+    with ResumableRun(net, optimizer, job_id=JOB, store=store, every_steps=3,
+                      handle_signals=False) as run:
+        run.restore()
+        for step in range(6):
+            _train(net, optimizer, step)
+            run.step_done(step, {"step": step + 1})
+    assert [r.step for r in store.list(JOB)] == [3, 6]
+    shard = tmp_path / "ckpt" / JOB / "step-000000000006" / shard_file(0)
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    shard.write_bytes(bytes(data))
+
+    other, other_opt = _model()
+    with ResumableRun(other, other_opt, job_id=JOB, store=store, every_steps=3,
+                      handle_signals=False) as again:
+        assert again.restore() == 3  # all ranks fell back past step 6
+        for step in range(3, 6):
+            _train(other, other_opt, step)
+            again.step_done(step, {"step": step + 1})
+    (ref,) = [r for r in store.list(JOB) if r.step == 6]
+    store.verify(ref)  # the corrupt one was quarantined and step 6 written afresh
+    assert state_digest(other) == state_digest(net)

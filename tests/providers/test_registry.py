@@ -87,6 +87,15 @@ def test_the_signals_dag_cloud_families_are_the_registrys() -> None:
     assert set(cloud_families()) == {"aws", "gcp"}  # Azure and Kubernetes poll nothing yet
 
 
+def test_the_dags_connections_are_the_registrys() -> None:
+    from orchestrator.airflow_tasks import CONNECTION_IDS
+
+    want = {s.name: s.connection_id for s in registry.specs() if s.connection_id}
+    assert {k: v for k, v in CONNECTION_IDS.items() if k in registry.names()} == want
+    assert set(want) == set(registry.names()) & {s.name for s in registry.specs()
+                                                 if s.signal_sources}
+
+
 def test_signals_poll_the_catalog_regions_of_the_clouds_with_sources() -> None:
     from orchestrator.signals.poll import default_regions
 

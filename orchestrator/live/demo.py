@@ -13,6 +13,7 @@ would have cost.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import sys
@@ -117,7 +118,7 @@ def run_demo(out: Path, *, steps: int = 240) -> int:
     ids = submit(jobs_file)
     console.print(
         f"[bold]Heliotrope live demo[/]: {len(ids)} jobs, 4 local regions, "
-        f"scenario time x{world.settings.speed:g}, home {live_home}"
+        f"scenario time x{world.settings.speed:g}, home {escape(str(live_home))}"
     )
     store = world.open_store()
     live = live_controller(world, store)
@@ -173,9 +174,77 @@ def run_demo(out: Path, *, steps: int = 240) -> int:
     results = json.loads(paths["results"].read_text())
     console.print(format_table(results))
     console.print(summary(results), markup=False, highlight=False)
+    _print_why(console, store, ids)
+    _print_agreement(console, store, results.get("policies", {}).get("heliotrope", {}))
     console.print(f"report: {paths['report']}", markup=False)
     done = all(r["phase"] == "done" for r in jobs_table(store))
     return 0 if done else 1
+
+
+AGREE_WITHIN = 0.05  # the replay's heliotrope row agrees with the live fleet within 5%
+
+
+def live_totals(store: Any) -> dict[str, float]:
+    """The live fleet's USD, kgCO2 and mean completion hours (of the jobs that finished)."""
+    loaded, _ = store.load()
+    usd = sum(r.usd for r in loaded.rows.values())
+    kg = sum(r.kg_co2 for r in loaded.rows.values())
+    done = [(loaded.rows[j.id].finished_at_s or math.nan) - j.start.timestamp()
+            for j in loaded.jobs if loaded.rows.get(j.id) is not None
+            and loaded.rows[j.id].finished_at_s is not None]
+    done = [d for d in done if not math.isnan(d)]
+    return {"usd": usd, "kg_co2": kg,
+            "mean_completion_h": sum(done) / len(done) / 3600.0 if done else math.nan}
+
+
+def agreement(live: dict[str, float], replayed: dict[str, Any]) -> list[tuple[str, float,
+                                                                             float, float]]:
+    """(metric, live, replay, relative difference) for USD, kgCO2 and mean completion."""
+    rows = []
+    for key in ("usd", "kg_co2", "mean_completion_h"):
+        a, b = float(live.get(key, math.nan)), float(replayed.get(key) or math.nan)
+        rel = abs(b - a) / abs(a) if a and not math.isnan(a) and not math.isnan(b) else math.nan
+        rows.append((key, a, b, rel))
+    return rows
+
+
+def _print_agreement(console: Console, store: Any, replayed: dict[str, Any]) -> None:
+    """Say whether the replay's heliotrope row agrees with what the live fleet did; when it
+    does not, say so and by how much (never hidden)."""
+    if not replayed:
+        return
+    rows = agreement(live_totals(store), replayed)
+    table = Table(title="heliotrope: the live run against its replay", title_justify="left")
+    for col in ("", "live", "replay", "difference"):
+        table.add_column(col, justify="right" if col else "left")
+    names = {"usd": "USD", "kg_co2": "kgCO2", "mean_completion_h": "mean completion h"}
+    for key, a, b, rel in rows:
+        table.add_row(names[key], f"{a:.3f}", f"{b:.3f}",
+                      "n/a" if math.isnan(rel) else f"{rel:.1%}")
+    console.print(table)
+    off = [names[k] for k, _, _, rel in rows if math.isnan(rel) or rel > AGREE_WITHIN]
+    if off:
+        console.print(
+            f"The replay does not agree with the live run within {AGREE_WITHIN:.0%} on "
+            f"{', '.join(off)}: live progress is what the processes measured (real step "
+            "times on this machine), the replay's is modelled from work_gpu_hours, and the "
+            "live controller's ticks and migrations take real seconds the replay does not.",
+            markup=False, highlight=False)
+    else:
+        console.print(f"The replay agrees with the live run within {AGREE_WITHIN:.0%}.",
+                      markup=False)
+
+
+def _print_why(console: Console, store: Any, ids: list[str]) -> None:
+    """Each job's placement decisions and the signals they were made on (`explain`)."""
+    from orchestrator.live.commands import explain
+
+    console.print("\n[bold]Why each job went where it did[/] (`heliotrope explain JOB`):")
+    for job_id in ids:
+        lines = explain(store, job_id)
+        console.print(escape(f"{job_id}:"))
+        for line in lines or ["  no placement decision recorded"]:
+            console.print(escape("  " + line), highlight=False)
 
 
 def _reclaim(grid: Any, offer: int, now_s: float, hours: float) -> None:

@@ -153,7 +153,7 @@ class Row:
         if self.reference:
             text += " (bound)" if self.bound else " (reference, not a bound)"
         if self.missed:
-            text += f" — missed {self.missed} deadline{'s' if self.missed != 1 else ''}"
+            text += f" — missed {self.missed}"
         return text
 
 

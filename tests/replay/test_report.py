@@ -312,7 +312,7 @@ def test_a_policy_that_missed_deadlines_is_marked_and_never_best(tmp_path: Path)
     console = Console(width=200, record=True)
     console.print(format_table(results))
     text = console.export_text()
-    assert "curtailment-threshold — missed 3 deadlines" in text
+    assert "curtailment-threshold — missed 3" in text
     # the plot: hollow red markers and a red label for it, none when nobody missed
     missed_red = _red_pixels(tmp_path / "cost_vs_carbon.png")
     clean = _contest(curtailment_threshold={"deadlines_missed": 0, "deadlines_met": 3})

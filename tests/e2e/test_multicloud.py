@@ -16,6 +16,7 @@ here; real deployments use s3:// and gs:// URIs, see docs/providers.md).
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -248,7 +249,7 @@ def test_multi_provider_routes_each_instance_to_its_cloud_and_leaves_others_alon
     assert ("us-central1-a", foreign.name) in fakes.compute.instances
 
 
-# -- through the registry: Azure -> Kubernetes ---------------------------------------------------
+# -- through the registry: Azure <-> Kubernetes ---------------------------------------------------
 
 AZURE_SPOT_A100 = "azure:eastus:Standard_NC24ads_A100_v4:spot"
 K8S_SPOT_A100 = "k8s:onprem:a100-80gbx1:spot"
@@ -413,3 +414,68 @@ def test_spot_job_reclaimed_on_aws_moves_to_a_kubernetes_spot_pool(
         assert fakes.aws_ops("ec2:TerminateInstances") == []
         launches = [e.offer_id for e in store.history(JOB) if e.kind is EventKind.LAUNCHED]
         assert launches == [AWS_SPOT_L4, K8S_SPOT_L4]
+
+
+@pytest.mark.timeout(120)
+def test_spot_pod_preempted_on_kubernetes_moves_to_azure_with_its_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """The reverse: the on-premises spot pool is the cheapest (0.50 $/GPU-h), the scheduler
+    preempts the pod (a DisruptionTarget, then the pod is gone), and the job moves to
+    Azure's spot A100 in eastus with its checkpoint."""
+    from tests.providers.conftest import open_new_cloud_fakes
+
+    with open_new_cloud_fakes(tmp_path) as new:
+        new.label_spot("onprem", "dgx-a100-01")
+        k8s = new.k8s_section()
+        k8s["contexts"][0]["spot_usd_per_gpu_hour"] = {"A100-80GB": 0.50}
+        clock = FakeClock(datetime(2024, 5, 1, 17, 0, tzinfo=UTC))
+        world = configured_world(LiveSettings(
+            world="clouds", cluster=CLUSTER, policy="spot-failover", clouds={
+                "providers": ["k8s", "azure"], "k8s": k8s, "azure": new.azure_section(),
+                "checkpoints": {"default": f"file://{tmp_path}/ckpt/{{cloud}}/{{region}}"}}),
+            clock=clock, access=new.access(sleep=clock.sleep))
+        offers = {o.id: o for o in world.offers}
+        src_store = CheckpointStore(world.store_uri(offers[K8S_SPOT_A100]), durable=False)
+        dst_store = CheckpointStore(world.store_uri(offers[AZURE_SPOT_A100]), durable=False)
+        store = MemoryStateStore(clock=clock)
+        store.submit(parse_jobs(a100_job_doc(), trace_start=clock.now()))
+        live = live_controller(world, store)
+
+        assert EventKind.LAUNCHED in [e.kind for e in live.tick()]
+        c = live.controller
+        assert c is not None and c.offers[int(c.fleet.offer[0])].id == K8S_SPOT_A100
+        onprem = new.kube["onprem"]
+        [pod_name] = list(onprem.pods)
+        tick(live, clock)
+        ref = src_store.write(A100_JOB, STEP, {"model.pt": b"w" * 4000},
+                              now_s=clock.now().timestamp())
+
+        # The scheduler preempts the pod: first the notice, then it is gone.
+        onprem.disrupt(pod_name, reason="PreemptionByScheduler", message="preempted")
+        tick(live, clock)
+        onprem.remove(pod_name)
+        kinds = tick(live, clock)
+        history = store.history(A100_JOB)
+        assert EventKind.PREEMPTED in [e.kind for e in history], kinds
+        for _ in range(30):
+            if c.all_done and not store.open_migrations():
+                break
+            tick(live, clock)
+            c = live.controller
+            assert c is not None
+        assert c.fleet.phase[0] == Phase.DONE and not store.open_migrations()
+        copied = dst_store.latest(A100_JOB)
+        assert copied is not None and copied.manifest_sha256 == ref.manifest_sha256
+        dst_store.verify(copied)
+        history = store.history(A100_JOB)
+        assert [e.offer_id for e in history if e.kind is EventKind.LAUNCHED] == [
+            K8S_SPOT_A100, AZURE_SPOT_A100]
+        [put] = [call for call in new.arm.calls if call.method == "PUT"
+                 and call.action == "Microsoft.Compute/virtualMachines/write"]
+        assert put.body["properties"]["priority"] == "Spot"
+        custom = put.body["properties"]["osProfile"]["customData"]
+        assert f"HELIOTROPE_CHECKPOINT_URI={dst_store.root_uri}" in base64.b64decode(
+            custom).decode()
+        assert new.arm.vms == {} and onprem.pods == {}  # the VM deleted once done
+        assert len(onprem.requests_for("pods", "create")) == 1

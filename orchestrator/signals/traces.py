@@ -250,10 +250,47 @@ def _first_bad_row(mask: pd.Series) -> int:
     return int(np.flatnonzero(mask.to_numpy())[0])
 
 
+# A trace time before this is a unit mistake (epoch seconds read as nanoseconds land in
+# January 1970), not history: the earliest public GPU price or grid data is far later.
+EARLIEST: Final = pd.Timestamp("2000-01-01", tz="UTC")
+# Key columns of a series per table: one value per key and time.
+_SERIES_KEYS: Final[Mapping[str, tuple[str, ...]]] = {
+    "prices": ("cloud", "region", "zone", "instance_type", "market"),
+    "spot": ("cloud", "zone", "instance_type"),
+    "grid": ("grid_zone", "metric", "source"),
+}
+_VALUE: Final[Mapping[str, str]] = {"prices": "usd_per_hour", "spot": "capacity",
+                                    "grid": "value"}
+
+
 def _check_values(frame: pd.DataFrame, table: str, where: str) -> None:
     if "time" in frame.columns and frame["time"].isna().any():
         row = _first_bad_row(frame["time"].isna())
         raise InputError(where, f"row {row}, column 'time'", "a UTC timestamp", got="empty")
+    if "time" in frame.columns and len(frame) and (frame["time"] < EARLIEST).any():
+        row = _first_bad_row(frame["time"] < EARLIEST)
+        raise InputError(where, f"row {row}, column 'time'", "a time after 2000-01-01",
+                         got=str(frame["time"].iloc[row]),
+                         fix="epoch seconds were probably read as nanoseconds: write times "
+                             "as timestamps (or epoch nanoseconds)")
+    value = _VALUE.get(table)
+    if value is not None and len(frame):
+        values = frame[value].to_numpy(dtype=np.float64)
+        infinite = np.isinf(values) & ~((table == "spot") & (values > 0))  # inf: no limit
+        if infinite.any():
+            row = int(np.flatnonzero(infinite)[0])
+            raise InputError(where, f"row {row}, column {value!r}",
+                             "a finite number (NaN for unknown)", got=float(values[row]))
+        keys = [*_SERIES_KEYS[table], "time"]
+        same = frame.duplicated(keys, keep=False)
+        if same.any():
+            clash = frame[same].groupby(keys, sort=False)[value].nunique(dropna=False) > 1
+            if clash.any():
+                key = clash[clash].index[0]
+                raise InputError(where, "rows " + ", ".join(map(str, frame.index[
+                    (frame[keys].apply(tuple, axis=1) == key).to_numpy()][:3])),
+                    "one value per series and time", got=f"{key}: conflicting values",
+                    fix="drop the duplicate rows or fix their values")
     if table == "offers":
         bad = frame["gpu_count"] < 1
         if bad.any():

@@ -24,21 +24,22 @@ per hour of going (or staying) there for the expected stay S:
   cold start even with all the slack in the world.
 
 Survival learned online (`policies.spot_lifetime.LifetimeTracker`, from each offer's own
-history up to now; issue 14):
+history up to now; issue 14). Three rules, each measured on every suite and off by
+default: none wins across them (docs/policies.md has the numbers).
 
-- Young runs die young. Spot capacity flickers: most runs last a tick or two, the ones that
-  last, last long (median run 1-4 ticks, mean 76-88 ticks on the SkyNomad H100 zones). A
+- Young runs die young (`young_run_h`). Spot capacity flickers: most runs last a tick or
+  two, the ones that last, last long (median 1-4 ticks, mean 76-88 on the SkyNomad zones). A
   launch into a run younger than `young_run_h` dies young with the offer's learned share q
   of young deaths: it bills about its start-up and makes no progress, else it stays S.
   Value and hours are that mixture: ``u = ((1-q) V progress - cost (q t_fail + (1-q) S)
   - egress) / (q t_fail + (1-q) S)``.
-- Waiting as an option (`wait_for_spot`, off: measured and not kept). An idle job may wait
-  for a spot offer that is down now, valued by the same utility per hour of the expected
-  outage (learned like the lifetimes) plus the stay that follows; it launches elsewhere
-  only if that beats waiting.
-- The move back is a cost. While the cheapest spot option is down, every other option is
-  charged what the job will pay once it is back (in `outage` hours): a move back (egress
-  and a cold start) or the price difference for the rest of its stay, whichever is less.
+- Waiting is an option (`wait_for_spot`). An idle job may wait for a spot offer that is
+  down now, valued by the same utility per hour of the expected outage (learned like the
+  lifetimes) plus the stay that follows; it launches elsewhere only if that beats waiting.
+- The move back is a cost (`return_aware`). While the cheapest spot option is down, every
+  other option is charged what the job will pay once it is back (in `outage` hours): a move
+  back (egress and a cold start) or the price difference for the rest of its stay,
+  whichever is less.
 
 A running job moves only when the best option beats staying by `hysteresis` (relative).
 Safety net (as Can't Be Late): when the slack ``time left - startup - work / r_net`` is
@@ -101,8 +102,10 @@ class Heliotrope:
     # carbon-year window, where 20 jobs wait for the same returning slots.
     wait_for_spot: bool = False
     outage_prior_h: float = 1.0
-    young_run_h: float = 0.5  # 0: one constant hazard per offer (no young/mature runs)
-    return_aware: bool = True
+    # Measured, not kept (docs/policies.md, issue 14): young runs (0.5 h) and the move-back
+    # charge gain on the skynomad-h100 sweeps and lose on cbl-v100 and carbon-year.
+    young_run_h: float = 0.0  # 0: one constant hazard per offer (no young runs)
+    return_aware: bool = False
     _memo: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __call__(self, snapshot: Snapshot) -> Decision:

@@ -279,9 +279,9 @@ FLICKER = [5.0] * 30 + [0.0, 0.0, 5.0, 0.0, 0.0, 5.0, 0.0, 0.0] + [5.0] * 30 + [
 
 def test_a_zone_just_back_from_flickering_is_a_young_run() -> None:
     snap = _with_spot_history(World().snapshot(), {3: FLICKER})
-    assert _target(helio(), snap) == 1  # the steady one: the young run likely dies
-    no_young = Heliotrope(**POLICY, young_run_h=0.0)  # type: ignore[arg-type]
-    assert _target(no_young, snap) == 3  # one hazard per offer: the cheap one
+    young = Heliotrope(**POLICY, young_run_h=0.5)  # type: ignore[arg-type]
+    assert _target(young, snap) == 1  # the steady one: the young run likely dies
+    assert _target(helio(), snap) == 3  # the default, one hazard per offer: the cheap one
 
 
 def test_lifetime_tracker_learns_young_deaths_and_outages() -> None:

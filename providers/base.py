@@ -35,6 +35,7 @@ class Capability(StrEnum):
     PRICES = "prices"  # `quotes()`: USD per hour of its offers, with where each came from
     CAPACITY = "capacity"  # `capacity()`: instances of each offer obtainable now
     PREEMPT = "preempt"  # `preempt(id, notice_s)`: take an instance away (local, tests)
+    ACKNOWLEDGE = "acknowledge"  # final events repeat until `acknowledge(events)` (local)
 
 
 class InstanceState(StrEnum):
@@ -174,4 +175,17 @@ def with_capacity(provider: ComputeProvider) -> CapacityProvider | None:
 def preemptible(provider: ComputeProvider) -> PreemptibleProvider | None:
     if Capability.PREEMPT in provider.capabilities():
         return cast(PreemptibleProvider, provider)
+    return None
+
+
+class AcknowledgingProvider(ComputeProvider, Protocol):
+    """`Capability.ACKNOWLEDGE`: `poll_events` repeats an instance's final event (completed,
+    failed, preempted) until the controller acknowledges it after committing it."""
+
+    def acknowledge(self, events: Sequence[ProviderEvent]) -> None: ...
+
+
+def acknowledging(provider: ComputeProvider) -> AcknowledgingProvider | None:
+    if Capability.ACKNOWLEDGE in provider.capabilities():
+        return cast(AcknowledgingProvider, provider)
     return None

@@ -70,7 +70,7 @@ from orchestrator.state import (
     rows_from_fleet,
 )
 from policies.base import Policy
-from providers.base import ComputeProvider
+from providers.base import ComputeProvider, acknowledging, preemptible
 
 logger = logging.getLogger(__name__)
 
@@ -320,9 +320,9 @@ class LiveController:
             self.controller = None
             self.conflicts += 1
             return  # not acknowledged: the provider reports its events again
-        acknowledge = getattr(self.provider, "acknowledge", None)
-        if acknowledge is not None:  # committed: the provider may stop repeating them
-            acknowledge(controller.observed)
+        ack = acknowledging(self.provider)
+        if ack is not None:  # committed: the provider may stop repeating them
+            ack.acknowledge(controller.observed)
         for record in migrations:  # tests kill the process here (orchestrator/failpoints.py)
             failpoints.hit("migration.after", record.phase)
 
@@ -330,8 +330,8 @@ class LiveController:
         """Stop spot instances whose offer has no capacity now (the local provider's
         stand-in for a cloud reclaiming spot), by the signals the policy reads."""
         controller = self.controller
-        preempt = getattr(self.provider, "preempt", None)
-        if controller is None or preempt is None:
+        reclaimer = preemptible(self.provider)
+        if controller is None or reclaimer is None:
             return
         frame = controller.frame_at(now.timestamp())
         if frame.stale:
@@ -344,7 +344,7 @@ class LiveController:
             offer = self.offers[o]
             if offer.market is Market.SPOT and not capacity[o] > 0:
                 logger.info("spot capacity gone at %s: preempting %s", offer.id, instance)
-                preempt(instance, notice_s=1.0)
+                reclaimer.preempt(instance, notice_s=1.0)
 
     def fleet_table(self) -> list[dict[str, object]]:
         c = self.controller

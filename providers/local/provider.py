@@ -253,7 +253,8 @@ class LocalProvider:
 
     # -- contract -------------------------------------------------------------------------
     def capabilities(self) -> frozenset[Capability]:
-        return frozenset({Capability.ON_DEMAND, Capability.SPOT, Capability.PREEMPTION_NOTICE})
+        return frozenset({Capability.ON_DEMAND, Capability.SPOT, Capability.PREEMPTION_NOTICE,
+                          Capability.PREEMPT, Capability.ACKNOWLEDGE})
 
     def offers(self) -> Sequence[Offer]:
         return self._offers

@@ -30,7 +30,7 @@ from orchestrator.signals.sources.keys import price_key, spot_key
 from orchestrator.signals.view import OBSERVED_SOURCE, StoreSignalView, list_priors
 from orchestrator.state import MemoryStateStore, SignalSample
 from policies.registry import make_policy
-from providers.base import InstanceId, InstanceInfo, InstanceState
+from providers.base import Capability, InstanceId, InstanceInfo, InstanceState
 from providers.sim import SimProvider
 from tests.conftest import tiny_trace
 from tests.signals.conftest import CREDS, NOW
@@ -51,6 +51,9 @@ ZONES = {"gcp": "NL", "aws": "US-MIDA-PJM"}
 class BootingSim(SimProvider):
     """The simulated cloud, with instances RUNNING once booted; `preempt` reclaims one, as
     the local provider does when the signals say a spot zone has no capacity left."""
+
+    def capabilities(self) -> frozenset[Capability]:
+        return super().capabilities() | {Capability.PREEMPT}
 
     def preempt(self, instance_id: InstanceId, notice_s: float = 2.0) -> bool:
         if instance_id not in self.list_instances(cluster=CLUSTER):

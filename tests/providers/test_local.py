@@ -441,7 +441,8 @@ def test_offers_capabilities_and_checkpoint_store(make: Factory) -> None:
     provider = make()
     assert provider.name == "local"
     assert provider.capabilities() == frozenset(
-        {Capability.ON_DEMAND, Capability.SPOT, Capability.PREEMPTION_NOTICE})
+        {Capability.ON_DEMAND, Capability.SPOT, Capability.PREEMPTION_NOTICE,
+         Capability.PREEMPT, Capability.ACKNOWLEDGE})
     assert list(provider.offers()) == OFFERS
     ids = [o.id for o in OFFERS]
     assert ids == ["local:west:local-cpu:on_demand", "local:west:local-cpu:spot",

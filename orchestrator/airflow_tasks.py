@@ -400,12 +400,19 @@ def poll_signals(
     if not written:
         failed = [r for r in report.results if r.status == "failed"]
         missing = [r for r in failed if any(": credential: " in e for e in r.errors)]
-        if failed and len(missing) == len(failed):
+        offline = [r for r in failed if r not in missing and r.errors
+                   and all(_offline(e) for e in r.errors)]
+        if failed and len(missing) + len(offline) == len(failed):
             conns = ", ".join(sorted(CONNECTION_IDS.values()))
-            raise Skip(
-                f"no credentials for {', '.join(r.name for r in missing)}: add the Airflow "
-                f"Connection ({conns}) or the environment variable the error names"
-            )
+            reasons = []
+            if missing:
+                reasons.append(f"no credentials for {', '.join(r.name for r in missing)}: add "
+                               f"the Airflow Connection ({conns}) or the environment variable "
+                               "the error names")
+            if offline:
+                reasons.append(f"no network to {', '.join(r.name for r in offline)} (could "
+                               "not connect): check this worker's egress")
+            raise Skip("; ".join(reasons))
         if failed:
             raise PollFailed(
                 f"{family} at {region}: nothing read; "
@@ -418,6 +425,13 @@ def poll_signals(
         "trace_dir": str(settings.trace_dir),
         "sources": table,
     }
+
+
+def _offline(error: str) -> bool:
+    """A source's error says the network is not there (no route, no DNS, refused, timed
+    out), not that the service answered badly."""
+    return any(word in error for word in ("ConnectionError", "timed out", "NameResolution",
+                                          "Network is unreachable"))
 
 
 def _covers(source: Any, zone: str) -> bool:

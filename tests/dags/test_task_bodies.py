@@ -381,3 +381,18 @@ def test_constants_offered_in_the_forms_match_the_code() -> None:
     assert tuple(r for r, _ in LOCAL_REGIONS) == at.LOCAL_REGION_NAMES
     assert tuple(POLICY_NAMES) == at.REPLAY_POLICY_CHOICES
     assert set(at.DEFAULT_REPLAY_POLICIES) <= set(POLICY_NAMES)
+
+
+def test_a_poll_without_network_is_skipped_with_the_reason(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Out of the box (no route to the source) the signals task is yellow, not red."""
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on: connection refused
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("HELIOTROPE_UK_CARBON_URL", f"http://127.0.0.1:{port}")
+    with pytest.raises(at.Skip, match="no network to uk-carbon"):
+        at.poll_signals(settings(home, sources=["uk-carbon"]), family="carbon",
+                        region="gcp:europe-west2")

@@ -6,6 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 EXTRAS ?= dev,torch,airflow,aws,gcp,entsoe,azure,k8s
 PYTEST_ARGS ?=
+GRIDSTATUS_DEPS := beautifulsoup4 frozendict lxml openpyxl pdfplumber plotly tabulate termcolor xlrd
 
 .PHONY: setup demo test lint bench e2e airflow clean
 
@@ -15,6 +16,10 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
 	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
+	# gridstatus (extra `grid`) pins pandas~=2.2 but runs, and its tests pass, on the pandas
+	# we use: installed without its pins, with the libraries it imports.
+	$(PY) -m pip install --quiet --no-deps 'gridstatus==0.37.0'
+	$(PY) -m pip install --quiet $(GRIDSTATUS_DEPS)
 	@rm -f $(VENV)/.installed-* && touch $@
 
 demo: setup

@@ -13,6 +13,7 @@ import math
 from collections.abc import Collection, Mapping
 
 from orchestrator.model import Action, ActionKind, Decision, Phase, Snapshot
+from policies.costs import move_cost
 
 
 def plan(
@@ -70,6 +71,8 @@ def plan(
             refused.append((j, f"{snapshot.offers[o].id} has no price now"))
         elif not free[o] >= need:
             refused.append((j, f"no spot capacity left at {snapshot.offers[o].id}"))
+        elif (late := _late_move(snapshot, j, current, o)) is not None:
+            refused.append((j, late))
         else:
             free[o] -= need
             if current >= 0:
@@ -78,6 +81,31 @@ def plan(
                 )
             actions.append(_act(ActionKind.LAUNCH, snapshot, j, o, tick, intent.reason))
     return actions, refused
+
+
+def _late_move(snapshot: Snapshot, j: int, current: int, o: int) -> str | None:
+    """Why a move of job `j` from `current` to `o` is refused: it would finish after the
+    deadline (a new cold start, the checkpoint's transfer, the work left at `o`'s speed)
+    while staying would not. None when it is no move, or not late."""
+    if current < 0:
+        return None
+    fit, fleet, job = snapshot.fit, snapshot.fleet, snapshot.jobs[j]
+    remaining = max(0.0, job.work_gpu_hours - float(fleet.progress_gpu_h[j]))
+    rate_dst, rate_here = float(fit.rate[j, o]), float(fit.rate[j, current])
+    if rate_dst <= 0 or rate_here <= 0:
+        return None
+    src, dst = snapshot.offers[current], snapshot.offers[o]
+    move = move_cost(job, src.location, dst.location, snapshot.settings)
+    now_s = snapshot.now_s
+    ready_s = float(fleet.ready_at_s[j])
+    here_s = (now_s if math.isnan(ready_s) else max(now_s, ready_s)) + remaining / rate_here * 3600
+    there_s = now_s + (job.cold_start_h + move.transfer_h + remaining / rate_dst) * 3600
+    deadline_s = job.deadline.timestamp()
+    if there_s > deadline_s >= here_s:
+        late_h = (there_s - deadline_s) / 3600
+        return (f"a move to {dst.id} would finish {late_h:.1f} h after the deadline (staying "
+                f"finishes in time): held where it is")
+    return None
 
 
 def _act(

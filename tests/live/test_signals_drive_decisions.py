@@ -16,6 +16,7 @@ import json
 import uuid
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -123,10 +124,10 @@ class Run:
 
 def make_run(policy: str, *, carbon_usd_per_tonne: float = 0.0, deadline_h: float = 200.0,
              markets: tuple[Market, ...] = (Market.ON_DEMAND, Market.SPOT),
-             reclaim_spot: bool = False) -> Run:
+             reclaim_spot: bool = False, cold_start_h: float = 0.1) -> Run:
     job = JobSpec(id="j0", work_gpu_hours=40.0, gpus=1, start=NOW,
                   deadline=NOW + timedelta(hours=deadline_h), checkpoint_size_gb=1.0,
-                  cold_start_h=0.1, home_region="us-east-1",
+                  cold_start_h=cold_start_h, home_region="us-east-1",
                   gpu_types=frozenset({"V100", "A100-80GB"}),
                   throughput={"V100": 1.0, "A100-80GB": 1.0})
     trace = tiny_trace()
@@ -164,8 +165,8 @@ def checkpoint(run: Run, offer: Offer, step: int) -> None:
         "j0", step, {"model.bin": b"weights"}, now_s=run.clock.now().timestamp())
 
 
-def carbon_case(server: FixtureServer, nl_later: float) -> Run:
-    run = make_run("carbon-greedy", markets=(Market.ON_DEMAND,))
+def carbon_case(server: FixtureServer, nl_later: float, **run: Any) -> Run:
+    run = make_run("carbon-greedy", markets=(Market.ON_DEMAND,), **run)
     poll_carbon(server, run, {"NL": 300.0, "US-MIDA-PJM": 400.0})
     run.live.tick()
     first = run.where()
@@ -455,3 +456,14 @@ def test_signals_of_places_the_world_does_not_use_never_make_it_stale() -> None:
     frame = run.live.view.frame(now.timestamp())
     assert frame.stale == ()
     assert frame.basis is not None and frame.basis.fallbacks()  # on priors, and it says so
+
+
+def test_a_move_that_would_miss_the_deadline_holds_with_the_reason(
+        server: FixtureServer) -> None:
+    """The same carbon rise as above, but the job's slack is less than a new cold start:
+    it stays, and its events say why."""
+    held = carbon_case(server, nl_later=900.0, cold_start_h=2.0, deadline_h=42.1)
+    assert not [e for e in held.store.history("j0") if e.kind is EventKind.MIGRATION]
+    assert held.where() is not None and held.where().cloud == "gcp"  # type: ignore[union-attr]
+    why = [e.detail for e in held.store.history("j0") if e.kind is EventKind.REJECTED]
+    assert any("after the deadline" in d and "held where it is" in d for d in why), why

@@ -44,6 +44,7 @@ class JobEntry(BaseModel):
     budget_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     count: int = Field(default=1, ge=1, le=10_000)
     command: list[str] = Field(default_factory=list)
+    carbon_usd_per_tonne: float | None = Field(default=None, ge=0, le=1e5, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _one_of_each(self) -> JobEntry:
@@ -150,6 +151,7 @@ def parse_jobs(
                     budget_usd=entry.budget_usd,
                     checkpoint_interval_h=entry.checkpoint_interval_h,
                     command=tuple(entry.command),
+                    carbon_usd_per_tonne=entry.carbon_usd_per_tonne,
                 )
             )
     return tuple(specs)

@@ -76,6 +76,7 @@ class JobOfferFit:
     cold_start_h: FloatArray
     checkpoint_size_gb: FloatArray
     budget_usd: FloatArray  # inf where the job has no budget
+    carbon_usd_per_tonne: FloatArray  # the job's own carbon price, NaN: the fleet's
 
     @staticmethod
     def build(jobs: Sequence[JobSpec], offers: Sequence[Offer]) -> JobOfferFit:
@@ -115,7 +116,16 @@ class JobOfferFit:
                 [np.inf if job.budget_usd is None else job.budget_usd for job in jobs],
                 dtype=np.float64,
             ),
+            carbon_usd_per_tonne=np.array(
+                [np.nan if job.carbon_usd_per_tonne is None else job.carbon_usd_per_tonne
+                 for job in jobs], dtype=np.float64),
         )
+
+    def carbon_prices(self, js: IntArray, fleet_usd_per_tonne: float) -> FloatArray:
+        """The carbon price of each job in `js` (USD/t): its own, else the fleet's."""
+        own = self.carbon_usd_per_tonne[js]
+        out: FloatArray = np.where(np.isnan(own), fleet_usd_per_tonne, own)
+        return out
 
 
 def marginal_intensity(

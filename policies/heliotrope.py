@@ -122,6 +122,7 @@ class Heliotrope:
         priced = np.isfinite(price)
         capacity = np.where(np.isnan(snapshot.spot_capacity), 0.0, snapshot.spot_capacity)
 
+        carbon_prices = fit.carbon_prices(js, snapshot.carbon_usd_per_tonne)
         lifetime = np.full(n_o, np.inf)
         outage: FloatArray | None = None
         young = np.zeros(n_o)  # per offer: the chance a launch now dies young
@@ -133,7 +134,7 @@ class Heliotrope:
             if self.young_run_h > 0:
                 young = np.where(spot & (tracker.age_h < self.young_run_h),
                                  tracker.young_death, 0.0)
-            if snapshot.carbon_usd_per_tonne > 0:
+            if (carbon_prices > 0).any():
                 period = max(1, round(24.0 / tick_h))
                 horizon = max(1, round(self.carbon_horizon_h / tick_h))
                 rows = snapshot.history.carbon_g_per_kwh(period + 1)
@@ -143,9 +144,9 @@ class Heliotrope:
         rate = fit.rate[js]
         inst = fit.instances[js]
         hourly = price[None, :] * inst
-        if snapshot.carbon_usd_per_tonne > 0:
-            carbon_usd_per_kwh = snapshot.carbon_usd_per_tonne * carbon / 1e6
-            hourly = hourly + fit.power_kw[js] * (fit.pue * carbon_usd_per_kwh)[None, :]
+        if (carbon_prices > 0).any():
+            kwh_per_hour = fit.power_kw[js] * fit.pue[None, :]
+            hourly = hourly + kwh_per_hour * carbon[None, :] * carbon_prices[:, None] / 1e6
         allowed = rate > 0
         with np.errstate(divide="ignore", invalid="ignore"):
             per_progress = hourly / rate

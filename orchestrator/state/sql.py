@@ -283,6 +283,7 @@ def _job_values(job: JobSpec, seq: int, submitted_at: Any) -> dict[str, Any]:
         "budget_usd": None if job.budget_usd is None else float(job.budget_usd),
         "checkpoint_interval_h": float(job.checkpoint_interval_h),
         "command": list(job.command), "submitted_at": submitted_at, "status": "active",
+        "carbon_usd_per_tonne": job.carbon_usd_per_tonne,
     }
 
 
@@ -319,6 +320,7 @@ def _job_spec(r: RowMapping, decode: Callable[[Any], Any] = lambda v: v) -> JobS
         gpu_types=frozenset(decode(r["gpu_types"])), throughput=dict(decode(r["throughput"])),
         budget_usd=r["budget_usd"], checkpoint_interval_h=r["checkpoint_interval_h"],
         command=tuple(decode(r["command"]) or ()),
+        carbon_usd_per_tonne=r["carbon_usd_per_tonne"],
     )
 
 

@@ -138,7 +138,7 @@ def test_upgrade_is_idempotent_and_head_matches_metadata(db_url: str) -> None:
         assert current_revision(engine) is None
         upgrade(db_url)
         upgrade(db_url)
-        assert current_revision(engine) == head_revision() == "0004"
+        assert current_revision(engine) == head_revision() == "0005"
         with engine.connect() as conn:
             assert compare_metadata(MigrationContext.configure(conn), metadata) == []
             assert conn.execute(sa.text("SELECT id, version FROM meta")).all() == [(1, 0)]
@@ -154,7 +154,7 @@ def test_upgrade_is_idempotent_and_head_matches_metadata(db_url: str) -> None:
             command.downgrade(cfg, "base")
         assert current_revision(engine) is None
         upgrade(db_url)
-        assert current_revision(engine) == "0004"
+        assert current_revision(engine) == "0005"
     finally:
         engine.dispose()
 

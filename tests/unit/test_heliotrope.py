@@ -310,3 +310,26 @@ def test_an_idle_job_waits_for_the_cheap_zone_that_comes_back_soon() -> None:
     snap = _with_spot_history(World(now_h=32 - 10.5).snapshot(), {3: outages})
     assert _target(Heliotrope(wait_for_spot=True), snap) == KEEP
     assert _target(Heliotrope(), snap) == 1  # the default: waiting is not an option
+
+
+def test_a_jobs_own_carbon_price_moves_only_that_job() -> None:
+    """Two identical jobs; one says `carbon_usd_per_tonne: 50000` in the jobs file (the
+    fleet's price is 0). Only that one pays for the cleaner, dearer zone."""
+    from orchestrator.jobs import parse_jobs
+    from orchestrator.loop import LoopOptions
+    from orchestrator.replay.runner import build_grid, run_policy
+    from policies.heliotrope import Heliotrope
+    from tests.conftest import T0, tiny_trace
+
+    entry = {"work_gpu_hours": 20.0, "gpus": 1, "gpu_types": ["V100", "A100-80GB"],
+             "throughput": {"V100": 1.0, "A100-80GB": 1.0}, "start_offset_h": 0,
+             "deadline_h": 40, "home_region": "us-east-1", "checkpoint_size_gb": 0.0}
+    jobs = parse_jobs({"jobs": [{"name": "plain", **entry},
+                                {"name": "green", "carbon_usd_per_tonne": 50000, **entry}]},
+                      trace_start=T0)
+    assert jobs[1].carbon_usd_per_tonne == 50000 and jobs[0].carbon_usd_per_tonne is None
+    grid = build_grid(tiny_trace(), jobs, 3600, 0)
+    run = run_policy(Heliotrope(), jobs, grid, options=LoopOptions(cluster="t"))
+    first = {e.job_id: e.offer_id for e in reversed(run.events) if e.kind.value == "launched"}
+    assert first["plain"].startswith("aws:")  # the cheap zone (PJM, 400 g/kWh)
+    assert first["green"].startswith("gcp:")  # NL, 300 g/kWh, at its own carbon price

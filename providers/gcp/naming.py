@@ -154,15 +154,20 @@ def startup_script(env: Mapping[str, str], entrypoint: Sequence[str]) -> str:
     if refused:
         raise ValueError(f"refusing to put {', '.join(refused)} into instance metadata")
     exports = "\n".join(f"export {name}={shlex.quote(env[name])}" for name in sorted(env))
+    # The heredoc's end marker must not be a line of the body (a value holding a newline
+    # and the marker would end it early and run the rest): derive it from the body.
+    marker = "HELIOTROPE_ENV_" + hashlib.sha256(exports.encode()).hexdigest()[:24]
+    while marker in exports:
+        marker += "_"
     lines = [
         "#!/bin/bash",
         "# Written by Heliotrope (providers/gcp). Holds no credentials: the job reads its",
         "# own from the instance's service account.",
         "set -euo pipefail",
         f"mkdir -p {JOB_DIR}",
-        f"cat > {JOB_DIR}/job.env <<'HELIOTROPE_ENV'",
+        f"cat > {JOB_DIR}/job.env <<'{marker}'",
         exports,
-        "HELIOTROPE_ENV",
+        marker,
     ]
     if entrypoint:
         lines += [

@@ -291,7 +291,8 @@ def test_startup_script_exports_the_environment_verbatim(tmp_path: Path) -> None
     env = {"HELIOTROPE_JOB_ID": "job 1", "TRICKY": 'it\'s $HOME; `rm -rf /` "q"\nline2'}
     script = naming.startup_script(env, ("python", "-c", "print('hi')"))
     # take the job.env the script writes and source it in a real shell
-    body = script.split("<<'HELIOTROPE_ENV'\n", 1)[1].split("\nHELIOTROPE_ENV\n", 1)[0]
+    marker = script.split("<<'", 1)[1].split("'", 1)[0]
+    body = script.split(f"<<'{marker}'\n", 1)[1].split(f"\n{marker}\n", 1)[0]
     env_file = tmp_path / "job.env"
     env_file.write_text(body + "\n")
     out = subprocess.run(
@@ -329,3 +330,17 @@ def test_an_operation_that_never_finishes_is_transient_and_undone(
     assert len(compute.requests_for("compute.zoneOperations.wait")) == 5
     assert compute.instances == {}  # what the stuck insert made was deleted again
     assert len(compute.requests_for("compute.instances.delete")) == 1
+
+
+def test_a_value_holding_the_heredoc_end_never_breaks_out(tmp_path: Path) -> None:
+    """A value with a newline and an end-marker-looking line stays a value: running the
+    script's env-writing part in a real shell writes the value, executes nothing."""
+    canary = tmp_path / "ran"
+    env = {"EVIL": f"x\nHELIOTROPE_ENV\ntouch {canary}\nHELIOTROPE_ENV_"}
+    script = naming.startup_script(env, ())
+    runnable = script.replace("/var/lib/heliotrope", str(tmp_path / "lib"))
+    subprocess.run(["bash", "-c", runnable], check=True, capture_output=True)
+    assert not canary.exists()
+    out = subprocess.run(["bash", "-c", f'. "{tmp_path}/lib/job.env"; printf %s "$EVIL"'],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout == env["EVIL"]

@@ -418,7 +418,7 @@ def _status(args: argparse.Namespace) -> int:
     from orchestrator.live.world import open_configured_store
 
     offers, now_s = status_context()
-    rows = jobs_table(open_configured_store(), offers=offers, now_s=now_s)
+    rows = jobs_table(open_configured_store(create=False), offers=offers, now_s=now_s)
     if args.json:
         _print_rows(rows, True, "")
         return 0
@@ -451,7 +451,7 @@ def _jobs_show(args: argparse.Namespace) -> int:
     from orchestrator.live.commands import events_table, jobs_table, status_context
     from orchestrator.live.world import open_configured_store
 
-    store = open_configured_store()
+    store = open_configured_store(create=False)
     offers, now_s = status_context()
     rows = [r for r in jobs_table(store, offers=offers, now_s=now_s) if r["job"] == args.job]
     if not rows:
@@ -470,7 +470,7 @@ def _events(args: argparse.Namespace) -> int:
     from orchestrator.live.commands import events_table
     from orchestrator.live.world import open_configured_store
 
-    store = open_configured_store()
+    store = open_configured_store(create=False)
     if args.job not in {r.id for r in store.load()[0].jobs}:
         raise InputError(
             "", "JOB", "a submitted job", got=repr(args.job), fix="see `heliotrope jobs list`"
@@ -485,7 +485,7 @@ def _explain(args: argparse.Namespace) -> int:
     from orchestrator.live.commands import explain
     from orchestrator.live.world import open_configured_store
 
-    lines = explain(open_configured_store(), args.job)
+    lines = explain(open_configured_store(create=False), args.job)
     print("\n".join(lines) if lines else f"{args.job}: no placement decision yet")
     return 0
 

@@ -54,7 +54,7 @@ from orchestrator.signals.view import (
     StoreSignalView,
     list_priors,
 )
-from orchestrator.state import StateStore, open_store
+from orchestrator.state import MemoryStateStore, StateStore, open_store
 from orchestrator.yamlio import load_yaml
 from providers.base import ComputeProvider
 from providers.local import LocalProvider
@@ -204,9 +204,20 @@ def db_url(settings: LiveSettings) -> str:
     )
 
 
-def open_configured_store() -> StateStore:
-    """The configured state store, without building the world (read-only commands)."""
-    return open_store(db_url(load_settings()))
+def open_configured_store(*, create: bool = True) -> StateStore:
+    """The configured state store, without building the world. With `create` off (the
+    commands that only read) a SQLite file that is not there yet is not made: they read an
+    empty fleet (nothing was submitted) and leave no file or folder behind."""
+    url = db_url(load_settings())
+    if not create:
+        from orchestrator.state.sql import resolve_url
+
+        u = resolve_url(url)
+        path = u.database if u.get_backend_name() == "sqlite" else None
+        if path and path != ":memory:" and not path.startswith("file:") \
+                and not Path(path).is_file():
+            return MemoryStateStore()
+    return open_store(url)
 
 
 def configured_world(

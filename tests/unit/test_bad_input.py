@@ -115,3 +115,15 @@ def test_a_non_finite_number_is_refused_by_the_parser(capsys: pytest.CaptureFixt
         main(["replay", "--jobs", "x.yaml", "--tick-minutes", "nan"])
     assert exit_.value.code == 2
     assert "not a finite number: 'nan'" in capsys.readouterr().err
+
+
+def test_status_on_a_store_not_made_yet_makes_none(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    home = _config(tmp_path, {"db_url": f"sqlite:///{tmp_path}/nowhere/h.db"})
+    monkeypatch.setenv("HELIOTROPE_HOME", str(home))
+    before = _tree(tmp_path)
+    assert main(["status", "--json"]) == 0
+    assert capsys.readouterr().out.strip() == "[]"
+    assert main(["events", "lm"]) == 2  # no such job: said, not made
+    assert _tree(tmp_path) == before

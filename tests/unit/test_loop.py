@@ -213,3 +213,37 @@ def test_time_on_an_offer_whose_price_turns_nan_is_billed_at_on_demand() -> None
     od_usd = float(grid.usd_per_hour[0, od])
     assert c.fleet.offer[0] == spot
     assert float(c.fleet.usd[0]) == pytest.approx(10 * spot_usd + 10 * od_usd)
+
+
+def test_two_launches_of_one_job_in_one_tick_get_two_instances() -> None:
+    """Two manual moves in the same grid tick (on-demand, then spot): the second launch has
+    its own request id, so the job runs on a new, live instance, not the one just ended."""
+    from orchestrator.clock import FakeClock
+    from orchestrator.live.commands import ManualMove
+    from orchestrator.loop import Controller, EventLog
+    from orchestrator.model import EventKind, JobSpec, Market
+    from orchestrator.replay.runner import build_grid
+    from providers.base import InstanceState
+    from providers.sim import SimProvider
+    from tests.conftest import T0, tiny_trace
+
+    job = JobSpec(id="j", work_gpu_hours=10.0, gpus=1, start=T0,
+                  deadline=T0 + timedelta(hours=100), checkpoint_size_gb=0.0, cold_start_h=0.0,
+                  home_region="us-east-1", gpu_types=frozenset({"V100"}))
+    grid = build_grid(tiny_trace(), [job], 3600, 0)
+    od = next(k for k, o in enumerate(grid.offers) if o.market is Market.ON_DEMAND)
+    spot = next(k for k, o in enumerate(grid.offers) if o.market is Market.SPOT)
+    clock = FakeClock(grid.start)
+    provider = SimProvider(grid, clock, cluster="heliotrope")
+    c = Controller([job], grid, provider, ManualMove(0, od, "first"), EventLog())
+    now = grid.time_of(1)
+    clock.set(now)
+    c.tick(now)
+    c.policy = ManualMove(0, spot, "second")
+    c.tick(now)  # the same instant: the same grid tick
+    launched = [e for e in c.sink.events if e.kind is EventKind.LAUNCHED]  # type: ignore[attr-defined]
+    assert [e.offer_id for e in launched] == [grid.offers[od].id, grid.offers[spot].id]
+    assert launched[0].instance_id != launched[1].instance_id
+    live = provider.list_instances(cluster=c.options.cluster)
+    assert c.instance_of[0] == launched[1].instance_id
+    assert live[launched[1].instance_id].state is not InstanceState.TERMINATED

@@ -261,6 +261,9 @@ _SERIES_KEYS: Final[Mapping[str, tuple[str, ...]]] = {
 }
 _VALUE: Final[Mapping[str, str]] = {"prices": "usd_per_hour", "spot": "capacity",
                                     "grid": "value"}
+# No GPU machine costs 100,000 USD an hour; no grid metric reaches 10 million (MW, g/kWh or
+# USD/MWh): larger values are unit mistakes that overflow sums and plots downstream.
+_CEILING: Final[Mapping[str, float]] = {"prices": 1e5, "grid": 1e7}
 
 
 def _check_values(frame: pd.DataFrame, table: str, where: str) -> None:
@@ -281,6 +284,14 @@ def _check_values(frame: pd.DataFrame, table: str, where: str) -> None:
             row = int(np.flatnonzero(infinite)[0])
             raise InputError(where, f"row {row}, column {value!r}",
                              "a finite number (NaN for unknown)", got=float(values[row]))
+        ceiling = _CEILING.get(table)
+        with np.errstate(invalid="ignore"):
+            huge = np.isfinite(values) & (np.abs(values) > ceiling) if ceiling else None
+        if huge is not None and huge.any():
+            row = int(np.flatnonzero(huge)[0])
+            raise InputError(where, f"row {row}, column {value!r}",
+                             f"a value of at most {ceiling:g} in size (a unit mistake?)",
+                             got=float(values[row]))
         keys = [*_SERIES_KEYS[table], "time"]
         same = frame.duplicated(keys, keep=False)
         if same.any():

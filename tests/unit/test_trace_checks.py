@@ -32,6 +32,11 @@ def infinite_carbon(f: pd.DataFrame) -> pd.DataFrame:
     return f
 
 
+def astronomical_price(f: pd.DataFrame) -> pd.DataFrame:
+    f.loc[0, "usd_per_hour"] = 1e308
+    return f
+
+
 def conflicting_duplicate(f: pd.DataFrame) -> pd.DataFrame:
     row = f.iloc[[0]].copy()
     row["usd_per_hour"] = row["usd_per_hour"] + 1.0
@@ -45,6 +50,7 @@ def epoch_seconds_as_ns(f: pd.DataFrame) -> pd.DataFrame:
 
 @pytest.mark.parametrize(("table", "change", "says"), [
     ("prices", infinite_price, "finite"),
+    ("prices", astronomical_price, "unit mistake"),
     ("grid", infinite_carbon, "finite"),
     ("prices", conflicting_duplicate, "one value per series and time"),
     ("prices", epoch_seconds_as_ns, "nanoseconds"),

@@ -89,6 +89,9 @@ def test_no_credential_in_logs_or_errors_on_401(
 ) -> None:
     server.add(route, Reply(401, f'{{"message": "bad token {secret}"}}'))
     caplog.set_level(logging.DEBUG)  # urllib3 logs request lines, query string included
+    # ... unless a library set urllib3's own level (the kubernetes client's Configuration
+    # sets it to WARNING): the test must see those lines whatever ran before it.
+    caplog.set_level(logging.DEBUG, logger="urllib3")
     source = source_cls(make_ctx(server))
     with pytest.raises(AuthFailed) as err:
         source.read([key], NOW.replace(hour=0), NOW)

@@ -510,13 +510,18 @@ def rebalance(settings: TaskSettings, *, require_polled: bool = False) -> dict[s
                 raise Skip("signals are stale: " + "; ".join(stale[:10])
                            + (f" (+{len(stale) - 10} more)" if len(stale) > 10 else ""))
         store = world.open_store()
+        live = commands.live_controller(world, store, locked=True)
         try:
-            live = commands.live_controller(world, store, locked=True)
             events = live.tick()
             fleet = live.fleet_table()
             held = live.controller.held if live.controller is not None else ""
+            standby = live.standby_ticks > 0
         finally:
+            if live.lock is not None:  # one tick: let the next task (or controller) lead
+                live.lock.release()
             store.close()
+    if standby:
+        raise Skip("another controller holds the fleet lock and acts this tick")
     for e in events:
         logger.info("%s %s %s %s", e.job_id, e.kind.value, e.offer_id, e.detail)
     if held:

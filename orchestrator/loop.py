@@ -262,7 +262,7 @@ class Controller:
         if src >= 0:
             data.update(_signal_values("src", snapshot, src))
             data["src_usd_equiv_per_hour"] = float(equiv[src])
-        data["carbon_usd_per_tonne"] = float(snapshot.settings.carbon_usd_per_tonne)
+        data["carbon_usd_per_tonne"] = self._carbon_price(snapshot, j)
         detail = event.detail
         if frame.basis is not None:
             b = frame.basis
@@ -276,14 +276,20 @@ class Controller:
         return dataclasses.replace(event, data=data, detail=detail)
 
     @staticmethod
-    def _usd_equivalent_per_hour(snapshot: Snapshot, j: int) -> FloatArray:
-        """Per offer, what an hour of job `j` there costs: dollars plus the carbon price of
+    def _carbon_price(snapshot: Snapshot, j: int) -> float:
+        """Job `j`'s carbon price (USD/t): its own, else the fleet's."""
+        own = snapshot.fit.carbon_prices(np.array([j]), snapshot.settings.carbon_usd_per_tonne)
+        return float(own[0])
+
+    @classmethod
+    def _usd_equivalent_per_hour(cls, snapshot: Snapshot, j: int) -> FloatArray:
+        """Per offer, what an hour of job `j` there costs: dollars plus its carbon price of
         its emissions (USD/h equivalent; the policy weighs progress and moves besides)."""
         fit = snapshot.fit
         kwh = fit.power_kw[j] * fit.pue
         out: FloatArray = (snapshot.usd_per_hour * fit.instances[j]
                            + kwh * snapshot.carbon_g_per_kwh
-                           * snapshot.settings.carbon_usd_per_tonne / 1e6)
+                           * cls._carbon_price(snapshot, j) / 1e6)
         return out
 
     def _billed_prices(self, g: SignalGrid, k: int) -> FloatArray:

@@ -46,8 +46,12 @@ class Net(nn.Module):
     def __init__(self, hidden: int, dropout: float) -> None:
         super().__init__()
         self.layers = nn.Sequential(
-            nn.Linear(FEATURES, hidden), nn.ReLU(), nn.Dropout(dropout),
-            nn.Linear(hidden, hidden), nn.ReLU(), nn.Dropout(dropout),
+            nn.Linear(FEATURES, hidden),
+            nn.ReLU(),
+            nn.Dropout(dropout),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(),
+            nn.Dropout(dropout),
             nn.Linear(hidden, CLASSES),
         )
 
@@ -70,8 +74,9 @@ def global_batch(seed: int, step: int, size: int) -> tuple[torch.Tensor, torch.T
 def full_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """The whole model state on CPU, gathered from every rank (the same keys for DDP,
     FSDP2 and a plain module)."""
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
-                                                                cpu_offload=True))
+    return get_model_state_dict(
+        model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+    )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -88,15 +93,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--every-steps", type=int, default=None)
     p.add_argument("--log-every", type=int, default=10)
-    p.add_argument("--step-sleep-s", type=float, default=0.0,
-                   help="pause after each step (demos and tests pace the job with it)")
+    p.add_argument(
+        "--step-sleep-s",
+        type=float,
+        default=0.0,
+        help="pause after each step (demos and tests pace the job with it)",
+    )
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     torch.set_num_threads(args.threads)
     distributed = "RANK" in os.environ  # set by torchrun (or whatever launched the gang)
     cuda = torch.cuda.is_available()
@@ -108,8 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     rank = dist.get_rank() if distributed else 0
     world = dist.get_world_size() if distributed else 1
     if args.batch_size % world:
-        raise SystemExit(f"--batch-size {args.batch_size} is not a multiple of the world "
-                         f"size {world}")
+        raise SystemExit(
+            f"--batch-size {args.batch_size} is not a multiple of the world size {world}"
+        )
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
 
     torch.manual_seed(args.seed)  # the same initial weights on every rank
@@ -127,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         # float rounding of that one step after every restart; find_unused_parameters=True
         # keeps the first grouping (no rebuild), so a resumed run stays bit-identical.
         model = nn.parallel.DistributedDataParallel(
-            net, device_ids=[device.index] if cuda else None, find_unused_parameters=True)
+            net, device_ids=[device.index] if cuda else None, find_unused_parameters=True
+        )
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     torch.manual_seed(args.seed * 7919 + rank)  # dropout: each rank its own stream
 
@@ -138,9 +152,15 @@ def main(argv: list[str] | None = None) -> int:
         if start:  # the state just restored, gathered (a collective: every rank calls it)
             restored = state_digest(full_state(model))
         if rank == 0:
-            print(f"start step={start} of {args.steps} world={world} job={run.job_id}"
-                  + (f" restored_world={run.restored_world_size} params_sha256={restored}"
-                     if start else ""), flush=True)
+            print(
+                f"start step={start} of {args.steps} world={world} job={run.job_id}"
+                + (
+                    f" restored_world={run.restored_world_size} params_sha256={restored}"
+                    if start
+                    else ""
+                ),
+                flush=True,
+            )
         model.train()
         for step in range(start, args.steps):
             x, y = global_batch(args.seed, step, args.batch_size)
@@ -164,8 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         run.finish()
     digest = state_digest(full_state(model))
     if rank == 0:
-        print(f"done steps={args.steps} loss={loss_value:.6f} params_sha256={digest}",
-              flush=True)
+        print(f"done steps={args.steps} loss={loss_value:.6f} params_sha256={digest}", flush=True)
     if distributed:
         dist.destroy_process_group()
     return 0

@@ -37,9 +37,20 @@ from orchestrator.training import ResumableRun, state_digest
 from orchestrator.training.progress import report_progress
 
 # Read in this order; missing ones (other Python builds) are skipped.
-CORPUS_FILES = ("textwrap.py", "string/__init__.py", "string.py", "bisect.py", "colorsys.py",
-                "heapq.py", "shlex.py", "fnmatch.py", "glob.py", "abc.py", "keyword.py",
-                "this.py")
+CORPUS_FILES = (
+    "textwrap.py",
+    "string/__init__.py",
+    "string.py",
+    "bisect.py",
+    "colorsys.py",
+    "heapq.py",
+    "shlex.py",
+    "fnmatch.py",
+    "glob.py",
+    "abc.py",
+    "keyword.py",
+    "this.py",
+)
 VOCAB = 256  # bytes
 
 
@@ -63,8 +74,9 @@ class Block(nn.Module):
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.proj = nn.Linear(d_model, d_model)
         self.ln2 = nn.LayerNorm(d_model)
-        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(),
-                                 nn.Linear(4 * d_model, d_model))
+        self.mlp = nn.Sequential(
+            nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model)
+        )
         self.drop = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -79,8 +91,9 @@ class Block(nn.Module):
 
 
 class TinyLM(nn.Module):
-    def __init__(self, *, context: int, d_model: int, layers: int, heads: int,
-                 dropout: float) -> None:
+    def __init__(
+        self, *, context: int, d_model: int, layers: int, heads: int, dropout: float
+    ) -> None:
         super().__init__()
         self.tok = nn.Embedding(VOCAB, d_model)
         self.pos = nn.Embedding(context, d_model)
@@ -88,8 +101,9 @@ class TinyLM(nn.Module):
         self.ln = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, VOCAB)
         self.drop = nn.Dropout(dropout)
-        self.register_buffer("mask", torch.ones(context, context, dtype=torch.bool).triu(1),
-                             persistent=False)
+        self.register_buffer(
+            "mask", torch.ones(context, context, dtype=torch.bool).triu(1), persistent=False
+        )
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         t = idx.shape[1]
@@ -126,10 +140,18 @@ class Batches:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     env = os.environ
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=int(env.get("HELIOTROPE_TRAIN_STEPS", "200")),
-                   help="optimizer steps in all (env HELIOTROPE_TRAIN_STEPS)")
-    p.add_argument("--seed", type=int, default=int(env.get("HELIOTROPE_TRAIN_SEED", "0")),
-                   help="seed of everything random (env HELIOTROPE_TRAIN_SEED)")
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=int(env.get("HELIOTROPE_TRAIN_STEPS", "200")),
+        help="optimizer steps in all (env HELIOTROPE_TRAIN_STEPS)",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=int(env.get("HELIOTROPE_TRAIN_SEED", "0")),
+        help="seed of everything random (env HELIOTROPE_TRAIN_SEED)",
+    )
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--context", type=int, default=64)
     p.add_argument("--d-model", type=int, default=64)
@@ -138,24 +160,42 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--corpus-bytes", type=int, default=200_000)
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch threads (fixed so results do not depend on the machine)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (fixed so results do not depend on the machine)",
+    )
     p.add_argument("--cpu", action="store_true", help="stay on the CPU even with a GPU")
-    p.add_argument("--deterministic-algorithms", action="store_true",
-                   help="torch.use_deterministic_algorithms (for GPUs; costs ~2 s of imports)")
-    p.add_argument("--every-steps", type=int, default=None,
-                   help="checkpoint cadence (else HELIOTROPE_CHECKPOINT_EVERY_STEPS/MINUTES)")
+    p.add_argument(
+        "--deterministic-algorithms",
+        action="store_true",
+        help="torch.use_deterministic_algorithms (for GPUs; costs ~2 s of imports)",
+    )
+    p.add_argument(
+        "--every-steps",
+        type=int,
+        default=None,
+        help="checkpoint cadence (else HELIOTROPE_CHECKPOINT_EVERY_STEPS/MINUTES)",
+    )
     p.add_argument("--async-checkpoint", action="store_true", default=None)
     p.add_argument("--log-every", type=int, default=10)
-    p.add_argument("--step-sleep-s", type=float, default=0.0,
-                   help="pause after each step (demos and tests pace the job with it)")
+    p.add_argument(
+        "--step-sleep-s",
+        type=float,
+        default=0.0,
+        help="pause after each step (demos and tests pace the job with it)",
+    )
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     torch.set_num_threads(args.threads)
     if args.deterministic_algorithms:  # on CPU the ops used here are deterministic already
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS needs it
@@ -167,8 +207,13 @@ def main(argv: list[str] | None = None) -> int:
     data = torch.frombuffer(bytearray(corpus(args.corpus_bytes)), dtype=torch.uint8).long()
     batches = Batches(data, context=args.context, batch=args.batch_size, seed=args.seed)
     device = torch.device("cuda" if torch.cuda.is_available() and not args.cpu else "cpu")
-    model = TinyLM(context=args.context, d_model=args.d_model, layers=args.layers,
-                   heads=args.heads, dropout=args.dropout).to(device)
+    model = TinyLM(
+        context=args.context,
+        d_model=args.d_model,
+        layers=args.layers,
+        heads=args.heads,
+        dropout=args.dropout,
+    ).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     warmup = max(1, args.steps // 10)
 
@@ -179,12 +224,20 @@ def main(argv: list[str] | None = None) -> int:
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
     loss_value = float("nan")
-    with ResumableRun(model, optimizer, scheduler, every_steps=args.every_steps,
-                      async_checkpoint=args.async_checkpoint) as run:
+    with ResumableRun(
+        model,
+        optimizer,
+        scheduler,
+        every_steps=args.every_steps,
+        async_checkpoint=args.async_checkpoint,
+    ) as run:
         start = run.restore()
         data_state: dict[str, Any] = run.data_state or {"epoch": 0, "position": 0}
-        print(f"start step={start} of {args.steps} job={run.job_id} "
-              f"store={run.store.root_uri} device={device}", flush=True)
+        print(
+            f"start step={start} of {args.steps} job={run.job_id} "
+            f"store={run.store.root_uri} device={device}",
+            flush=True,
+        )
         model.train()
         for step in range(start, args.steps):
             x, y, data_state = batches.next(data_state)
@@ -199,14 +252,19 @@ def main(argv: list[str] | None = None) -> int:
             loss_value = loss.item()
             if (step + 1) % args.log_every == 0 or step + 1 == args.steps:
                 report_progress(step + 1, args.steps)
-                print(f"step {step + 1}/{args.steps} loss {loss_value:.4f} "
-                      f"lr {scheduler.get_last_lr()[0]:.2e}", flush=True)
+                print(
+                    f"step {step + 1}/{args.steps} loss {loss_value:.4f} "
+                    f"lr {scheduler.get_last_lr()[0]:.2e}",
+                    flush=True,
+                )
             run.step_done(step, data_state)
             if args.step_sleep_s > 0:
                 time.sleep(args.step_sleep_s)
         run.finish()
-    print(f"done steps={args.steps} loss={loss_value:.4f} "
-          f"params_sha256={state_digest(model)}", flush=True)
+    print(
+        f"done steps={args.steps} loss={loss_value:.4f} params_sha256={state_digest(model)}",
+        flush=True,
+    )
     return 0
 
 

@@ -62,9 +62,19 @@ SIGNAL_FAMILIES: Final[Mapping[str, tuple[str, ...]]] = {
     "aws": ("aws-spot-price", "aws-ondemand", "aws-placement-score", "aws-spot-advisor"),
     "gcp": ("gcp-billing",),
     "carbon": ("electricitymaps", "watttime", "uk-carbon"),
-    "power": ("caiso-curtailment", "entsoe-prices", "entsoe-generation", "eia930",
-              "caiso-prices", "ercot-prices",
-              "spp-prices", "miso-prices", "pjm-prices", "nyiso-prices", "isone-prices"),
+    "power": (
+        "caiso-curtailment",
+        "entsoe-prices",
+        "entsoe-generation",
+        "eia930",
+        "caiso-prices",
+        "ercot-prices",
+        "spp-prices",
+        "miso-prices",
+        "pjm-prices",
+        "nyiso-prices",
+        "isone-prices",
+    ),
 }
 
 
@@ -74,6 +84,7 @@ def cloud_families() -> dict[str, tuple[str, ...]]:
     from providers import registry
 
     return {s.name: s.signal_sources for s in registry.specs() if s.signal_sources}
+
 
 #: The regions of the local world (orchestrator.live.world.LOCAL_REGIONS), offered as
 #: suggestions in the migrate form. A test keeps the two in step.
@@ -400,18 +411,25 @@ def poll_signals(
     if not written:
         failed = [r for r in report.results if r.status == "failed"]
         missing = [r for r in failed if any(": credential: " in e for e in r.errors)]
-        offline = [r for r in failed if r not in missing and r.errors
-                   and all(_offline(e) for e in r.errors)]
+        offline = [
+            r
+            for r in failed
+            if r not in missing and r.errors and all(_offline(e) for e in r.errors)
+        ]
         if failed and len(missing) + len(offline) == len(failed):
             conns = ", ".join(sorted(CONNECTION_IDS.values()))
             reasons = []
             if missing:
-                reasons.append(f"no credentials for {', '.join(r.name for r in missing)}: add "
-                               f"the Airflow Connection ({conns}) or the environment variable "
-                               "the error names")
+                reasons.append(
+                    f"no credentials for {', '.join(r.name for r in missing)}: add "
+                    f"the Airflow Connection ({conns}) or the environment variable "
+                    "the error names"
+                )
             if offline:
-                reasons.append(f"no network to {', '.join(r.name for r in offline)} (could "
-                               "not connect): check this worker's egress")
+                reasons.append(
+                    f"no network to {', '.join(r.name for r in offline)} (could "
+                    "not connect): check this worker's egress"
+                )
             raise Skip("; ".join(reasons))
         if failed:
             raise PollFailed(
@@ -430,8 +448,10 @@ def poll_signals(
 def _offline(error: str) -> bool:
     """A source's error says the network is not there (no route, no DNS, refused, timed
     out), not that the service answered badly."""
-    return any(word in error for word in ("ConnectionError", "timed out", "NameResolution",
-                                          "Network is unreachable"))
+    return any(
+        word in error
+        for word in ("ConnectionError", "timed out", "NameResolution", "Network is unreachable")
+    )
 
 
 def _covers(source: Any, zone: str) -> bool:
@@ -507,8 +527,11 @@ def rebalance(settings: TaskSettings, *, require_polled: bool = False) -> dict[s
             regions = {f"{o.cloud}:{o.region}" for o in world.offers}
             stale = stale_signals(settings, regions=regions, require=True)
             if stale:
-                raise Skip("signals are stale: " + "; ".join(stale[:10])
-                           + (f" (+{len(stale) - 10} more)" if len(stale) > 10 else ""))
+                raise Skip(
+                    "signals are stale: "
+                    + "; ".join(stale[:10])
+                    + (f" (+{len(stale) - 10} more)" if len(stale) > 10 else "")
+                )
         store = world.open_store()
         live = commands.live_controller(world, store, locked=True)
         try:
@@ -525,8 +548,9 @@ def rebalance(settings: TaskSettings, *, require_polled: bool = False) -> dict[s
     for e in events:
         logger.info("%s %s %s %s", e.job_id, e.kind.value, e.offer_id, e.detail)
     if held:
-        raise Skip(f"{held}; nothing was decided (accrual and reconcile ran; see "
-                   f"`heliotrope events JOB`)")
+        raise Skip(
+            f"{held}; nothing was decided (accrual and reconcile ran; see `heliotrope events JOB`)"
+        )
     return {
         "time": now.isoformat(),
         "events": [

@@ -57,8 +57,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say("error", f"{where}: {exc.strerror}; nothing was written (pick another path)")
         return 2
     except (OverflowError, UnicodeDecodeError) as exc:
-        _say("error", f"{type(exc).__name__}: {exc}; check the numbers and the file's "
-                      "encoding (UTF-8)")
+        _say(
+            "error",
+            f"{type(exc).__name__}: {exc}; check the numbers and the file's encoding (UTF-8)",
+        )
         return 2
 
 
@@ -67,8 +69,7 @@ def _say(word: str, what: object) -> None:
     is not rich markup)."""
     from rich.markup import escape
 
-    err_console.print(f"[bold red]{word}:[/] {escape(str(what))}", highlight=False,
-                      soft_wrap=True)
+    err_console.print(f"[bold red]{word}:[/] {escape(str(what))}", highlight=False, soft_wrap=True)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -103,10 +104,20 @@ def _parser() -> argparse.ArgumentParser:
         default=14.0,
         help="length of the built-in scenario when --traces is not given",
     )
-    r.add_argument("--since", type=_utc_arg, default=None, metavar="ISO",
-                   help="when the jobs' start_offset_h counts from (default: the trace's start)")
-    r.add_argument("--until", type=_utc_arg, default=None, metavar="ISO",
-                   help="replay only jobs that start before this time")
+    r.add_argument(
+        "--since",
+        type=_utc_arg,
+        default=None,
+        metavar="ISO",
+        help="when the jobs' start_offset_h counts from (default: the trace's start)",
+    )
+    r.add_argument(
+        "--until",
+        type=_utc_arg,
+        default=None,
+        metavar="ISO",
+        help="replay only jobs that start before this time",
+    )
     r.add_argument("--out", type=Path, default=Path("replay-out"), help="output directory")
     r.add_argument("--json", action="store_true", help="print results.json to stdout")
     r.set_defaults(handler=_replay)
@@ -151,8 +162,9 @@ def _parser() -> argparse.ArgumentParser:
     jc.set_defaults(handler=_jobs_cancel)
     jh = jsub.add_parser("hold", help="keep a job where it runs: the policy does not move it")
     jh.add_argument("job")
-    jh.add_argument("--hours", type=float, default=None, help="how long (default: until "
-                    "`jobs release`)")
+    jh.add_argument(
+        "--hours", type=float, default=None, help="how long (default: until `jobs release`)"
+    )
     jh.set_defaults(handler=_jobs_hold)
     jr = jsub.add_parser("release", help="end a hold: the policy may move the job again")
     jr.add_argument("job")
@@ -167,8 +179,9 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--json", action="store_true")
     ev.set_defaults(handler=_events)
 
-    ex = sub.add_parser("explain", help="why a job runs where it does: each decision and "
-                                        "the signals it was made on")
+    ex = sub.add_parser(
+        "explain", help="why a job runs where it does: each decision and the signals it was made on"
+    )
     ex.add_argument("job")
     ex.set_defaults(handler=_explain)
 
@@ -182,22 +195,35 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="move even if it misses the deadline or breaks the budget",
     )
-    mg.add_argument("--hold", type=float, default=None, metavar="HOURS",
-                    help="then keep it there this long (the policy does not move it back)")
+    mg.add_argument(
+        "--hold",
+        type=float,
+        default=None,
+        metavar="HOURS",
+        help="then keep it there this long (the policy does not move it back)",
+    )
     mg.add_argument("--json", action="store_true")
     mg.set_defaults(handler=_migrate)
 
-    lg = sub.add_parser("logs", help="a job's output (local world: its current or last "
-                                     "instance's stdout.log)")
+    lg = sub.add_parser(
+        "logs", help="a job's output (local world: its current or last instance's stdout.log)"
+    )
     lg.add_argument("job")
-    lg.add_argument("--follow", "-f", action="store_true",
-                    help="keep printing until the job is done or cancelled (Ctrl-C stops)")
+    lg.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="keep printing until the job is done or cancelled (Ctrl-C stops)",
+    )
     lg.set_defaults(handler=_logs)
 
-    cr_ = sub.add_parser("cost-report", help="what the fleet spent and emitted, per job, "
-                                             "region and market, against on-demand")
-    cr_.add_argument("--since", type=_utc_arg, default=None, metavar="ISO",
-                     help="from this time (default: ever)")
+    cr_ = sub.add_parser(
+        "cost-report",
+        help="what the fleet spent and emitted, per job, region and market, against on-demand",
+    )
+    cr_.add_argument(
+        "--since", type=_utc_arg, default=None, metavar="ISO", help="from this time (default: ever)"
+    )
     cr_.add_argument("--json", action="store_true")
     cr_.set_defaults(handler=_cost_report)
 
@@ -219,8 +245,12 @@ def _parser() -> argparse.ArgumentParser:
     pvsub = pv.add_subparsers(title="provider commands")
     pc = pvsub.add_parser("check", help="credentials and permissions of each configured cloud")
     pc.add_argument("--cloud", default=None, metavar="aws,gcp", help="only these clouds")
-    pc.add_argument("--config", type=Path, default=None,
-                    help="cloud settings (default: $HELIOTROPE_HOME/clouds.yaml)")
+    pc.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="cloud settings (default: $HELIOTROPE_HOME/clouds.yaml)",
+    )
     pc.add_argument("--json", action="store_true")
     pc.set_defaults(handler=_providers_check)
 
@@ -228,10 +258,18 @@ def _parser() -> argparse.ArgumentParser:
     of.add_argument("--gpu", default=None, help="a GPU type, e.g. A100 (both sizes) or L4")
     of.add_argument("--market", choices=["spot", "on_demand", "on-demand"], default=None)
     of.add_argument("--cloud", default=None, metavar="aws,gcp", help="only these clouds")
-    of.add_argument("--traces", type=Path, default=None,
-                    help="trace directory with hourly grid carbon (default: the settings')")
-    of.add_argument("--config", type=Path, default=None,
-                    help="cloud settings (default: $HELIOTROPE_HOME/clouds.yaml)")
+    of.add_argument(
+        "--traces",
+        type=Path,
+        default=None,
+        help="trace directory with hourly grid carbon (default: the settings')",
+    )
+    of.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="cloud settings (default: $HELIOTROPE_HOME/clouds.yaml)",
+    )
     of.add_argument("--json", action="store_true")
     of.set_defaults(handler=_offers)
 
@@ -240,8 +278,12 @@ def _parser() -> argparse.ArgumentParser:
     bp = bsub.add_parser("policies", help="policies against the hindsight oracle on a suite")
     bp.add_argument("--suite", required=True, help="skynomad-h100 | cbl-v100 | carbon-year")
     bp.add_argument("--policies", default="heliotrope,spot-failover,uniform-progress")
-    bp.add_argument("--data", type=Path, default=None,
-                    help="shared traces (default $HELIOTROPE_TRACES or ../shared/data)")
+    bp.add_argument(
+        "--data",
+        type=Path,
+        default=None,
+        help="shared traces (default $HELIOTROPE_TRACES or ../shared/data)",
+    )
     bp.add_argument("--zones", default=None, help="comma-separated zones")
     sweep = "one value or a comma list (lists run their cross product)"
     bp.add_argument("--deadline-ratio", default=None, help=sweep)
@@ -249,21 +291,34 @@ def _parser() -> argparse.ArgumentParser:
     bp.add_argument("--cold-start-hours", default=None, help=sweep)
     bp.add_argument("--checkpoint-gb", default=None, help=sweep)
     bp.add_argument("--slack-hours", default=None, help="cbl-v100: " + sweep)
-    bp.add_argument("--egress-usd-per-gb", default=None,
-                    help="one price for every cross-region checkpoint move")
-    bp.add_argument("--transfer-gbps", default=None,
-                    help="checkpoint copies take time at this bandwidth (Gbit/s)")
-    bp.add_argument("--timeline", default=None, metavar="JOB[@WINDOW]",
-                    help="print one job's per-tick placement per policy beside the oracle's")
+    bp.add_argument(
+        "--egress-usd-per-gb", default=None, help="one price for every cross-region checkpoint move"
+    )
+    bp.add_argument(
+        "--transfer-gbps",
+        default=None,
+        help="checkpoint copies take time at this bandwidth (Gbit/s)",
+    )
+    bp.add_argument(
+        "--timeline",
+        default=None,
+        metavar="JOB[@WINDOW]",
+        help="print one job's per-tick placement per policy beside the oracle's",
+    )
     bp.add_argument("--start-ticks", default=None, help="comma-separated window starts")
-    bp.add_argument("--drop-finishing-tick", action="store_true",
-                    help="report SkyNomad's published convention")
+    bp.add_argument(
+        "--drop-finishing-tick", action="store_true", help="report SkyNomad's published convention"
+    )
     bp.add_argument("--carbon-prices", default=None, help="carbon-year: USD/t, a comma list")
     bp.add_argument("--windows", type=int, default=None, help="carbon-year: windows")
     bp.add_argument("--jobs-per-window", type=int, default=None, help="carbon-year: jobs each")
     bp.add_argument("--seed", type=int, default=None, help="carbon-year: job generator seed")
-    bp.add_argument("--workers", type=int, default=1,
-                    help="processes to spread the suite's windows over (default 1)")
+    bp.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes to spread the suite's windows over (default 1)",
+    )
     bp.add_argument("--out", type=Path, default=Path("bench-out"))
     bp.add_argument("--json", action="store_true")
     bp.set_defaults(handler=_bench_policies)
@@ -296,8 +351,14 @@ def _policies(args: argparse.Namespace) -> int:
     for name in POLICY_NAMES:
         # The docstring's first paragraph, whole, wrapped under its name.
         first = (type(make_policy(name)).__doc__ or "").strip().split("\n\n")[0]
-        print(textwrap.fill(" ".join(first.split()), width=width, initial_indent=f"{name:24s} ",
-                            subsequent_indent=" " * 25))
+        print(
+            textwrap.fill(
+                " ".join(first.split()),
+                width=width,
+                initial_indent=f"{name:24s} ",
+                subsequent_indent=" " * 25,
+            )
+        )
     return 0
 
 
@@ -341,9 +402,13 @@ def _replay(args: argparse.Namespace) -> int:
     if args.until is not None:
         kept = tuple(j for j in jobs if j.start < args.until)
         if not kept:
-            raise InputError(str(args.jobs), "jobs", f"a job starting before --until "
-                             f"{args.until:%Y-%m-%d %H:%M} UTC", got=f"{len(jobs)}, none",
-                             fix="move --since/--until or the jobs' start_offset_h")
+            raise InputError(
+                str(args.jobs),
+                "jobs",
+                f"a job starting before --until {args.until:%Y-%m-%d %H:%M} UTC",
+                got=f"{len(jobs)}, none",
+                fix="move --since/--until or the jobs' start_offset_h",
+            )
         jobs = kept
 
     with _progress() as bar:
@@ -397,8 +462,9 @@ def _print_rows(rows: list[dict[str, Any]], as_json: bool, title: str) -> None:
     for key in rows[0] if rows else ["(none)"]:
         table.add_column(escape(key))
     for row in rows:  # cells are text, not markup: a `[python, train.py]` stays as it is
-        table.add_row(*[escape(f"{v:.3f}" if isinstance(v, float) else str(v))
-                        for v in row.values()])
+        table.add_row(
+            *[escape(f"{v:.3f}" if isinstance(v, float) else str(v)) for v in row.values()]
+        )
     out = Console()
     if not out.is_terminal:
         out = Console(width=160)
@@ -423,9 +489,14 @@ def _status(args: argparse.Namespace) -> int:
         _print_rows(rows, True, "")
         return 0
     when = datetime.fromtimestamp(now_s, UTC)
-    _print_rows([_human(r, drop=("held_until",) if not any(x["held_until"] for x in rows)
-                        else ()) for r in rows],
-                False, f"Fleet at {when:%Y-%m-%d %H:%M} UTC")
+    _print_rows(
+        [
+            _human(r, drop=("held_until",) if not any(x["held_until"] for x in rows) else ())
+            for r in rows
+        ],
+        False,
+        f"Fleet at {when:%Y-%m-%d %H:%M} UTC",
+    )
     return 0
 
 
@@ -476,8 +547,11 @@ def _events(args: argparse.Namespace) -> int:
             "", "JOB", "a submitted job", got=repr(args.job), fix="see `heliotrope jobs list`"
         )
     rows = events_table(store, args.job)
-    _print_rows(rows if args.json else [_human(r) for r in rows], args.json,
-                f"Events of {args.job} (times UTC)")
+    _print_rows(
+        rows if args.json else [_human(r) for r in rows],
+        args.json,
+        f"Events of {args.job} (times UTC)",
+    )
     return 0
 
 
@@ -493,8 +567,14 @@ def _explain(args: argparse.Namespace) -> int:
 def _migrate(args: argparse.Namespace) -> int:
     from orchestrator.live.commands import migrate
 
-    plan = migrate(args.job, args.to, market=args.market, dry_run=args.dry_run, force=args.force,
-                   hold_h=args.hold)
+    plan = migrate(
+        args.job,
+        args.to,
+        market=args.market,
+        dry_run=args.dry_run,
+        force=args.force,
+        hold_h=args.hold,
+    )
     if args.json:
         print(json.dumps(plan, indent=2))
     else:
@@ -525,8 +605,10 @@ def _jobs_hold(args: argparse.Namespace) -> int:
     from orchestrator.live.commands import _iso, hold
 
     until = hold(args.job, args.hours)
-    print(f"holding {args.job} where it runs "
-          + (f"until {_iso(until)}" if args.hours else "until released"))
+    print(
+        f"holding {args.job} where it runs "
+        + (f"until {_iso(until)}" if args.hours else "until released")
+    )
     return 0
 
 
@@ -559,11 +641,15 @@ def _cost_report(args: argparse.Namespace) -> int:
         return 0
     fleet = report["fleet"]
     since = report["since"] or "the first job"
-    saved = ("no on-demand price now for some offer" if fleet["saved_pct"] is None
-             else f"{fleet['saved_pct']:.1f}% less than on-demand "
-                  f"({fleet['on_demand_usd']:.2f} USD)")
-    print(f"From {since} to {report['until']}: {fleet['usd']:.2f} USD "
-          f"(egress {fleet['egress_usd']:.2f}), {fleet['kg_co2']:.3f} kgCO2; {saved}")
+    saved = (
+        "no on-demand price now for some offer"
+        if fleet["saved_pct"] is None
+        else f"{fleet['saved_pct']:.1f}% less than on-demand ({fleet['on_demand_usd']:.2f} USD)"
+    )
+    print(
+        f"From {since} to {report['until']}: {fleet['usd']:.2f} USD "
+        f"(egress {fleet['egress_usd']:.2f}), {fleet['kg_co2']:.3f} kgCO2; {saved}"
+    )
     _print_rows(report["jobs"], False, "Per job")
     _print_rows(report["by_place"], False, "By region and market")
     return 0
@@ -634,28 +720,38 @@ def _bench_policies(args: argparse.Namespace) -> int:
     data = args.data or Path(os.environ.get("HELIOTROPE_TRACES", "../shared/data"))
 
     # Values and comma lists go to the suite as given: it parses and checks them.
-    overrides = {k: v for k, v in {
-        "zones": args.zones,
-        "deadline_ratio": args.deadline_ratio,
-        "work_hours": args.work_hours,
-        "cold_start_hours": args.cold_start_hours,
-        "checkpoint_gb": args.checkpoint_gb,
-        "slack_hours": args.slack_hours,
-        "egress_usd_per_gb": args.egress_usd_per_gb,
-        "transfer_gbps": args.transfer_gbps,
-        "start_ticks": args.start_ticks,
-        "drop_finishing_tick": True if args.drop_finishing_tick else None,
-        "carbon_prices": args.carbon_prices,
-        "windows": args.windows,
-        "jobs_per_window": args.jobs_per_window,
-        "seed": args.seed,
-    }.items() if v is not None}
+    overrides = {
+        k: v
+        for k, v in {
+            "zones": args.zones,
+            "deadline_ratio": args.deadline_ratio,
+            "work_hours": args.work_hours,
+            "cold_start_hours": args.cold_start_hours,
+            "checkpoint_gb": args.checkpoint_gb,
+            "slack_hours": args.slack_hours,
+            "egress_usd_per_gb": args.egress_usd_per_gb,
+            "transfer_gbps": args.transfer_gbps,
+            "start_ticks": args.start_ticks,
+            "drop_finishing_tick": True if args.drop_finishing_tick else None,
+            "carbon_prices": args.carbon_prices,
+            "windows": args.windows,
+            "jobs_per_window": args.jobs_per_window,
+            "seed": args.seed,
+        }.items()
+        if v is not None
+    }
     if args.timeline:
         from orchestrator.replay.suites import suite_timelines
 
         job, _, window = args.timeline.partition("@")
-        for timeline in suite_timelines(args.suite, data, args.policies.split(","), overrides,
-                                        job.strip(), window.strip() or None):
+        for timeline in suite_timelines(
+            args.suite,
+            data,
+            args.policies.split(","),
+            overrides,
+            job.strip(),
+            window.strip() or None,
+        ):
             print(timeline.format() + "\n")
         return 0
     with _progress() as bar:
@@ -664,8 +760,14 @@ def _bench_policies(args: argparse.Namespace) -> int:
         def step(label: str, done: int, total: int) -> None:
             bar.update(task, description=f"bench {label}", completed=done, total=total)
 
-        result = run_suite(args.suite, data, args.policies.split(","), overrides, progress=step,
-                           workers=args.workers)
+        result = run_suite(
+            args.suite,
+            data,
+            args.policies.split(","),
+            overrides,
+            progress=step,
+            workers=args.workers,
+        )
     paths = write_suite_outputs(result, args.out)
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
@@ -716,20 +818,35 @@ def _traces_generate(args: argparse.Namespace) -> int:
 
 def _add_signal_commands(sub: Any, tsub: Any) -> None:
     def common(q: argparse.ArgumentParser) -> None:
-        q.add_argument("--region", action="append", default=[], metavar="CLOUD:REGION",
-                       help="only these regions (repeatable; default every AWS and GCP region)")
-        q.add_argument("--db", default=None, metavar="URL",
-                       help="also append the samples to this state store")
+        q.add_argument(
+            "--region",
+            action="append",
+            default=[],
+            metavar="CLOUD:REGION",
+            help="only these regions (repeatable; default every AWS and GCP region)",
+        )
+        q.add_argument(
+            "--db", default=None, metavar="URL", help="also append the samples to this state store"
+        )
         q.add_argument("--json", action="store_true")
 
     sg = sub.add_parser("signals", help="poll live prices, spot capacity, carbon, curtailment")
     ssub = sg.add_subparsers(title="signal commands")
     sp = ssub.add_parser("poll", help="read live sources now; append to a trace dir / store")
-    sp.add_argument("--source", action="append", default=[], metavar="S",
-                    help="a source name (repeatable; default all; see docs/signals.md)")
+    sp.add_argument(
+        "--source",
+        action="append",
+        default=[],
+        metavar="S",
+        help="a source name (repeatable; default all; see docs/signals.md)",
+    )
     sp.add_argument("--out", type=Path, default=None, help="trace directory to append to")
-    sp.add_argument("--now", type=_utc_arg, default=None,
-                    help="poll as of this ISO time (default: the clock; for tests and replays)")
+    sp.add_argument(
+        "--now",
+        type=_utc_arg,
+        default=None,
+        help="poll as of this ISO time (default: the clock; for tests and replays)",
+    )
     common(sp)
     sp.set_defaults(handler=_signals_poll)
     ss = ssub.add_parser("status", help="freshness of what was recorded, per source and region")
@@ -774,8 +891,12 @@ def _utc_arg(text: str) -> datetime:
 def _print_poll(report: Any, as_json: bool) -> int:
     rows = report.table()
     if as_json:
-        print(json.dumps({"now": report.now.isoformat(), "sources": rows,
-                          "store_error": report.store_error}, indent=2))
+        print(
+            json.dumps(
+                {"now": report.now.isoformat(), "sources": rows, "store_error": report.store_error},
+                indent=2,
+            )
+        )
     else:
         _print_rows(rows, False, f"Signals at {report.now:%Y-%m-%d %H:%M} UTC")
         if report.out is not None:
@@ -792,8 +913,13 @@ def _signals_poll(args: argparse.Namespace) -> int:
     if args.out is None and args.db is None:
         raise InputError("", "--out / --db", "a trace directory, a state store or both")
     store = _open_signal_store(args.db)
-    report = poll(args.source, args.out, now=args.now or SystemClock().now(), store=store,
-                  regions=parse_regions(args.region) or None)
+    report = poll(
+        args.source,
+        args.out,
+        now=args.now or SystemClock().now(),
+        store=store,
+        regions=parse_regions(args.region) or None,
+    )
     return _print_poll(report, args.json)
 
 
@@ -802,10 +928,17 @@ def _signals_status(args: argparse.Namespace) -> int:
     from orchestrator.signals.poll import freshness
 
     if args.out is None and args.db is None:
-        raise InputError("", "--out / --db", "a trace directory written by `signals poll`, "
-                         "a state store, or both")
-    rows = [r.as_dict() for r in freshness(args.out, _open_signal_store(args.db),
-                                           now=args.now or SystemClock().now())]
+        raise InputError(
+            "",
+            "--out / --db",
+            "a trace directory written by `signals poll`, a state store, or both",
+        )
+    rows = [
+        r.as_dict()
+        for r in freshness(
+            args.out, _open_signal_store(args.db), now=args.now or SystemClock().now()
+        )
+    ]
     if args.stale:
         rows = [r for r in rows if r["stale"]]
     _print_rows(rows, args.json, "Signal freshness")
@@ -816,9 +949,15 @@ def _traces_download(args: argparse.Namespace) -> int:
     from orchestrator.clock import SystemClock
     from orchestrator.signals.poll import download, parse_regions
 
-    report = download(args.source, args.start, args.end, args.out,
-                      now=SystemClock().now(), store=_open_signal_store(args.db),
-                      regions=parse_regions(args.region) or None)
+    report = download(
+        args.source,
+        args.start,
+        args.end,
+        args.out,
+        now=SystemClock().now(),
+        store=_open_signal_store(args.db),
+        regions=parse_regions(args.region) or None,
+    )
     return _print_poll(report, args.json)
 
 

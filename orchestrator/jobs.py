@@ -27,12 +27,14 @@ class JobEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    work_gpu_hours: float = Field(gt=0, le=1e8, allow_inf_nan=False,
-                                  description="reference GPU-hours (one A100-80GB)")
+    work_gpu_hours: float = Field(
+        gt=0, le=1e8, allow_inf_nan=False, description="reference GPU-hours (one A100-80GB)"
+    )
     gpus: int = Field(default=1, ge=1, le=4096)
     gpu_types: list[str] = Field(default_factory=list)
     throughput: dict[str, Annotated[float, Field(gt=0, le=1e4, allow_inf_nan=False)]] = Field(
-        default_factory=dict)
+        default_factory=dict
+    )
     start: datetime | None = None
     start_offset_h: float | None = Field(default=None, ge=0, le=MAX_HOURS, allow_inf_nan=False)
     deadline: datetime | None = None

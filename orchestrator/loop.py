@@ -129,11 +129,14 @@ class Controller:
         self._ckpt_s = np.array([job.checkpoint_interval_h * 3600.0 for job in self.jobs])
         self._start_s = np.array([job.start.timestamp() for job in self.jobs])
         self._spot = np.array([o.market is Market.SPOT for o in self.offers])
-        od = {(o.cloud, o.zone, o.instance_type): k for k, o in enumerate(self.offers)
-              if o.market is Market.ON_DEMAND}
+        od = {
+            (o.cloud, o.zone, o.instance_type): k
+            for k, o in enumerate(self.offers)
+            if o.market is Market.ON_DEMAND
+        }
         self._on_demand_twin = np.array(
-            [od.get((o.cloud, o.zone, o.instance_type), -1) for o in self.offers],
-            dtype=np.int64)
+            [od.get((o.cloud, o.zone, o.instance_type), -1) for o in self.offers], dtype=np.int64
+        )
         self._last_s: float | None = None
         self.busy: set[int] = set()  # jobs an external mover is migrating: no new intents
         self.progress_seen_s: dict[int, float] = {}
@@ -188,8 +191,9 @@ class Controller:
             return events
         self.held = ""
         decision = self.policy(snapshot)
-        actions, refusals = plan(snapshot, decision, k, busy=self.busy,
-                                 held=self.backing_off(now_s))
+        actions, refusals = plan(
+            snapshot, decision, k, busy=self.busy, held=self.backing_off(now_s)
+        )
         for j, reason in refusals:
             logger.debug("refused intent for %s: %s", self.jobs[j].id, reason)
             events.append(Event(now_s, self.jobs[j].id, EventKind.REJECTED, "", reason))
@@ -266,13 +270,16 @@ class Controller:
         detail = event.detail
         if frame.basis is not None:
             b = frame.basis
-            detail += (f" | price {b.describe(o, 'price')}; capacity "
-                       f"{b.describe(o, 'capacity')}; carbon {b.describe(o, 'carbon')}")
+            detail += (
+                f" | price {b.describe(o, 'price')}; capacity "
+                f"{b.describe(o, 'capacity')}; carbon {b.describe(o, 'carbon')}"
+            )
         usable = np.isfinite(equiv) & (snapshot.fit.rate[j] > 0)
         others = [k for k in np.argsort(np.where(usable, equiv, np.inf))[:4] if usable[k]]
         if others:
             detail += " | cheapest per hour: " + ", ".join(
-                f"{snapshot.offers[k].id} {equiv[k]:.2f}" for k in others[:3])
+                f"{snapshot.offers[k].id} {equiv[k]:.2f}" for k in others[:3]
+            )
         return dataclasses.replace(event, data=data, detail=detail)
 
     @staticmethod
@@ -287,9 +294,10 @@ class Controller:
         its emissions (USD/h equivalent; the policy weighs progress and moves besides)."""
         fit = snapshot.fit
         kwh = fit.power_kw[j] * fit.pue
-        out: FloatArray = (snapshot.usd_per_hour * fit.instances[j]
-                           + kwh * snapshot.carbon_g_per_kwh
-                           * cls._carbon_price(snapshot, j) / 1e6)
+        out: FloatArray = (
+            snapshot.usd_per_hour * fit.instances[j]
+            + kwh * snapshot.carbon_g_per_kwh * cls._carbon_price(snapshot, j) / 1e6
+        )
         return out
 
     def _billed_prices(self, g: SignalGrid, k: int) -> FloatArray:
@@ -357,8 +365,9 @@ class Controller:
         if self.options.reconcile:
             listed = self.provider.list_instances(cluster=self.options.cluster)
             young = {j for j, t in self._launched_s.items() if now_s - t < RECONCILE_GRACE_S}
-            observed += reconcile(self.jobs, self.instance_of, listed, now_s,
-                                  skip=self.busy | young)
+            observed += reconcile(
+                self.jobs, self.instance_of, listed, now_s, skip=self.busy | young
+            )
         for pe in observed:
             j = self._index.get(pe.job_id)
             if j is None or self.instance_of[j] != pe.instance_id:
@@ -437,8 +446,10 @@ class Controller:
             until = last_s + failure_backoff_s(n)
             if now_s < until:
                 when = datetime.fromtimestamp(until, UTC)
-                out[j] = (f"backing off after {n} failure(s) in a row: not relaunched before "
-                          f"{when:%Y-%m-%d %H:%M:%S} UTC")
+                out[j] = (
+                    f"backing off after {n} failure(s) in a row: not relaunched before "
+                    f"{when:%Y-%m-%d %H:%M:%S} UTC"
+                )
         return out
 
     def _snapshot(self, now: datetime, now_s: float, frame: SignalFrame) -> Snapshot:

@@ -103,8 +103,10 @@ def _late_move(snapshot: Snapshot, j: int, current: int, o: int) -> str | None:
     deadline_s = job.deadline.timestamp()
     if there_s > deadline_s >= here_s:
         late_h = (there_s - deadline_s) / 3600
-        return (f"a move to {dst.id} would finish {late_h:.1f} h after the deadline (staying "
-                f"finishes in time): held where it is")
+        return (
+            f"a move to {dst.id} would finish {late_h:.1f} h after the deadline (staying "
+            f"finishes in time): held where it is"
+        )
     return None
 
 

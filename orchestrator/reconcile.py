@@ -42,6 +42,13 @@ def reconcile(
         if info is not None and info.state not in GONE_STATES:
             continue
         why = "not listed by the provider" if info is None else f"listed as {info.state.value}"
-        out.append(ProviderEvent(EventType.PREEMPTED, instance, jobs[j].id, now_s,
-                                 f"reconcile: instance {instance} {why}"))
+        out.append(
+            ProviderEvent(
+                EventType.PREEMPTED,
+                instance,
+                jobs[j].id,
+                now_s,
+                f"reconcile: instance {instance} {why}",
+            )
+        )
     return out

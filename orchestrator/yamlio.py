@@ -41,8 +41,9 @@ class _Loader(yaml.SafeLoader):
             except TypeError:  # an unhashable key: the base class says so
                 break
             if duplicate:
-                raise yaml.YAMLError(f"key {key!r} appears twice (line "
-                                     f"{key_node.start_mark.line + 1})")
+                raise yaml.YAMLError(
+                    f"key {key!r} appears twice (line {key_node.start_mark.line + 1})"
+                )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
@@ -58,19 +59,27 @@ def load_yaml(path: Path, *, what: str, fix: str, max_bytes: int = MAX_BYTES) ->
     except FileNotFoundError:
         raise InputError(where, "", what, got="no such file", fix=fix) from None
     except OSError as exc:
-        raise InputError(where, "", what, got=exc.strerror or type(exc).__name__,
-                         fix=fix) from None
+        raise InputError(where, "", what, got=exc.strerror or type(exc).__name__, fix=fix) from None
     if size > max_bytes:
-        raise InputError(where, "", f"{what} of at most {max_bytes:,} bytes",
-                         got=f"{size:,} bytes", fix="split it into several files")
+        raise InputError(
+            where,
+            "",
+            f"{what} of at most {max_bytes:,} bytes",
+            got=f"{size:,} bytes",
+            fix="split it into several files",
+        )
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise InputError(where, f"byte {exc.start}", "UTF-8 text", got="other bytes",
-                         fix="save the file as UTF-8") from None
+        raise InputError(
+            where,
+            f"byte {exc.start}",
+            "UTF-8 text",
+            got="other bytes",
+            fix="save the file as UTF-8",
+        ) from None
     except OSError as exc:
-        raise InputError(where, "", what, got=exc.strerror or type(exc).__name__,
-                         fix=fix) from None
+        raise InputError(where, "", what, got=exc.strerror or type(exc).__name__, fix=fix) from None
     loader = _Loader(text)
     try:
         node = loader.get_single_node()
@@ -78,8 +87,7 @@ def load_yaml(path: Path, *, what: str, fix: str, max_bytes: int = MAX_BYTES) ->
             return None
         size = _expanded_size(node, {})
         if size > MAX_NODES:
-            raise yaml.YAMLError(f"its aliases expand to {size:,} values (at most "
-                                 f"{MAX_NODES:,})")
+            raise yaml.YAMLError(f"its aliases expand to {size:,} values (at most {MAX_NODES:,})")
         return loader.construct_document(node)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)

@@ -117,8 +117,12 @@ class JobOfferFit:
                 dtype=np.float64,
             ),
             carbon_usd_per_tonne=np.array(
-                [np.nan if job.carbon_usd_per_tonne is None else job.carbon_usd_per_tonne
-                 for job in jobs], dtype=np.float64),
+                [
+                    np.nan if job.carbon_usd_per_tonne is None else job.carbon_usd_per_tonne
+                    for job in jobs
+                ],
+                dtype=np.float64,
+            ),
         )
 
     def carbon_prices(self, js: IntArray, fleet_usd_per_tonne: float) -> FloatArray:
@@ -167,8 +171,10 @@ def move_cost(
         return MoveCost(0.0, 0.0)
     settings = settings or CostSettings()
     size = job.checkpoint_size_gb
-    return MoveCost(egress_usd=size * egress_per_gb(src, dst, settings),
-                    transfer_h=size * transfer_h_per_gb(src, dst, settings))
+    return MoveCost(
+        egress_usd=size * egress_per_gb(src, dst, settings),
+        transfer_h=size * transfer_h_per_gb(src, dst, settings),
+    )
 
 
 def egress_per_gb(src: Location, dst: Location, settings: CostSettings) -> float:

@@ -132,8 +132,9 @@ class Heliotrope:
             lifetime = np.where(spot, tracker(snapshot.history), np.inf)
             outage = tracker.outage_h
             if self.young_run_h > 0:
-                young = np.where(spot & (tracker.age_h < self.young_run_h),
-                                 tracker.young_death, 0.0)
+                young = np.where(
+                    spot & (tracker.age_h < self.young_run_h), tracker.young_death, 0.0
+                )
             if (carbon_prices > 0).any():
                 period = max(1, round(24.0 / tick_h))
                 horizon = max(1, round(self.carbon_horizon_h / tick_h))
@@ -223,15 +224,21 @@ class Heliotrope:
             # The cheapest spot option is down: once it is back (in `outage` hours) a job
             # elsewhere either moves back (egress and a cold start) or pays the difference
             # for the rest of its stay, whichever is less. Charged to every other option.
-            away = np.flatnonzero(~feasible[rows_j, cheap]
-                                  & np.isfinite(per_progress[rows_j, cheap]))
+            away = np.flatnonzero(
+                ~feasible[rows_j, cheap] & np.isfinite(per_progress[rows_j, cheap])
+            )
             if away.size:
                 z = cheap[away]
-                back = (egress_pg[:, z].T * size[away, None]
-                        + (hourly[away, z] * fit.cold_start_h[js[away]])[:, None])
+                back = (
+                    egress_pg[:, z].T * size[away, None]
+                    + (hourly[away, z] * fit.cold_start_h[js[away]])[:, None]
+                )
                 with np.errstate(invalid="ignore"):
-                    extra = (np.maximum(per_progress[away] - per_progress[away, z][:, None], 0.0)
-                             * rate[away] * np.maximum(stay[away] - outage[z][:, None], 0.0))
+                    extra = (
+                        np.maximum(per_progress[away] - per_progress[away, z][:, None], 0.0)
+                        * rate[away]
+                        * np.maximum(stay[away] - outage[z][:, None], 0.0)
+                    )
                     after = np.minimum(back, extra)
                 after[np.arange(away.size), z] = 0.0
                 move_cost = egress.copy()
@@ -280,36 +287,59 @@ class Heliotrope:
             if down.any():
                 back_in = fresh_startup[idle]
                 after = np.maximum(np.minimum(lifetime[None, :], fresh_finish), tick_h)
-                q_back = np.where(spot, tracker.young_death, 0.0)[None, :] if (
-                    self.young_run_h > 0) else 0.0  # it returns as a young run
+                q_back = (
+                    np.where(spot, tracker.young_death, 0.0)[None, :]
+                    if (self.young_run_h > 0)
+                    else 0.0
+                )  # it returns as a young run
                 hours_w = (1.0 - q_back) * after + q_back * np.minimum(
-                    np.maximum(back_in, tick_h), after)
+                    np.maximum(back_in, tick_h), after
+                )
                 with np.errstate(invalid="ignore"):
-                    gain = (1.0 - q_back) * value[idle, None] * rate[idle] * np.maximum(
-                        after - back_in, 0.0)
+                    gain = (
+                        (1.0 - q_back)
+                        * value[idle, None]
+                        * rate[idle]
+                        * np.maximum(after - back_in, 0.0)
+                    )
                     u_w = (gain - hourly[idle] * hours_w - egress[idle]) / (
-                        outage[None, :] + hours_w)
+                        outage[None, :] + hours_w
+                    )
                 wait_u[idle] = np.max(np.where(down & np.isfinite(u_w), u_w, -np.inf), axis=1)
 
         order = np.argsort(slack, kind="stable")
         chosen: dict[int, Intent] = {}
         for i in np.flatnonzero(net & ~on_od_in_time & (net_choice != current)).tolist():
             chosen[i] = Intent(int(net_choice[i]), f"safety net: slack {slack[i]:.2f} h")
-        for i, target in self._serve(order[~net[order]], utility, inst, spot, capacity,
-                                     holding, cur_c, priced, wait_u):
+        for i, target in self._serve(
+            order[~net[order]], utility, inst, spot, capacity, holding, cur_c, priced, wait_u
+        ):
             if target is None:
                 cur_u = utility[i, cur_c[i]]
                 chosen[i] = Intent(None, f"pause: staying loses {-cur_u:.2f} $/h of value")
             else:
-                chosen[i] = Intent(target, (
-                    f"utility {utility[i, target]:.2f} $/h (V {value[i]:.2f} $/gpu-h, "
-                    f"stay {stay[i, target]:.1f} h)"))
+                chosen[i] = Intent(
+                    target,
+                    (
+                        f"utility {utility[i, target]:.2f} $/h (V {value[i]:.2f} $/gpu-h, "
+                        f"stay {stay[i, target]:.1f} h)"
+                    ),
+                )
         # Least slack first, as the jobs were served.
         return Decision({int(js[i]): chosen[i] for i in order.tolist() if i in chosen})
 
-    def _serve(self, queue: IntArray, utility: FloatArray, inst: IntArray, spot: BoolArray,
-               capacity: FloatArray, holding: BoolArray, cur: IntArray, priced: BoolArray,
-               wait_u: FloatArray | None = None) -> list[tuple[int, int | None]]:
+    def _serve(
+        self,
+        queue: IntArray,
+        utility: FloatArray,
+        inst: IntArray,
+        spot: BoolArray,
+        capacity: FloatArray,
+        holding: BoolArray,
+        cur: IntArray,
+        priced: BoolArray,
+        wait_u: FloatArray | None = None,
+    ) -> list[tuple[int, int | None]]:
         """Jobs `queue` (rows, least slack first) take the best option left, spot slots one
         by one: (row, offer to go to, or None to pause) for each job that acts.
 
@@ -360,9 +390,13 @@ class Heliotrope:
         key = ("lifetime", tick_h)
         if key not in self._memo:
             self._memo[key] = LifetimeTracker(
-                tick_h, self.lifetime_prior_h, self.lifetime_halflife_h,
+                tick_h,
+                self.lifetime_prior_h,
+                self.lifetime_halflife_h,
                 lookback=max(2, int(self.lifetime_lookback_h / tick_h)),
-                outage_prior_h=self.outage_prior_h, young_h=self.young_run_h)
+                outage_prior_h=self.outage_prior_h,
+                young_h=self.young_run_h,
+            )
         tracker: LifetimeTracker = self._memo[key]
         return tracker
 

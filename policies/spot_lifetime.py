@@ -25,8 +25,9 @@ import numpy as np
 from orchestrator.model import BoolArray, FloatArray
 
 
-def _sums(available: FloatArray, tick_h: float, halflife_h: float
-          ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, BoolArray]:
+def _sums(
+    available: FloatArray, tick_h: float, halflife_h: float
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, BoolArray]:
     """Weighted uptime hours, ends of runs, downtime hours, returns (ends of outages), and
     whether each offer is up now."""
     up = np.greater(available, 0)  # NaN (unknown) counts as down
@@ -116,7 +117,8 @@ class LifetimeTracker:
         ended = self._up & ~now
         young = ended & (self._age * self.tick_h <= self.young_h + 1e-9)
         self._sums *= decay
-        self._sums += np.stack([now * self.tick_h, ended, ~now * self.tick_h,
-                                ~self._up & now, young])
+        self._sums += np.stack(
+            [now * self.tick_h, ended, ~now * self.tick_h, ~self._up & now, young]
+        )
         self._age = np.where(now, self._age + 1.0, 0.0)
         self._up = now

@@ -61,8 +61,11 @@ def quotes_of(provider: ComputeProvider) -> dict[OfferId, Quote]:
     p = priced(provider)
     if p is None:
         return {}
-    return {k: Quote(float(q.usd_per_hour), q.source) for k, q in p.quotes().items()
-            if not math.isnan(q.usd_per_hour)}
+    return {
+        k: Quote(float(q.usd_per_hour), q.source)
+        for k, q in p.quotes().items()
+        if not math.isnan(q.usd_per_hour)
+    }
 
 
 def cloud_of_offer_id(offer_id: OfferId) -> str:
@@ -80,7 +83,10 @@ class MultiProvider:
         for p in providers:
             if p.name in by_cloud:
                 raise InputError(
-                    "providers", p.name, "one provider per cloud", got=f"two named {p.name!r}",
+                    "providers",
+                    p.name,
+                    "one provider per cloud",
+                    got=f"two named {p.name!r}",
                     fix="list each cloud once",
                 )
             by_cloud[p.name] = p
@@ -132,8 +138,12 @@ class MultiProvider:
                 continue
             for offer in offers:
                 if offer.cloud != cloud:
-                    logger.warning("provider %s reported offer %s of cloud %s; left out",
-                                   cloud, offer.id, offer.cloud)
+                    logger.warning(
+                        "provider %s reported offer %s of cloud %s; left out",
+                        cloud,
+                        offer.id,
+                        offer.cloud,
+                    )
                     continue
                 if offer.id in seen:
                     continue
@@ -192,9 +202,11 @@ class MultiProvider:
     def launch(self, spec: LaunchSpec, *, request_id: str) -> LaunchOutcome:
         provider = self.provider_for_offer(spec.offer_id)
         if provider is None:
-            why = (f"offer {spec.offer_id!r}: no provider for cloud "
-                   f"{cloud_of_offer_id(spec.offer_id)!r} (configured: "
-                   f"{', '.join(self._by_cloud)})")
+            why = (
+                f"offer {spec.offer_id!r}: no provider for cloud "
+                f"{cloud_of_offer_id(spec.offer_id)!r} (configured: "
+                f"{', '.join(self._by_cloud)})"
+            )
             logger.warning("launch %s refused: %s", request_id, why)
             return LaunchOutcome(None, error=ProviderFailure(FailureKind.INVALID, why))
         with self._lock:
@@ -214,9 +226,12 @@ class MultiProvider:
         for instance_id in wanted:
             cloud = self.owner_of(instance_id)
             if cloud is None:
-                logger.warning("terminate %s (request %s): no provider reported this instance%s; "
-                               "skipped", instance_id, request_id,
-                               " (two did)" if instance_id in self._ambiguous else "")
+                logger.warning(
+                    "terminate %s (request %s): no provider reported this instance%s; skipped",
+                    instance_id,
+                    request_id,
+                    " (two did)" if instance_id in self._ambiguous else "",
+                )
                 continue
             by_cloud.setdefault(cloud, []).append(instance_id)
         first_error: HeliotropeError | None = None
@@ -260,8 +275,7 @@ class MultiProvider:
             try:
                 self._claim(cloud, p.list_instances(cluster=cluster))
             except HeliotropeError as exc:
-                logger.warning("cannot list instances of %s to route a terminate: %s",
-                               cloud, exc)
+                logger.warning("cannot list instances of %s to route a terminate: %s", cloud, exc)
 
     def _claim(self, cloud: str, ids: Iterable[InstanceId]) -> None:
         with self._lock:
@@ -270,7 +284,12 @@ class MultiProvider:
                     continue
                 owner = self._owner.setdefault(instance_id, cloud)
                 if owner != cloud:
-                    logger.error("instance id %s reported by both %s and %s; neither will be "
-                                 "asked to touch it", instance_id, owner, cloud)
+                    logger.error(
+                        "instance id %s reported by both %s and %s; neither will be "
+                        "asked to touch it",
+                        instance_id,
+                        owner,
+                        cloud,
+                    )
                     self._ambiguous.add(instance_id)
                     del self._owner[instance_id]

@@ -150,6 +150,7 @@ def _azure_inter_region(src: str, dst: str, a: str, b: str) -> float:
 
 def _by_continent(table: Mapping[str, float]) -> Callable[[str], float]:
     """A price per source continent; an unknown continent gets the highest of the table."""
+
     def price(a: str) -> float:
         return table.get(a, max(table.values()))
 

@@ -100,8 +100,12 @@ def step_dir_name(step: int) -> str:
 
 def _normalize_root(root_uri: str) -> str:
     if not isinstance(root_uri, str) or not root_uri.strip():
-        raise InputError("checkpoint store", "root_uri", "a URI such as file:///data/ckpt, "
-                         "memory://bucket/prefix or s3://bucket/prefix", got=repr(root_uri))
+        raise InputError(
+            "checkpoint store",
+            "root_uri",
+            "a URI such as file:///data/ckpt, memory://bucket/prefix or s3://bucket/prefix",
+            got=repr(root_uri),
+        )
     uri = root_uri.strip()
     if "://" not in uri:
         uri = "file://" + os.path.abspath(os.path.expanduser(uri))
@@ -125,10 +129,17 @@ class CheckpointStore:
         chunk_bytes: int = mf.CHUNK_BYTES,
         **storage_options: Any,
     ) -> None:
-        if (not isinstance(chunk_bytes, int) or isinstance(chunk_bytes, bool)
-                or not 0 < chunk_bytes <= mf.MAX_CHUNK_BYTES):
-            raise InputError("checkpoint store", "chunk_bytes",
-                             f"an integer in [1, {mf.MAX_CHUNK_BYTES}]", got=repr(chunk_bytes))
+        if (
+            not isinstance(chunk_bytes, int)
+            or isinstance(chunk_bytes, bool)
+            or not 0 < chunk_bytes <= mf.MAX_CHUNK_BYTES
+        ):
+            raise InputError(
+                "checkpoint store",
+                "chunk_bytes",
+                f"an integer in [1, {mf.MAX_CHUNK_BYTES}]",
+                got=repr(chunk_bytes),
+            )
         self.chunk_bytes = chunk_bytes
         self.root_uri = _normalize_root(root_uri)
         protocol = self.root_uri.split("://", 1)[0]
@@ -140,8 +151,12 @@ class CheckpointStore:
                 f"installed ({exc}); install it (s3fs for s3://, gcsfs for gs://)"
             ) from exc
         except (ValueError, TypeError) as exc:
-            raise InputError("checkpoint store", "root_uri", "a URI fsspec understands",
-                             got=f"{root_uri!r} ({exc})") from exc
+            raise InputError(
+                "checkpoint store",
+                "root_uri",
+                "a URI fsspec understands",
+                got=f"{root_uri!r} ({exc})",
+            ) from exc
         self._fs: fsspec.AbstractFileSystem = fs
         self._root: str = str(path).rstrip("/") or str(path)
         self._fsync = durable and isinstance(fs, LocalFileSystem)
@@ -165,9 +180,11 @@ class CheckpointStore:
         mf.check_step(ref.step)
         if ref.uri != self._dir_uri(ref.job_id, ref.step):
             raise InputError(
-                repr(self), "ref.uri",
+                repr(self),
+                "ref.uri",
                 f"a checkpoint of this store ({self._dir_uri(ref.job_id, ref.step)})",
-                got=ref.uri, fix="use the store the reference came from",
+                got=ref.uri,
+                fix="use the store the reference came from",
             )
         return self._dir_path(ref.job_id, ref.step)
 
@@ -252,7 +269,8 @@ class CheckpointStore:
                 raise CorruptCheckpoint(uri, name, "missing: its part was not written") from exc
             if size != entry.size_bytes:
                 raise CorruptCheckpoint(
-                    uri, name, f"size differs (part wrote {entry.size_bytes} bytes, file {size})")
+                    uri, name, f"size differs (part wrote {entry.size_bytes} bytes, file {size})"
+                )
         return self._publish_entries(job_id, step, directory, dict(entries), now_s, meta)
 
     def discard_unpublished(self, job_id: str, step: int) -> None:
@@ -265,8 +283,9 @@ class CheckpointStore:
     @staticmethod
     def _check_now(now_s: float) -> None:
         if not isinstance(now_s, int | float) or not math.isfinite(now_s):
-            raise InputError("checkpoint store", "now_s", "a finite time in seconds",
-                             got=repr(now_s))
+            raise InputError(
+                "checkpoint store", "now_s", "a finite time in seconds", got=repr(now_s)
+            )
 
     def _exists(self, job_id: str, step: int) -> CheckpointExists:
         return CheckpointExists(
@@ -290,27 +309,33 @@ class CheckpointStore:
             mf.check_file_name(name)
             with lock:
                 if name in entries:
-                    raise InputError("checkpoint store", "file name", "each name written once",
-                                     got=repr(name))
+                    raise InputError(
+                        "checkpoint store", "file name", "each name written once", got=repr(name)
+                    )
             path = f"{directory}/{name}"
             if "/" in name:
                 self._fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
             with self._fs.open(path, "wb") as raw:
-                writer = FileWriter(raw, name, durable=self._fsync,
-                                    chunk_bytes=self.chunk_bytes)
+                writer = FileWriter(raw, name, durable=self._fsync, chunk_bytes=self.chunk_bytes)
                 try:
                     yield writer
                 finally:
                     writer.close()
             with lock:
-                entries[name] = mf.FileEntry(writer.size_bytes, writer.chunk_bytes,
-                                             writer.digests())
+                entries[name] = mf.FileEntry(
+                    writer.size_bytes, writer.chunk_bytes, writer.digests()
+                )
 
         return write_fn
 
     def _publish_entries(
-        self, job_id: str, step: int, directory: str, entries: dict[str, mf.FileEntry],
-        now_s: float, meta: dict[str, str],
+        self,
+        job_id: str,
+        step: int,
+        directory: str,
+        entries: dict[str, mf.FileEntry],
+        now_s: float,
+        meta: dict[str, str],
     ) -> CheckpointRef:
         if not entries:
             raise InputError("checkpoint store", "files", "at least one file", got="none")
@@ -318,8 +343,11 @@ class CheckpointStore:
         blob = manifest.encode()
         self._publish(directory, blob)
         ref = CheckpointRef(
-            uri=self._dir_uri(job_id, step), job_id=job_id, step=step,
-            created_at_s=manifest.created_at_s, size_bytes=manifest.size_bytes,
+            uri=self._dir_uri(job_id, step),
+            job_id=job_id,
+            step=step,
+            created_at_s=manifest.created_at_s,
+            size_bytes=manifest.size_bytes,
             manifest_sha256=mf.sha256_hex(blob),
         )
         logger.info("checkpoint published: %s (%d bytes)", ref.uri, ref.size_bytes)
@@ -350,8 +378,9 @@ class CheckpointStore:
             ):
                 self._fs.rm(directory, recursive=True)
         except Exception:  # best effort: retain() sweeps what is left
-            logger.warning("could not remove the unpublished checkpoint %s", directory,
-                           exc_info=True)
+            logger.warning(
+                "could not remove the unpublished checkpoint %s", directory, exc_info=True
+            )
 
     # -- read ---------------------------------------------------------------------------
 
@@ -372,18 +401,34 @@ class CheckpointStore:
             if isinstance(blob, FileNotFoundError):
                 continue  # deleted since the listing
             if not isinstance(blob, bytes):
-                logger.warning("cannot read the manifest of %s/%s/%s: %r", self.root_uri,
-                               job_id, dir_name, blob)
+                logger.warning(
+                    "cannot read the manifest of %s/%s/%s: %r",
+                    self.root_uri,
+                    job_id,
+                    dir_name,
+                    blob,
+                )
                 continue
             try:
                 m = mf.decode(blob)
             except ValueError as exc:
-                logger.warning("skipping %s/%s/%s: unreadable manifest (%s)", self.root_uri,
-                               job_id, dir_name, exc)
+                logger.warning(
+                    "skipping %s/%s/%s: unreadable manifest (%s)",
+                    self.root_uri,
+                    job_id,
+                    dir_name,
+                    exc,
+                )
                 continue
             if m.job_id != job_id or step_dir_name(m.step) != dir_name:
-                logger.warning("skipping %s/%s/%s: its manifest is for job %s step %d",
-                               self.root_uri, job_id, dir_name, m.job_id, m.step)
+                logger.warning(
+                    "skipping %s/%s/%s: its manifest is for job %s step %d",
+                    self.root_uri,
+                    job_id,
+                    dir_name,
+                    m.job_id,
+                    m.step,
+                )
                 continue
             refs.append(self._ref_from(m, blob))
         refs.sort(key=lambda r: r.step)
@@ -391,8 +436,11 @@ class CheckpointStore:
 
     def _ref_from(self, m: mf.Manifest, blob: bytes) -> CheckpointRef:
         return CheckpointRef(
-            uri=self._dir_uri(m.job_id, m.step), job_id=m.job_id, step=m.step,
-            created_at_s=m.created_at_s, size_bytes=m.size_bytes,
+            uri=self._dir_uri(m.job_id, m.step),
+            job_id=m.job_id,
+            step=m.step,
+            created_at_s=m.created_at_s,
+            size_bytes=m.size_bytes,
             manifest_sha256=mf.sha256_hex(blob),
         )
 
@@ -406,8 +454,9 @@ class CheckpointStore:
             try:
                 self.verify(ref)
             except CorruptCheckpoint as exc:
-                logger.warning("checkpoint %s is corrupt, falling back to the previous one: %s",
-                               ref.uri, exc)
+                logger.warning(
+                    "checkpoint %s is corrupt, falling back to the previous one: %s", ref.uri, exc
+                )
                 continue
             return ref
         return None
@@ -424,12 +473,14 @@ class CheckpointStore:
         try:
             blob = self._fs.cat_file(f"{directory}/{mf.MANIFEST_NAME}")
         except FileNotFoundError as exc:
-            raise CorruptCheckpoint(ref.uri, mf.MANIFEST_NAME,
-                                    "missing (deleted or never published)") from exc
+            raise CorruptCheckpoint(
+                ref.uri, mf.MANIFEST_NAME, "missing (deleted or never published)"
+            ) from exc
         actual = mf.sha256_hex(blob)
         if actual != ref.manifest_sha256:
             raise CorruptCheckpoint(
-                ref.uri, mf.MANIFEST_NAME,
+                ref.uri,
+                mf.MANIFEST_NAME,
                 f"sha256 differs from the reference (ref {ref.manifest_sha256[:16]}…, "
                 f"read {actual[:16]}…)",
             )
@@ -438,8 +489,9 @@ class CheckpointStore:
         except ValueError as exc:  # same sha as the ref yet unreadable: the ref is bogus
             raise CorruptCheckpoint(ref.uri, mf.MANIFEST_NAME, f"unreadable ({exc})") from exc
         if m.job_id != ref.job_id or m.step != ref.step:
-            raise CorruptCheckpoint(ref.uri, mf.MANIFEST_NAME,
-                                    f"is for job {m.job_id} step {m.step}")
+            raise CorruptCheckpoint(
+                ref.uri, mf.MANIFEST_NAME, f"is for job {m.job_id} step {m.step}"
+            )
         return m, blob
 
     def verify(self, ref: CheckpointRef) -> None:
@@ -457,15 +509,22 @@ class CheckpointStore:
                 raise CorruptCheckpoint(ref.uri, name, "missing") from exc
             if size != m.files[name].size_bytes:
                 raise CorruptCheckpoint(
-                    ref.uri, name,
+                    ref.uri,
+                    name,
                     f"size differs (manifest {m.files[name].size_bytes} bytes, file {size})",
                 )
         scratch = threading.local()  # one read buffer per pool thread, for this call
         jobs = [(name, index) for name in names for index in range(len(m.files[name].sha256))]
         pool = hash_pool()
         futures = [
-            pool.submit(self._chunk_sha256, ref.uri, directory, name,
-                        m.files[name].chunk_range(index), scratch)
+            pool.submit(
+                self._chunk_sha256,
+                ref.uri,
+                directory,
+                name,
+                m.files[name].chunk_range(index),
+                scratch,
+            )
             for name, index in jobs
         ]
         try:
@@ -473,14 +532,19 @@ class CheckpointStore:
                 entry = m.files[name]
                 digest = future.result()
                 if digest != entry.sha256[index]:
-                    raise chunk_differs(ref.uri, name, index, *entry.chunk_range(index),
-                                        entry.sha256[index], digest)
+                    raise chunk_differs(
+                        ref.uri, name, index, *entry.chunk_range(index), entry.sha256[index], digest
+                    )
         finally:
             for future in futures:
                 future.cancel()
 
     def _chunk_sha256(
-        self, uri: str, directory: str, name: str, span: tuple[int, int],
+        self,
+        uri: str,
+        directory: str,
+        name: str,
+        span: tuple[int, int],
         scratch: threading.local,
     ) -> str:
         """sha256 of bytes [start, end) of one file (a job of `verify`). Local files are
@@ -535,16 +599,23 @@ class CheckpointStore:
     ) -> Iterator[CheckpointReader]:
         entry = m.files.get(name)
         if entry is None:
-            raise InputError(ref.uri, "file name", "one of " + ", ".join(sorted(m.files)),
-                             got=repr(name))
+            raise InputError(
+                ref.uri, "file name", "one of " + ", ".join(sorted(m.files)), got=repr(name)
+            )
         path = f"{self._ref_dir(ref)}/{name}"
         try:
             raw = self._fs.open(path, "rb", block_size=CHUNK_BYTES)
         except FileNotFoundError as exc:
             raise CorruptCheckpoint(ref.uri, name, "missing") from exc
-        reader = CheckpointReader(raw, uri=ref.uri, name=name, size_bytes=entry.size_bytes,
-                                  sha256=entry.sha256, chunk_bytes=entry.chunk_bytes,
-                                  verify=verify)
+        reader = CheckpointReader(
+            raw,
+            uri=ref.uri,
+            name=name,
+            size_bytes=entry.size_bytes,
+            sha256=entry.sha256,
+            chunk_bytes=entry.chunk_bytes,
+            verify=verify,
+        )
         with reader:
             yield reader
             reader.finish()
@@ -577,17 +648,21 @@ class CheckpointStore:
         CorruptCheckpoint and publishes nothing); the destination is re-read and verified
         before returning. The source is only ever opened for reading."""
         if not isinstance(request_id, str) or not request_id:
-            raise InputError("checkpoint copy", "request_id", "a non-empty string",
-                             got=repr(request_id))
+            raise InputError(
+                "checkpoint copy", "request_id", "a non-empty string", got=repr(request_id)
+            )
         self._ref_dir(ref)
         marker = dest._request_marker(ref.job_id, request_id)
         done = dest._read_request(marker)
         if done is not None:
             if (done.job_id, done.step, done.manifest_sha256) != (
-                ref.job_id, ref.step, ref.manifest_sha256
+                ref.job_id,
+                ref.step,
+                ref.manifest_sha256,
             ):
                 raise InputError(
-                    "checkpoint copy", "request_id",
+                    "checkpoint copy",
+                    "request_id",
                     f"a new request id for a different checkpoint (it was used for {done.uri})",
                     got=request_id,
                 )
@@ -597,8 +672,12 @@ class CheckpointStore:
                 except CorruptCheckpoint as exc:
                     if dest.root_uri == self.root_uri:
                         raise
-                    logger.warning("the copy of request %s at %s is corrupt (%s); copying "
-                                   "it again", request_id, done.uri, exc)
+                    logger.warning(
+                        "the copy of request %s at %s is corrupt (%s); copying it again",
+                        request_id,
+                        done.uri,
+                        exc,
+                    )
                     dest._unpublish(done.job_id, done.step)
                 else:
                     logger.info("copy %s already done as %s", request_id, done.uri)
@@ -629,8 +708,9 @@ class CheckpointStore:
         copied = 0
         try:
             for name in sorted(m.files):
-                copied = self._copy_file(ref, name, m.files[name], dest, dest_dir, copied,
-                                         total, progress)
+                copied = self._copy_file(
+                    ref, name, m.files[name], dest, dest_dir, copied, total, progress
+                )
             dest._publish(dest_dir, blob)
         except BaseException:
             dest._discard_unpublished(dest_dir)
@@ -638,8 +718,7 @@ class CheckpointStore:
         dref = dest._ref_like(ref)
         dest.verify(dref)
         dest._write_request(marker, request_id, dref)
-        logger.info("copied %s to %s (%d bytes, request %s)", ref.uri, dref.uri, total,
-                    request_id)
+        logger.info("copied %s to %s (%d bytes, request %s)", ref.uri, dref.uri, total, request_id)
         return dref
 
     def _copy_file(
@@ -664,8 +743,9 @@ class CheckpointStore:
 
         def produce() -> None:
             try:
-                with self._fs.open(f"{self._ref_dir(ref)}/{name}", "rb",
-                                   block_size=CHUNK_BYTES) as src:
+                with self._fs.open(
+                    f"{self._ref_dir(ref)}/{name}", "rb", block_size=CHUNK_BYTES
+                ) as src:
                     while not stop.is_set():
                         data = src.read(CHUNK_BYTES)
                         check.add(data)  # bytes never change: hashed in the background
@@ -695,9 +775,9 @@ class CheckpointStore:
                         size += len(item)
                         if size > entry.size_bytes:
                             raise CorruptCheckpoint(
-                                ref.uri, name,
-                                f"size differs (manifest {entry.size_bytes} bytes, "
-                                "file is longer)",
+                                ref.uri,
+                                name,
+                                f"size differs (manifest {entry.size_bytes} bytes, file is longer)",
                             )
                         out.write(item)
                         if flusher is not None:
@@ -729,8 +809,11 @@ class CheckpointStore:
 
     def _ref_like(self, ref: CheckpointRef) -> CheckpointRef:
         return CheckpointRef(
-            uri=self._dir_uri(ref.job_id, ref.step), job_id=ref.job_id, step=ref.step,
-            created_at_s=ref.created_at_s, size_bytes=ref.size_bytes,
+            uri=self._dir_uri(ref.job_id, ref.step),
+            job_id=ref.job_id,
+            step=ref.step,
+            created_at_s=ref.created_at_s,
+            size_bytes=ref.size_bytes,
             manifest_sha256=ref.manifest_sha256,
         )
 
@@ -760,8 +843,11 @@ class CheckpointStore:
         body = {
             "request_id": request_id,
             "ref": {
-                "uri": ref.uri, "job_id": ref.job_id, "step": ref.step,
-                "created_at_s": ref.created_at_s, "size_bytes": ref.size_bytes,
+                "uri": ref.uri,
+                "job_id": ref.job_id,
+                "step": ref.step,
+                "created_at_s": ref.created_at_s,
+                "size_bytes": ref.size_bytes,
                 "manifest_sha256": ref.manifest_sha256,
             },
         }
@@ -793,8 +879,10 @@ class CheckpointStore:
             logger.warning("quarantining %s: %s", ref.uri, exc)
             directory = self._ref_dir(ref)
             with suppress(FileNotFoundError):
-                self._fs.mv(f"{directory}/{mf.MANIFEST_NAME}",
-                            f"{directory}/.{mf.MANIFEST_NAME}.corrupt-{uuid.uuid4().hex[:8]}")
+                self._fs.mv(
+                    f"{directory}/{mf.MANIFEST_NAME}",
+                    f"{directory}/.{mf.MANIFEST_NAME}.corrupt-{uuid.uuid4().hex[:8]}",
+                )
             return
         raise PermanentError(f"{ref.uri}: verifies; only a corrupt checkpoint is quarantined")
 
@@ -842,7 +930,6 @@ class CheckpointStore:
                 continue
             if step >= below_step or self._fs.exists(f"{path}/{mf.MANIFEST_NAME}"):
                 continue
-            logger.info("removing the unpublished directory %s/%s/%s", self.root_uri, job_id,
-                        name)
+            logger.info("removing the unpublished directory %s/%s/%s", self.root_uri, job_id, name)
             with suppress(FileNotFoundError):
                 self._fs.rm(path, recursive=True)

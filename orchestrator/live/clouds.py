@@ -59,8 +59,16 @@ from providers.base import ComputeProvider, Quote
 from providers.multi import MultiProvider
 from providers.registry import BuildContext, CloudAccess
 
-__all__ = ["CloudAccess", "CloudSettings", "check_providers", "clouds_world", "load_cloud_settings",
-           "make_providers", "offers_table", "parse_clouds"]
+__all__ = [
+    "CloudAccess",
+    "CloudSettings",
+    "check_providers",
+    "clouds_world",
+    "load_cloud_settings",
+    "make_providers",
+    "offers_table",
+    "parse_clouds",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -99,8 +107,10 @@ class _CloudSettings(BaseModel):
         known = registry.names()
         unknown = [p for p in self.providers if p not in known]
         if unknown:
-            raise ValueError(f"providers: {', '.join(map(repr, unknown))} is not a registered "
-                             f"cloud (known: {', '.join(known)})")
+            raise ValueError(
+                f"providers: {', '.join(map(repr, unknown))} is not a registered "
+                f"cloud (known: {', '.join(known)})"
+            )
         if len(set(self.providers)) != len(self.providers):
             raise ValueError("providers: list each cloud once")
         for name in self.providers:
@@ -109,13 +119,17 @@ class _CloudSettings(BaseModel):
         for key, uri in self.checkpoints.items():
             cloud, sep, region = key.partition(":")
             if key != "default" and not (sep and cloud in known and region):
-                raise ValueError(f"checkpoints: key {key!r} is not `default` or `<cloud>:<region>` "
-                                 f"(clouds: {', '.join(known)})")
+                raise ValueError(
+                    f"checkpoints: key {key!r} is not `default` or `<cloud>:<region>` "
+                    f"(clouds: {', '.join(known)})"
+                )
             try:
                 uri.format(cloud="c", region="r", cluster="c")
             except (KeyError, IndexError, ValueError) as exc:
-                raise ValueError(f"checkpoints[{key}]: {uri!r} may use only {{cloud}}, "
-                                 f"{{region}} and {{cluster}} ({exc})") from None
+                raise ValueError(
+                    f"checkpoints[{key}]: {uri!r} may use only {{cloud}}, "
+                    f"{{region}} and {{cluster}} ({exc})"
+                ) from None
         return self
 
     def section(self, cloud: str) -> BaseModel:
@@ -133,8 +147,11 @@ class _CloudSettings(BaseModel):
         return uri.format(cloud=cloud, region=region, cluster=self.cluster)
 
 
-_CLASH = [s.name for s in registry.specs() if hasattr(_CloudSettings, s.name)
-          or s.name in _CloudSettings.model_fields]
+_CLASH = [
+    s.name
+    for s in registry.specs()
+    if hasattr(_CloudSettings, s.name) or s.name in _CloudSettings.model_fields
+]
 if _CLASH:  # a cloud named like a setting (`policy`, `days`, ...) could not have a section
     raise RuntimeError(f"registered cloud(s) {', '.join(_CLASH)} clash with clouds settings")
 
@@ -156,18 +173,30 @@ def settings_path(path: Path | None = None) -> Path:
 def load_cloud_settings(path: Path | None = None) -> CloudSettings:
     path = settings_path(path)
     if not path.is_file():
-        raise InputError(str(path), "", "a clouds settings file", got="missing",
-                         fix="write one (docs/providers.md, 'Several clouds at once') or pass "
-                             "--config")
-    raw = load_yaml(path, what="a clouds settings file", fix="see docs/providers.md",
-                    max_bytes=1 << 20) or {}
+        raise InputError(
+            str(path),
+            "",
+            "a clouds settings file",
+            got="missing",
+            fix="write one (docs/providers.md, 'Several clouds at once') or pass --config",
+        )
+    raw = (
+        load_yaml(
+            path, what="a clouds settings file", fix="see docs/providers.md", max_bytes=1 << 20
+        )
+        or {}
+    )
     try:
         settings = CloudSettings.model_validate(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "(file)"
-        raise InputError(str(path), where, "valid cloud settings (docs/providers.md)",
-                         got=first.get("msg", str(exc))) from exc
+        raise InputError(
+            str(path),
+            where,
+            "valid cloud settings (docs/providers.md)",
+            got=first.get("msg", str(exc)),
+        ) from exc
     if settings.traces is not None and not settings.traces.is_absolute():
         settings = settings.model_copy(update={"traces": path.parent / settings.traces})
     return settings
@@ -180,8 +209,12 @@ def parse_clouds(text: str | None, settings: CloudSettings) -> list[str]:
     wanted = [c.strip().lower() for c in text.split(",") if c.strip()]
     unknown = [c for c in wanted if c not in settings.providers]
     if unknown or not wanted:
-        raise InputError("", "--cloud", "configured clouds: " + ", ".join(settings.providers),
-                         got=", ".join(unknown) or repr(text))
+        raise InputError(
+            "",
+            "--cloud",
+            "configured clouds: " + ", ".join(settings.providers),
+            got=", ".join(unknown) or repr(text),
+        )
     return list(dict.fromkeys(wanted))
 
 
@@ -198,15 +231,18 @@ def make_providers(
     """One adapter per configured cloud (or per cloud of `clouds`), by name, each built by
     its registry spec from its settings section."""
     access = access or CloudAccess()
-    return {name: registry.spec(name).build(settings.section(name),
-                                            _context(settings, name, clock, access))
-            for name in clouds or settings.providers}
+    return {
+        name: registry.spec(name).build(
+            settings.section(name), _context(settings, name, clock, access)
+        )
+        for name in clouds or settings.providers
+    }
 
 
-def _context(settings: CloudSettings, name: str, clock: Clock,
-             access: CloudAccess) -> BuildContext:
-    return BuildContext(cluster=settings.cluster, clock=clock, access=access.of(name),
-                        sleep=access.sleep)
+def _context(settings: CloudSettings, name: str, clock: Clock, access: CloudAccess) -> BuildContext:
+    return BuildContext(
+        cluster=settings.cluster, clock=clock, access=access.of(name), sleep=access.sleep
+    )
 
 
 # -- carbon ---------------------------------------------------------------------------------------
@@ -235,20 +271,28 @@ class CarbonIndex:
     max_age_s: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_MAX_AGE_S))
 
     @staticmethod
-    def build(zones: Iterable[str], *, trace: Trace | None = None,
-              store: StateStore | None = None, now_s: float | None = None) -> CarbonIndex:
+    def build(
+        zones: Iterable[str],
+        *,
+        trace: Trace | None = None,
+        store: StateStore | None = None,
+        now_s: float | None = None,
+    ) -> CarbonIndex:
         from orchestrator.signals.scenario import GRID_ZONES
 
         zones = sorted(set(zones))
         index = CarbonIndex()
         if trace is not None:
-            index.max_age_s = {**index.max_age_s, **{m: trace.max_age_s(m) for m in
-                                                     DEFAULT_MAX_AGE_S}}
+            index.max_age_s = {
+                **index.max_age_s,
+                **{m: trace.max_age_s(m) for m in DEFAULT_MAX_AGE_S},
+            }
             rows = trace.grid[trace.grid["grid_zone"].isin(zones)]
             for metric, target in ((HOURLY, index.hourly), (YEARLY, None)):
                 sel = rows[rows["metric"] == metric]
-                for z, t, v, s in zip(sel["grid_zone"], sel["time"], sel["value"],
-                                      sel["source"], strict=True):
+                for z, t, v, s in zip(
+                    sel["grid_zone"], sel["time"], sel["value"], sel["source"], strict=True
+                ):
                     if not math.isfinite(float(v)):
                         continue
                     item = (pd.Timestamp(t).timestamp(), float(v), f"trace {s}".strip())
@@ -258,17 +302,22 @@ class CarbonIndex:
                         index.yearly[str(z)] = item
             index.extra_rows = rows[~rows["metric"].isin([HOURLY, YEARLY])]
         if store is not None and now_s is not None:
-            for sample in store.samples(SignalKind.CARBON, zones, now_s - CARBON_LOOKBACK_S,
-                                        now_s + 1.0):
+            for sample in store.samples(
+                SignalKind.CARBON, zones, now_s - CARBON_LOOKBACK_S, now_s + 1.0
+            ):
                 if math.isfinite(sample.value):
                     index.hourly.setdefault(sample.key, []).append(
-                        (sample.time.timestamp(), float(sample.value), f"store {sample.source}"))
+                        (sample.time.timestamp(), float(sample.value), f"store {sample.source}")
+                    )
         for series in index.hourly.values():
             series.sort(key=lambda x: x[0])
         for z in zones:
             if z not in index.yearly and z in GRID_ZONES:
-                index.yearly[z] = (float("nan"), float(GRID_ZONES[z].yearly_g),
-                                   "scenario, Electricity Maps 2024")
+                index.yearly[z] = (
+                    float("nan"),
+                    float(GRID_ZONES[z].yearly_g),
+                    "scenario, Electricity Maps 2024",
+                )
         return index
 
     def at(self, zone: str, now_s: float) -> CarbonReading:
@@ -284,8 +333,9 @@ class CarbonIndex:
         return CarbonReading(WORLD_AVG_G_PER_KWH, "world average (no data for the zone)", False)
 
 
-def carbon_sources(settings: CloudSettings, traces: Path | None) -> tuple[Trace | None,
-                                                                        StateStore | None]:
+def carbon_sources(
+    settings: CloudSettings, traces: Path | None
+) -> tuple[Trace | None, StateStore | None]:
     """The trace (`--traces`, else the settings') and the state store (`db_url`, else
     $HELIOTROPE_DB_URL; no store is created just to read carbon) to read carbon from."""
     path = traces or settings.traces
@@ -321,30 +371,49 @@ def clouds_world(
     multi = MultiProvider(list(providers.values()))
     offers = multi.offers()
     quotes = multi.quotes()
-    no_store = sorted({f"{o.cloud}:{o.region}" for o in offers
-                       if settings.store_uri(o.cloud, o.region) is None})
+    no_store = sorted(
+        {f"{o.cloud}:{o.region}" for o in offers if settings.store_uri(o.cloud, o.region) is None}
+    )
     if no_store:
-        logger.warning("no checkpoint store for %s: their offers are left out (add them to "
-                       "`checkpoints:`)", ", ".join(no_store))
-    usable = tuple(o for o in offers
-                   if settings.store_uri(o.cloud, o.region) is not None and o.id in quotes)
+        logger.warning(
+            "no checkpoint store for %s: their offers are left out (add them to `checkpoints:`)",
+            ", ".join(no_store),
+        )
+    usable = tuple(
+        o for o in offers if settings.store_uri(o.cloud, o.region) is not None and o.id in quotes
+    )
     if not usable:
-        raise InputError("clouds settings", "providers", "at least one offer with a price "
-                         "and a checkpoint store", got="none",
-                         fix="run `heliotrope providers check` and fill `checkpoints:`")
-    priors = list_priors(usable, live.spot_capacity,
-                         {k: q.usd_per_hour for k, q in quotes.items()})
+        raise InputError(
+            "clouds settings",
+            "providers",
+            "at least one offer with a price and a checkpoint store",
+            got="none",
+            fix="run `heliotrope providers check` and fill `checkpoints:`",
+        )
+    priors = list_priors(usable, live.spot_capacity, {k: q.usd_per_hour for k, q in quotes.items()})
 
     def store_uri(offer: Offer) -> str:
         uri = settings.store_uri(offer.cloud, offer.region)
         if uri is None:  # only offers with a store are in the world: a bug if it happens
-            raise InputError("clouds settings", "checkpoints", f"a store for {offer.cloud}:"
-                             f"{offer.region}", got="none")
+            raise InputError(
+                "clouds settings",
+                "checkpoints",
+                f"a store for {offer.cloud}:{offer.region}",
+                got="none",
+            )
         return uri
 
-    return World(live, multi, usable, clock, priors, store_uri=store_uri,
-                 progress_from_provider=False, entrypoint=tuple(settings.entrypoint),
-                 extra={"cluster": settings.cluster, "quotes": quotes})
+    return World(
+        live,
+        multi,
+        usable,
+        clock,
+        priors,
+        store_uri=store_uri,
+        progress_from_provider=False,
+        entrypoint=tuple(settings.entrypoint),
+        extra={"cluster": settings.cluster, "quotes": quotes},
+    )
 
 
 # -- `heliotrope offers` ----------------------------------------------------------------------
@@ -381,21 +450,27 @@ def offer_rows(
             continue
         per_gpu = quote.usd_per_hour / max(o.gpu_count, 1)
         reading = carbon.at(o.grid_zone, now_s)
-        rows.append((per_gpu, o.id, {
-            "cloud": o.cloud,
-            "region": o.region,
-            "zone": o.zone,
-            "instance_type": o.instance_type,
-            "gpu": o.gpu_type,
-            "gpus": o.gpu_count,
-            "market": o.market.value,
-            "usd_per_gpu_hour": round(per_gpu, 4),
-            "usd_per_hour": round(quote.usd_per_hour, 4),
-            "price_source": quote.source,
-            "grid_zone": o.grid_zone,
-            "g_co2_per_kwh": round(reading.g_per_kwh, 1),
-            "carbon_source": reading.source,
-        }))
+        rows.append(
+            (
+                per_gpu,
+                o.id,
+                {
+                    "cloud": o.cloud,
+                    "region": o.region,
+                    "zone": o.zone,
+                    "instance_type": o.instance_type,
+                    "gpu": o.gpu_type,
+                    "gpus": o.gpu_count,
+                    "market": o.market.value,
+                    "usd_per_gpu_hour": round(per_gpu, 4),
+                    "usd_per_hour": round(quote.usd_per_hour, 4),
+                    "price_source": quote.source,
+                    "grid_zone": o.grid_zone,
+                    "g_co2_per_kwh": round(reading.g_per_kwh, 1),
+                    "carbon_source": reading.source,
+                },
+            )
+        )
     rows.sort(key=lambda r: (r[0], r[1]))
     return [r[2] for r in rows], unpriced
 
@@ -437,11 +512,14 @@ def offers_table(
     clock: Clock | None = None,
     access: CloudAccess | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
-    if gpu and catalog.canonical_gpu_name(gpu) is None and not any(
-        g.split("-", 1)[0] == gpu.strip().upper() for g in catalog.GPUS
+    if (
+        gpu
+        and catalog.canonical_gpu_name(gpu) is None
+        and not any(g.split("-", 1)[0] == gpu.strip().upper() for g in catalog.GPUS)
     ):
-        raise InputError("", "--gpu", "a GPU type: " + ", ".join(sorted(catalog.GPUS)),
-                         got=repr(gpu))
+        raise InputError(
+            "", "--gpu", "a GPU type: " + ", ".join(sorted(catalog.GPUS)), got=repr(gpu)
+        )
     clock = clock or SystemClock()
     providers = make_providers(settings, clock=clock, access=access, clouds=clouds)
     multi = MultiProvider(list(providers.values()))
@@ -449,8 +527,7 @@ def offers_table(
     quotes = multi.quotes()
     trace, store = carbon_sources(settings, traces)
     now_s = clock.now().timestamp()
-    carbon = CarbonIndex.build({o.grid_zone for o in offers}, trace=trace, store=store,
-                               now_s=now_s)
+    carbon = CarbonIndex.build({o.grid_zone for o in offers}, trace=trace, store=store, now_s=now_s)
     return offer_rows(offers, quotes, carbon, now_s, gpu=gpu, market=market)
 
 
@@ -465,16 +542,21 @@ class CheckResult:
     reason: str
 
     def row(self) -> dict[str, str]:
-        return {"provider": self.provider, "check": self.check, "result": self.result,
-                "reason": self.reason}
+        return {
+            "provider": self.provider,
+            "check": self.check,
+            "result": self.result,
+            "reason": self.reason,
+        }
 
 
 class _Redactor:
     """Removes secrets (credential values from the environment, keys the settings point
     at, anything shaped like a cloud's credential) from what a check prints."""
 
-    def __init__(self, secrets: Iterable[str | None],
-                 patterns: Iterable[re.Pattern[str]] = ()) -> None:
+    def __init__(
+        self, secrets: Iterable[str | None], patterns: Iterable[re.Pattern[str]] = ()
+    ) -> None:
         self._secrets = sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True)
         self._patterns = tuple(patterns)
 
@@ -516,8 +598,15 @@ def check_providers(
         except HeliotropeError as exc:
             rows = [("settings", "fail", str(exc))]
         except ImportError as exc:
-            rows = [("settings", "fail", f"the {spec.title} SDK is not installed ({exc.name}): "
-                                         f"pip install -e '.[{name}]'")]
-        results += [CheckResult(name, check, result, redact(reason))
-                    for check, result, reason in rows]
+            rows = [
+                (
+                    "settings",
+                    "fail",
+                    f"the {spec.title} SDK is not installed ({exc.name}): "
+                    f"pip install -e '.[{name}]'",
+                )
+            ]
+        results += [
+            CheckResult(name, check, result, redact(reason)) for check, result, reason in rows
+        ]
     return results

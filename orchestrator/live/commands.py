@@ -93,18 +93,20 @@ def submit(path: Path) -> list[str]:
             f"job {without[0].id!r} command",
             "the command a live job runs, e.g. [python, train.py]",
             fix="add `command:` to the entry (or to `defaults:`); "
-                "docs/examples/local-jobs.yaml is a file for this machine",
+            "docs/examples/local-jobs.yaml is a file for this machine",
         )
     if offers:  # the local world: its GPU types are known without building it
         types = sorted({o.gpu_type for o in offers})
         for spec in specs:
             if not any(spec.allows(t) for t in types):
                 raise InputError(
-                    str(path), f"job {spec.id!r} gpu_types",
+                    str(path),
+                    f"job {spec.id!r} gpu_types",
                     f"a GPU type this world offers: {', '.join(types)}",
                     got=", ".join(sorted(spec.gpu_types)),
                     fix="add one of those to gpu_types (docs/examples/local-jobs.yaml runs "
-                        "on this machine), or use `world: clouds`")
+                    "on this machine), or use `world: clouds`",
+                )
     specs = tuple(dataclasses.replace(s, command=_absolute(s.command)) for s in specs)
     store = configured_world().open_store()
     store.submit(specs)
@@ -112,12 +114,17 @@ def submit(path: Path) -> list[str]:
 
 
 def _absolute(command: Sequence[str]) -> tuple[str, ...]:
-    return tuple(str(Path(a).resolve()) if a and not a.startswith("-") and not
-                 Path(a).is_absolute() and Path(a).is_file() else a for a in command)
+    return tuple(
+        str(Path(a).resolve())
+        if a and not a.startswith("-") and not Path(a).is_absolute() and Path(a).is_file()
+        else a
+        for a in command
+    )
 
 
-def jobs_table(store: StateStore, *, offers: Sequence[Offer] = (),
-               now_s: float | None = None) -> list[dict[str, Any]]:
+def jobs_table(
+    store: StateStore, *, offers: Sequence[Offer] = (), now_s: float | None = None
+) -> list[dict[str, Any]]:
     """One row per job, times as ISO strings (UTC). With `offers` and `now_s` (what
     `status_context` reads), each row also says when the job should finish (`eta`: at the
     rate of the offer it runs on, or for a job without an instance its best offer plus a
@@ -137,8 +144,11 @@ def jobs_table(store: StateStore, *, offers: Sequence[Offer] = (),
         eta: float | None = None
         if finished is not None and not math.isnan(finished):
             eta = finished
-            verdict = ("met" if finished <= deadline_s
-                       else f"missed (+{(finished - deadline_s) / 3600.0:.1f} h)")
+            verdict = (
+                "met"
+                if finished <= deadline_s
+                else f"missed (+{(finished - deadline_s) / 3600.0:.1f} h)"
+            )
         elif cancelled:
             verdict = "cancelled"
         elif now_s is None:
@@ -146,14 +156,16 @@ def jobs_table(store: StateStore, *, offers: Sequence[Offer] = (),
         else:
             remaining = job.work_gpu_hours - (row.progress_gpu_h if row is not None else 0.0)
             here = by_id.get(row.offer_id or "") if row is not None else None
-            rates = [relative_throughput(job, o.gpu_type) * job.gpus
-                     for o in ([here] if here is not None else offers)
-                     if job.allows(o.gpu_type)]
+            rates = [
+                relative_throughput(job, o.gpu_type) * job.gpus
+                for o in ([here] if here is not None else offers)
+                if job.allows(o.gpu_type)
+            ]
             rate = max(rates, default=0.0)
             if rate > 0:
                 start_s = max(now_s, job.start.timestamp())
                 ready = row.ready_at_s if row is not None and here is not None else None
-                wait_h = (0.0 if here is not None else job.cold_start_h)
+                wait_h = 0.0 if here is not None else job.cold_start_h
                 if ready is not None and not math.isnan(ready) and ready > start_s:
                     start_s = ready
                 eta = start_s + (wait_h + remaining / rate) * 3600.0
@@ -177,8 +189,9 @@ def jobs_table(store: StateStore, *, offers: Sequence[Offer] = (),
                 "eta": _iso(eta),
                 "deadline": job.deadline.isoformat(),
                 "deadline_status": verdict,
-                "held_until": _iso(held) if held is not None and (
-                    math.isinf(held) or now_s is None or held > now_s) else None,
+                "held_until": _iso(held)
+                if held is not None and (math.isinf(held) or now_s is None or held > now_s)
+                else None,
             }
         )
     return out
@@ -196,8 +209,11 @@ def status_context() -> tuple[tuple[Offer, ...], float]:
     now = SystemClock().now()
     if settings.scenario:
         clock = home() / "clock.json"
-        real0 = (datetime.fromisoformat(json.loads(clock.read_text())["real_origin"])
-                 if clock.is_file() else now)
+        real0 = (
+            datetime.fromisoformat(json.loads(clock.read_text())["real_origin"])
+            if clock.is_file()
+            else now
+        )
         now = settings.start + (now - real0) * settings.speed
     offers = local_offers() if settings.world == "local" else ()
     return offers, now.timestamp()
@@ -232,7 +248,12 @@ class ManualMove:
 
 
 def migrate(
-    job_id: str, region: str, *, market: str | None, dry_run: bool, force: bool,
+    job_id: str,
+    region: str,
+    *,
+    market: str | None,
+    dry_run: bool,
+    force: bool,
     hold_h: float | None = None,
 ) -> dict[str, Any]:
     """Plan (and unless `dry_run`, start) a move of `job_id` to `region`. Refuses, naming
@@ -276,9 +297,7 @@ def migrate(
     offers = controller.offers
     current = int(fleet.offer[j])
     want = (
-        Market(market)
-        if market
-        else (offers[current].market if current >= 0 else Market.ON_DEMAND)
+        Market(market) if market else (offers[current].market if current >= 0 else Market.ON_DEMAND)
     )
     candidates = [
         o
@@ -307,8 +326,7 @@ def migrate(
     hours = job.cold_start_h + move.transfer_h + remaining / rate
     finish = now.timestamp() + hours * 3600.0
     usd_to_finish = (
-        hours * float(price[dst]) * int(controller.fit.instances[j, dst])
-        + move.egress_usd
+        hours * float(price[dst]) * int(controller.fit.instances[j, dst]) + move.egress_usd
     )
     refusals = []
     if finish > job.deadline.timestamp():
@@ -339,8 +357,9 @@ def migrate(
         )
     if dry_run:
         return plan
-    _manual_tick(live, ManualMove(j, dst, f"manual: heliotrope migrate --to {region}"),
-                 f"migrate {job_id}")
+    _manual_tick(
+        live, ManualMove(j, dst, f"manual: heliotrope migrate --to {region}"), f"migrate {job_id}"
+    )
     plan["started"] = True
     if hold_h is not None:
         # The move is in progress (the policy cannot touch the job); held from here on.
@@ -367,8 +386,13 @@ def _manual_tick(live: LiveController, policy: ManualMove, what: str) -> None:
 
 def _check_hours(hours: float, name: str) -> None:
     if not (hours > 0 and math.isfinite(hours)):
-        raise InputError("", name, "a positive number of hours", got=hours,
-                         fix="e.g. --hold 6 (or `heliotrope jobs hold JOB` until released)")
+        raise InputError(
+            "",
+            name,
+            "a positive number of hours",
+            got=hours,
+            fix="e.g. --hold 6 (or `heliotrope jobs hold JOB` until released)",
+        )
 
 
 def _iso(s: float | None) -> str | None:
@@ -383,12 +407,14 @@ def _known_job(loaded: LoadedFleet, job_id: str) -> int:
     for j, job in enumerate(loaded.jobs):
         if job.id == job_id:
             return j
-    raise InputError("", "JOB", "a submitted job", got=repr(job_id),
-                     fix="see `heliotrope jobs list`")
+    raise InputError(
+        "", "JOB", "a submitted job", got=repr(job_id), fix="see `heliotrope jobs list`"
+    )
 
 
-def hold(job_id: str, hours: float | None, *, store: StateStore | None = None,
-         now_s: float | None = None) -> float:
+def hold(
+    job_id: str, hours: float | None, *, store: StateStore | None = None, now_s: float | None = None
+) -> float:
     """Hold `job_id` where it runs for `hours` (None: until `release`): the policy's
     intents for it are ignored while it holds an instance. Returns until when (seconds)."""
     if hours is not None:
@@ -430,36 +456,45 @@ def cancel(job_id: str) -> dict[str, Any]:
     j = _known_job(loaded, job_id)
     row = loaded.rows.get(job_id)
     if loaded.status.get(job_id) == CANCELLED:
-        raise InputError("", "JOB", "a job that is not cancelled",
-                         got=f"{job_id} is cancelled already")
+        raise InputError(
+            "", "JOB", "a job that is not cancelled", got=f"{job_id} is cancelled already"
+        )
     if row is not None and row.phase == Phase.DONE:
         raise InputError("", "JOB", "a job that is not done", got=f"{job_id} is done")
     if any(m.job_id == job_id for m in loaded.migrations):
-        raise InputError("", "JOB", "a job with no migration in progress",
-                         got=f"{job_id} is being migrated",
-                         fix="wait for the move to end (`heliotrope events JOB`), then cancel")
+        raise InputError(
+            "",
+            "JOB",
+            "a job with no migration in progress",
+            got=f"{job_id} is being migrated",
+            fix="wait for the move to end (`heliotrope events JOB`), then cancel",
+        )
     instance = row.instance_id if row is not None else None
     store.set_control(job_id, status=CANCELLED, held_until_s=None)
     live = live_controller(world, store)
-    _manual_tick(live, ManualMove(j, None, "cancelled: heliotrope jobs cancel"),
-                 f"cancel {job_id}")
+    _manual_tick(live, ManualMove(j, None, "cancelled: heliotrope jobs cancel"), f"cancel {job_id}")
     after = store.load()[0].rows.get(job_id)
     return {
         "job": job_id,
         "stopped": instance,
         "checkpoint_at": (after.checkpoint_offer_id if after is not None else None),
         "progress": round(after.progress_gpu_h / loaded.jobs[j].work_gpu_hours, 4)
-        if after is not None else 0.0,
+        if after is not None
+        else 0.0,
     }
 
 
 def preempt(job_id: str) -> str:
     world = configured_world()
     if world.local is None:
-        raise InputError("", "preempt", "a local world (world: local in config.yaml)",
-                         got=f"world: {world.settings.world}",
-                         fix="preempt is a local stand-in for a spot reclaim; on a cloud, "
-                             "stop the instance there or use `heliotrope migrate`")
+        raise InputError(
+            "",
+            "preempt",
+            "a local world (world: local in config.yaml)",
+            got=f"world: {world.settings.world}",
+            fix="preempt is a local stand-in for a spot reclaim; on a cloud, "
+            "stop the instance there or use `heliotrope migrate`",
+        )
     store = world.open_store()
     loaded, _ = store.load()
     row = loaded.rows.get(job_id)
@@ -505,8 +540,9 @@ def explain(store: StateStore, job_id: str) -> list[str]:
     from datetime import UTC, datetime
 
     if job_id not in {j.id for j in store.load()[0].jobs}:
-        raise InputError("", "JOB", "a submitted job", got=repr(job_id),
-                         fix="see `heliotrope jobs list`")
+        raise InputError(
+            "", "JOB", "a submitted job", got=repr(job_id), fix="see `heliotrope jobs list`"
+        )
     lines: list[str] = []
     last: dict[str, float] = {}
     for e in store.history(job_id):
@@ -521,9 +557,11 @@ def explain(store: StateStore, job_id: str) -> list[str]:
         verb = "moved to" if e.kind.value == "migration" else "launched on"
         text = [f"{when}  {verb} {e.offer_id}: {reason}"]
         carbon_price = d.get("carbon_usd_per_tonne", 0.0)
-        there = (f"    there: {d['dst_usd_per_hour']:.3f} USD/h, "
-                 f"{d['dst_g_co2_per_kwh']:.0f} g/kWh"
-                 + (", curtailing" if d.get("dst_curtailing") else ""))
+        there = (
+            f"    there: {d['dst_usd_per_hour']:.3f} USD/h, "
+            f"{d['dst_g_co2_per_kwh']:.0f} g/kWh"
+            + (", curtailing" if d.get("dst_curtailing") else "")
+        )
         if "dst_usd_equiv_per_hour" in d:
             there += f"; {d['dst_usd_equiv_per_hour']:.2f} USD/h equivalent"
             if "src_usd_equiv_per_hour" in d:
@@ -533,8 +571,10 @@ def explain(store: StateStore, job_id: str) -> list[str]:
             text.append(f"    from: {signals}")
         if "src_usd_per_hour" in d and last:
             changes = []
-            for key, name, unit in (("g_co2_per_kwh", "carbon", "g/kWh"),
-                                    ("usd_per_hour", "price", "USD/h")):
+            for key, name, unit in (
+                ("g_co2_per_kwh", "carbon", "g/kWh"),
+                ("usd_per_hour", "price", "USD/h"),
+            ):
                 before, now = last.get(f"dst_{key}"), d.get(f"src_{key}")
                 if before is not None and now is not None and abs(now - before) > 1e-9:
                     word = "rose" if now > before else "fell"
@@ -550,9 +590,11 @@ def explain(store: StateStore, job_id: str) -> list[str]:
 
 # -- logs ----------------------------------------------------------------------------------
 
-CLOUD_LOGS = ("on AWS: `aws ec2 get-console-output --instance-id ID`; on GCP: `gcloud "
-              "compute instances get-serial-port-output NAME --zone ZONE` (the instance of "
-              "each launch: `heliotrope events JOB`)")
+CLOUD_LOGS = (
+    "on AWS: `aws ec2 get-console-output --instance-id ID`; on GCP: `gcloud "
+    "compute instances get-serial-port-output NAME --zone ZONE` (the instance of "
+    "each launch: `heliotrope events JOB`)"
+)
 
 
 def _log_instance(store: StateStore, job_id: str) -> str | None:
@@ -570,9 +612,13 @@ def log_file(world: World, store: StateStore, job_id: str) -> tuple[str, Path] |
     """(instance, its stdout.log) of the job's current or last instance; None if it has
     not run. Only the local world keeps job output (`InputError` elsewhere)."""
     if world.local is None:
-        raise InputError("", "logs", "a local world (world: local in config.yaml)",
-                         got=f"world: {world.settings.world}, whose job output stays on the "
-                             "cloud", fix=CLOUD_LOGS)
+        raise InputError(
+            "",
+            "logs",
+            "a local world (world: local in config.yaml)",
+            got=f"world: {world.settings.world}, whose job output stays on the cloud",
+            fix=CLOUD_LOGS,
+        )
     instance = _log_instance(store, job_id)
     if instance is None:
         return None
@@ -580,8 +626,14 @@ def log_file(world: World, store: StateStore, job_id: str) -> tuple[str, Path] |
     return (instance, where / "stdout.log") if where is not None else None
 
 
-def logs(job_id: str, write: Any, *, follow: bool = False, poll_s: float = 0.5,
-         max_s: float | None = None) -> int:
+def logs(
+    job_id: str,
+    write: Any,
+    *,
+    follow: bool = False,
+    poll_s: float = 0.5,
+    max_s: float | None = None,
+) -> int:
     """Write the job's output (`write(text)`); with `follow`, keep writing what it adds,
     across its later instances, until the job is done or cancelled (or `max_s` wall
     seconds, or Ctrl-C). Returns the bytes written."""
@@ -591,8 +643,13 @@ def logs(job_id: str, write: Any, *, follow: bool = False, poll_s: float = 0.5,
     store = world.open_store()
     found = log_file(world, store, job_id)
     if found is None and not follow:
-        raise InputError("", "JOB", "a job that has been launched", got=f"{job_id} has not run "
-                         "yet", fix="see `heliotrope status`; or `logs --follow` to wait")
+        raise InputError(
+            "",
+            "JOB",
+            "a job that has been launched",
+            got=f"{job_id} has not run yet",
+            fix="see `heliotrope status`; or `logs --follow` to wait",
+        )
     started = time.monotonic()
     written, offset, current = 0, 0, None
     while True:
@@ -615,7 +672,8 @@ def logs(job_id: str, write: Any, *, follow: bool = False, poll_s: float = 0.5,
         loaded, _ = store.load()
         row = loaded.rows.get(job_id)
         over = (row is not None and row.phase == Phase.DONE) or (
-            loaded.status.get(job_id) == CANCELLED and not (row and row.instance_id))
+            loaded.status.get(job_id) == CANCELLED and not (row and row.instance_id)
+        )
         if over and found is not None and _drained(found[1], offset):
             return written
         if max_s is not None and time.monotonic() - started >= max_s:
@@ -629,6 +687,7 @@ def _drained(path: Path, offset: int) -> bool:
 
 
 # -- cost report ---------------------------------------------------------------------------
+
 
 def cost_report(since: datetime | None = None) -> dict[str, Any]:
     """What the fleet spent and emitted since `since` (default: ever), per job and by
@@ -668,13 +727,18 @@ def cost_report(since: datetime | None = None) -> dict[str, Any]:
         row = loaded.rows.get(job.id)
         marks: list[tuple[float, float | None, float | None, Event | None]] = [
             (e.time_s, e.data.get("usd"), e.data.get("kg_co2"), e)
-            for e in store.history(job.id) if "usd" in e.data]
+            for e in store.history(job.id)
+            if "usd" in e.data
+        ]
         if row is not None:  # the row: accrued until the last committed tick
             marks.append((loaded.accrued_until_s or now_s, row.usd, row.kg_co2, None))
         for time_s, total_usd, total_kg, e in marks:
             d_usd, d_kg = float(total_usd or 0.0) - last_usd, float(total_kg or 0.0) - last_kg
-            e_egress = float(e.data.get("egress_usd", 0.0)) if e is not None and \
-                e.kind is EventKind.LAUNCHED else 0.0
+            e_egress = (
+                float(e.data.get("egress_usd", 0.0))
+                if e is not None and e.kind is EventKind.LAUNCHED
+                else 0.0
+            )
             d_usd -= e_egress
             if t is not None and where is not None and time_s > t:
                 share = max(0.0, min(1.0, (time_s - max(t, since_s)) / (time_s - t)))
@@ -682,15 +746,13 @@ def cost_report(since: datetime | None = None) -> dict[str, Any]:
                 h = (time_s - max(t, since_s)) / 3600.0 if share > 0 else 0.0
                 ko = offers.get(where)
                 offer = world.offers[ko] if ko is not None else None
-                key = ((offer.region, offer.market.value) if offer is not None
-                       else (where, "?"))
+                key = (offer.region, offer.market.value) if offer is not None else (where, "?")
                 place = places.setdefault(key, {"usd": 0.0, "kg_co2": 0.0, "hours": 0.0})
                 place["usd"] += d_usd
                 place["kg_co2"] += d_kg
                 place["hours"] += max(h, 0.0)
                 usd, kg, hours = usd + d_usd, kg + d_kg, hours + max(h, 0.0)
-                od: int | None = (od_of.get((offer.region, offer.instance_type))
-                                  if offer else None)
+                od: int | None = od_of.get((offer.region, offer.instance_type)) if offer else None
                 if od is None or price is None or math.isnan(price[od]) or ko is None:
                     od_known = False
                 else:
@@ -705,10 +767,17 @@ def cost_report(since: datetime | None = None) -> dict[str, Any]:
                 elif e.kind in (EventKind.TERMINATED, EventKind.PREEMPTED, EventKind.FINISHED):
                     where = None
             t, last_usd, last_kg = time_s, float(total_usd or 0.0), float(total_kg or 0.0)
-        jobs.append({"job": job.id, "usd": round(usd, 4), "kg_co2": round(kg, 4),
-                     "egress_usd": round(egress, 4), "instance_hours": round(hours, 3),
-                     "on_demand_usd": round(od_usd, 4) if od_known else None,
-                     "saved_pct": _saved(usd, od_usd) if od_known else None})
+        jobs.append(
+            {
+                "job": job.id,
+                "usd": round(usd, 4),
+                "kg_co2": round(kg, 4),
+                "egress_usd": round(egress, 4),
+                "instance_hours": round(hours, 3),
+                "on_demand_usd": round(od_usd, 4) if od_known else None,
+                "saved_pct": _saved(usd, od_usd) if od_known else None,
+            }
+        )
     fleet_usd = sum(r["usd"] for r in jobs)
     known = all(r["on_demand_usd"] is not None for r in jobs)
     fleet_od = sum(r["on_demand_usd"] or 0.0 for r in jobs)
@@ -716,13 +785,23 @@ def cost_report(since: datetime | None = None) -> dict[str, Any]:
         "since": since.isoformat() if since is not None else None,
         "until": datetime.fromtimestamp(now_s, UTC).isoformat(),
         "jobs": jobs,
-        "by_place": [{"region": r, "market": m, "usd": round(v["usd"], 4),
-                      "kg_co2": round(v["kg_co2"], 4), "instance_hours": round(v["hours"], 3)}
-                     for (r, m), v in sorted(places.items())],
-        "fleet": {"usd": round(fleet_usd, 4), "kg_co2": round(sum(r["kg_co2"] for r in jobs), 4),
-                  "egress_usd": round(sum(r["egress_usd"] for r in jobs), 4),
-                  "on_demand_usd": round(fleet_od, 4) if known else None,
-                  "saved_pct": _saved(fleet_usd, fleet_od) if known else None},
+        "by_place": [
+            {
+                "region": r,
+                "market": m,
+                "usd": round(v["usd"], 4),
+                "kg_co2": round(v["kg_co2"], 4),
+                "instance_hours": round(v["hours"], 3),
+            }
+            for (r, m), v in sorted(places.items())
+        ],
+        "fleet": {
+            "usd": round(fleet_usd, 4),
+            "kg_co2": round(sum(r["kg_co2"] for r in jobs), 4),
+            "egress_usd": round(sum(r["egress_usd"] for r in jobs), 4),
+            "on_demand_usd": round(fleet_od, 4) if known else None,
+            "saved_pct": _saved(fleet_usd, fleet_od) if known else None,
+        },
     }
 
 

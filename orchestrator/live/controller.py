@@ -98,11 +98,9 @@ class OperatorControls:
                 intents.pop(j, None)
         for j, until_s in self.held.items():
             if j in intents and offer[j] >= 0 and snapshot.now_s < until_s:
-                logger.debug("job %d is held until %s: intent %s ignored", j, until_s,
-                             intents[j])
+                logger.debug("job %d is held until %s: intent %s ignored", j, until_s, intents[j])
                 del intents[j]
         return Decision(intents)
-
 
 
 class LiveController:
@@ -195,11 +193,7 @@ class LiveController:
                 on_tick(self, events)
             if once or (max_ticks is not None and self.ticks >= max_ticks):
                 return
-            if (
-                until_done
-                and self.finished
-                and not self.driver.open
-            ):
+            if until_done and self.finished and not self.driver.open:
                 return
             self.clock.sleep(interval_s)
 
@@ -235,8 +229,9 @@ class LiveController:
     def _controlled(self, loaded: LoadedFleet) -> Policy:
         """The policy, under the operator's cancels and holds (module docstring)."""
         index = {job.id: j for j, job in enumerate(loaded.jobs)}
-        self.cancelled = frozenset(index[i] for i, s in loaded.status.items()
-                                   if s == CANCELLED and i in index)
+        self.cancelled = frozenset(
+            index[i] for i, s in loaded.status.items() if s == CANCELLED and i in index
+        )
         held = {index[i]: t for i, t in loaded.held_until_s.items() if i in index}
         if getattr(self.policy, "manual", False) or not (self.cancelled or held):
             return self.policy
@@ -249,8 +244,10 @@ class LiveController:
         if c is None:
             return False
         phase, offer = c.fleet.phase, c.fleet.offer
-        return all(phase[j] == Phase.DONE or (j in self.cancelled and offer[j] < 0)
-                   for j in range(len(c.jobs)))
+        return all(
+            phase[j] == Phase.DONE or (j in self.cancelled and offer[j] < 0)
+            for j in range(len(c.jobs))
+        )
 
     def _observed(self, events: Sequence[Event]) -> None:
         """What this tick learned about spot capacity, as samples: a spot launch refused for
@@ -267,12 +264,18 @@ class LiveController:
             if not (refused or e.kind is EventKind.PREEMPTED):
                 continue
             when = datetime.fromtimestamp(e.time_s, UTC)
-            samples.append(SignalSample(
-                time=when,
-                key=spot_key(offer.cloud, offer.region, offer.zone, offer.instance_type),
-                kind=SignalKind.SPOT_AVAILABILITY, value=0.0, unit="instances",
-                source=OBSERVED_SOURCE, observed_at=when,
-                valid_until=when + timedelta(seconds=self.capacity_backoff_s)))
+            samples.append(
+                SignalSample(
+                    time=when,
+                    key=spot_key(offer.cloud, offer.region, offer.zone, offer.instance_type),
+                    kind=SignalKind.SPOT_AVAILABILITY,
+                    value=0.0,
+                    unit="instances",
+                    source=OBSERVED_SOURCE,
+                    observed_at=when,
+                    valid_until=when + timedelta(seconds=self.capacity_backoff_s),
+                )
+            )
         if samples:
             try:
                 self.store.append_samples(samples)
@@ -288,8 +291,9 @@ class LiveController:
                 if job.id in old and old[job.id] in self.controller.failed_starts:
                     controller.failed_starts[j] = self.controller.failed_starts[old[job.id]]
             return
-        waiting = np.flatnonzero((controller.fleet.phase == Phase.WAITING)
-                                 & (controller.fleet.launches > 0))
+        waiting = np.flatnonzero(
+            (controller.fleet.phase == Phase.WAITING) & (controller.fleet.launches > 0)
+        )
         for j in map(int, waiting):
             n, last = 0, 0.0
             for e in reversed(self.store.history(controller.jobs[j].id)):
@@ -310,7 +314,10 @@ class LiveController:
         migrations = self.driver.drain_records()
         try:
             self.version = self.store.commit(
-                events, changed, expected_version=self.version, migrations=migrations,
+                events,
+                changed,
+                expected_version=self.version,
+                migrations=migrations,
                 accrued_until_s=now_s,
             )
             self.commits += 1

@@ -134,8 +134,10 @@ def run_demo(out: Path, *, steps: int = 240) -> int:
                 EventKind.TERMINATED,
             ):
                 console.print(
-                    escape(f"  {controller.clock.now():%a %H:%M}  {e.job_id:11s} "
-                           f"{e.kind.value:10s} {e.offer_id:36s} {e.detail[:60]}"),
+                    escape(
+                        f"  {controller.clock.now():%a %H:%M}  {e.job_id:11s} "
+                        f"{e.kind.value:10s} {e.offer_id:36s} {e.detail[:60]}"
+                    ),
                     highlight=False,
                 )
         c = controller.controller
@@ -189,16 +191,22 @@ def live_totals(store: Any) -> dict[str, float]:
     loaded, _ = store.load()
     usd = sum(r.usd for r in loaded.rows.values())
     kg = sum(r.kg_co2 for r in loaded.rows.values())
-    done = [(loaded.rows[j.id].finished_at_s or math.nan) - j.start.timestamp()
-            for j in loaded.jobs if loaded.rows.get(j.id) is not None
-            and loaded.rows[j.id].finished_at_s is not None]
+    done = [
+        (loaded.rows[j.id].finished_at_s or math.nan) - j.start.timestamp()
+        for j in loaded.jobs
+        if loaded.rows.get(j.id) is not None and loaded.rows[j.id].finished_at_s is not None
+    ]
     done = [d for d in done if not math.isnan(d)]
-    return {"usd": usd, "kg_co2": kg,
-            "mean_completion_h": sum(done) / len(done) / 3600.0 if done else math.nan}
+    return {
+        "usd": usd,
+        "kg_co2": kg,
+        "mean_completion_h": sum(done) / len(done) / 3600.0 if done else math.nan,
+    }
 
 
-def agreement(live: dict[str, float], replayed: dict[str, Any]) -> list[tuple[str, float,
-                                                                             float, float]]:
+def agreement(
+    live: dict[str, float], replayed: dict[str, Any]
+) -> list[tuple[str, float, float, float]]:
     """(metric, live, replay, relative difference) for USD, kgCO2 and mean completion."""
     rows = []
     for key in ("usd", "kg_co2", "mean_completion_h"):
@@ -219,8 +227,9 @@ def _print_agreement(console: Console, store: Any, replayed: dict[str, Any]) -> 
         table.add_column(col, justify="right" if col else "left")
     names = {"usd": "USD", "kg_co2": "kgCO2", "mean_completion_h": "mean completion h"}
     for key, a, b, rel in rows:
-        table.add_row(names[key], f"{a:.3f}", f"{b:.3f}",
-                      "n/a" if math.isnan(rel) else f"{rel:.1%}")
+        table.add_row(
+            names[key], f"{a:.3f}", f"{b:.3f}", "n/a" if math.isnan(rel) else f"{rel:.1%}"
+        )
     console.print(table)
     off = [names[k] for k, _, _, rel in rows if math.isnan(rel) or rel > AGREE_WITHIN]
     if off:
@@ -229,10 +238,13 @@ def _print_agreement(console: Console, store: Any, replayed: dict[str, Any]) -> 
             f"{', '.join(off)}: live progress is what the processes measured (real step "
             "times on this machine), the replay's is modelled from work_gpu_hours, and the "
             "live controller's ticks and migrations take real seconds the replay does not.",
-            markup=False, highlight=False)
+            markup=False,
+            highlight=False,
+        )
     else:
-        console.print(f"The replay agrees with the live run within {AGREE_WITHIN:.0%}.",
-                      markup=False)
+        console.print(
+            f"The replay agrees with the live run within {AGREE_WITHIN:.0%}.", markup=False
+        )
 
 
 def _print_why(console: Console, store: Any, ids: list[str]) -> None:

@@ -117,8 +117,13 @@ def home() -> Path:
     """`$HELIOTROPE_HOME` (default ~/.heliotrope); it must be a directory, or not exist."""
     path = Path(os.environ.get("HELIOTROPE_HOME", "~/.heliotrope")).expanduser()
     if path.exists() and not path.is_dir():
-        raise InputError("$HELIOTROPE_HOME", "", "a directory (or a path that does not exist)",
-                         got=f"{path} is a file", fix="point HELIOTROPE_HOME at a directory")
+        raise InputError(
+            "$HELIOTROPE_HOME",
+            "",
+            "a directory (or a path that does not exist)",
+            got=f"{path} is a file",
+            fix="point HELIOTROPE_HOME at a directory",
+        )
     return path
 
 
@@ -126,18 +131,27 @@ def load_settings(path: Path | None = None) -> LiveSettings:
     path = path or home() / CONFIG_FILE
     if not path.exists() and not path.is_symlink():
         return LiveSettings()
-    raw = load_yaml(path, what="live settings (YAML)", fix="see docs/deploy.md",
-                    max_bytes=MAX_CONFIG_BYTES) or {}
+    raw = (
+        load_yaml(
+            path, what="live settings (YAML)", fix="see docs/deploy.md", max_bytes=MAX_CONFIG_BYTES
+        )
+        or {}
+    )
     if not isinstance(raw, dict):
-        raise InputError(str(path), "", "a mapping of settings (docs/deploy.md)",
-                         got=type(raw).__name__)
+        raise InputError(
+            str(path), "", "a mapping of settings (docs/deploy.md)", got=type(raw).__name__
+        )
     try:
         settings = LiveSettings.model_validate(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "(file)"
-        raise InputError(str(path), where, "valid live settings (docs/deploy.md)",
-                         got=str(first.get("msg", ""))[:200]) from exc
+        raise InputError(
+            str(path),
+            where,
+            "valid live settings (docs/deploy.md)",
+            got=str(first.get("msg", ""))[:200],
+        ) from exc
     if settings.clouds_file is not None and not settings.clouds_file.is_absolute():
         settings = settings.model_copy(update={"clouds_file": path.parent / settings.clouds_file})
     return settings
@@ -172,9 +186,14 @@ class World:
         """The policy's signals: the scenario's grid, or the store's polled samples."""
         if self.grid is not None:
             return GridView(self.grid)
-        return StoreSignalView(store, self.offers, tick_s=self.settings.tick_s,
-                               priors=self.priors, max_ages=self.settings.max_age.ages(),
-                               lookback_s=self.settings.lookback_h * 3600.0)
+        return StoreSignalView(
+            store,
+            self.offers,
+            tick_s=self.settings.tick_s,
+            priors=self.priors,
+            max_ages=self.settings.max_age.ages(),
+            lookback_s=self.settings.lookback_h * 3600.0,
+        )
 
     def options(self) -> LoopOptions:
         return LoopOptions(
@@ -214,8 +233,12 @@ def open_configured_store(*, create: bool = True) -> StateStore:
 
         u = resolve_url(url)
         path = u.database if u.get_backend_name() == "sqlite" else None
-        if path and path != ":memory:" and not path.startswith("file:") \
-                and not Path(path).is_file():
+        if (
+            path
+            and path != ":memory:"
+            and not path.startswith("file:")
+            and not Path(path).is_file()
+        ):
             return MemoryStateStore()
     return open_store(url)
 
@@ -245,8 +268,12 @@ def cloud_settings(settings: LiveSettings) -> CloudSettings:
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in ("clouds", *first.get("loc", ())))
-            raise InputError(str(home() / CONFIG_FILE), where, "valid cloud settings "
-                             "(docs/providers.md)", got=str(first.get("msg", ""))[:200]) from exc
+            raise InputError(
+                str(home() / CONFIG_FILE),
+                where,
+                "valid cloud settings (docs/providers.md)",
+                got=str(first.get("msg", ""))[:200],
+            ) from exc
     return load_cloud_settings(settings.clouds_file)
 
 
@@ -255,8 +282,11 @@ def local_world(settings: LiveSettings | None = None, *, clock: Clock | None = N
     grid = _scenario_grid(settings) if settings.scenario else None
     offers = grid.offers if grid is not None else local_offers()
     if clock is None:
-        clock = (ScaledClock(SystemClock(), settings.start, settings.speed,
-                             real_origin=_real_origin()) if settings.scenario else SystemClock())
+        clock = (
+            ScaledClock(SystemClock(), settings.start, settings.speed, real_origin=_real_origin())
+            if settings.scenario
+            else SystemClock()
+        )
     regions = sorted({o.region for o in offers})
     provider = LocalProvider(
         home() / "local",
@@ -266,10 +296,18 @@ def local_world(settings: LiveSettings | None = None, *, clock: Clock | None = N
         clock=clock,
         grace_s=15.0,
     )
-    priors = list_priors(offers, settings.spot_capacity if not settings.scenario
-                         else float(settings.capacity))
-    return World(settings, provider, tuple(offers), clock, priors,
-                 store_uri=lambda o: provider.checkpoint_uri(o.region), grid=grid)
+    priors = list_priors(
+        offers, settings.spot_capacity if not settings.scenario else float(settings.capacity)
+    )
+    return World(
+        settings,
+        provider,
+        tuple(offers),
+        clock,
+        priors,
+        store_uri=lambda o: provider.checkpoint_uri(o.region),
+        grid=grid,
+    )
 
 
 def local_offers() -> tuple[Offer, ...]:
@@ -279,8 +317,13 @@ def local_offers() -> tuple[Offer, ...]:
     trace = generate(0, 1.0)
     wanted = set(LOCAL_REGIONS)
     start = datetime(2024, 4, 1, tzinfo=UTC)
-    grid = SignalGrid.build(trace, start, datetime(2024, 4, 1, 1, tzinfo=UTC), 3600,
-                            keep_offer=lambda o: (o.region, o.instance_type) in wanted)
+    grid = SignalGrid.build(
+        trace,
+        start,
+        datetime(2024, 4, 1, 1, tzinfo=UTC),
+        3600,
+        keep_offer=lambda o: (o.region, o.instance_type) in wanted,
+    )
     return grid.offers
 
 

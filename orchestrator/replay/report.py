@@ -129,7 +129,8 @@ COLUMNS: tuple[Column, ...] = (
 _DECIMALS: dict[str, int] = {"usd": 2, "kg": 2, "share": 1, "int": 0, "hours": 1}
 # Shown even when every policy has the same value: what the table is about.
 ALWAYS_SHOWN: frozenset[str] = frozenset(
-    {"usd", "kg_co2", "deadlines_met", "deadlines_missed", "mean_completion_h"})
+    {"usd", "kg_co2", "deadlines_met", "deadlines_missed", "mean_completion_h"}
+)
 
 
 @dataclass(frozen=True)
@@ -220,9 +221,11 @@ def _beaten_by(results: Mapping[str, Any], reference: str) -> list[str]:
     if ref is None:
         return []
     tol = 1e-6 * max(1.0, abs(ref))
-    return [n for n, m in policies.items()
-            if n != reference and n not in missed
-            and (v := _objective(m)) is not None and v < ref - tol]
+    return [
+        n
+        for n, m in policies.items()
+        if n != reference and n not in missed and (v := _objective(m)) is not None and v < ref - tol
+    ]
 
 
 def _contenders(results: Mapping[str, Any]) -> list[str]:
@@ -250,8 +253,7 @@ def _shown_columns(results: Mapping[str, Any]) -> tuple[tuple[Column, ...], list
     return tuple(keep), dropped
 
 
-def _rows(results: Mapping[str, Any],
-          columns: Sequence[Column] | None = None) -> list[Row]:
+def _rows(results: Mapping[str, Any], columns: Sequence[Column] | None = None) -> list[Row]:
     """Formatted rows with the best value(s) per column flagged.
 
     Best is judged on the displayed (rounded) value so visual ties are all highlighted,
@@ -289,18 +291,32 @@ def _rows(results: Mapping[str, Any],
             for col in columns
         )
         reference = name in references
-        rows.append(Row(name, reference, cells, missed=missed.get(name, 0),
-                        bound=reference and name not in missed
-                        and not _beaten_by(results, name)))
+        rows.append(
+            Row(
+                name,
+                reference,
+                cells,
+                missed=missed.get(name, 0),
+                bound=reference and name not in missed and not _beaten_by(results, name),
+            )
+        )
     return rows
 
 
 # Terminal headers: the HTML report has room for the long ones.
 SHORT_HEADERS: Mapping[str, str] = {
-    "usd": "USD", "objective_usd": "Obj. USD", "kg_co2": "kgCO₂", "kg_co2_marginal": "kgCO₂ marg.",
-    "curtailed_energy_share": "Curt.", "deadlines_met": "Met", "deadlines_missed": "Missed",
-    "infeasible": "Infeas.", "migrations": "Moves", "preemptions": "Preempt.",
-    "egress_usd": "Egress $", "mean_completion_h": "Mean h",
+    "usd": "USD",
+    "objective_usd": "Obj. USD",
+    "kg_co2": "kgCO₂",
+    "kg_co2_marginal": "kgCO₂ marg.",
+    "curtailed_energy_share": "Curt.",
+    "deadlines_met": "Met",
+    "deadlines_missed": "Missed",
+    "infeasible": "Infeas.",
+    "migrations": "Moves",
+    "preemptions": "Preempt.",
+    "egress_usd": "Egress $",
+    "mean_completion_h": "Mean h",
 }
 
 
@@ -310,9 +326,13 @@ def format_table(results: Mapping[str, Any]) -> Table:
     the oracle called a bound only where it is one; columns equal for every policy are left
     out and named in the caption."""
     columns, dropped = _shown_columns(results)
-    table = Table(title="Replay results", title_justify="left", header_style="bold",
-                  caption=_rich_escape("Same for every policy: " + "; ".join(dropped))
-                  if dropped else None, caption_justify="left")
+    table = Table(
+        title="Replay results",
+        title_justify="left",
+        header_style="bold",
+        caption=_rich_escape("Same for every policy: " + "; ".join(dropped)) if dropped else None,
+        caption_justify="left",
+    )
     table.add_column("Policy", no_wrap=True)
     for col in columns:
         table.add_column(SHORT_HEADERS.get(col.key, col.header), justify="right")
@@ -355,20 +375,25 @@ def _pct(value: float, baseline: float) -> float:
     return 100.0 * (baseline - value) / baseline if baseline else 0.0
 
 
-def _compare(name: str, ours: Mapping[str, Any], other: str,
-             theirs: Mapping[str, Any], note: str = "") -> str | None:
+def _compare(
+    name: str, ours: Mapping[str, Any], other: str, theirs: Mapping[str, Any], note: str = ""
+) -> str | None:
     """``18% cheaper than spot-failover, 53% less CO₂`` (or dearer / more), from totals."""
     usd, kg = _as_float(ours.get("usd")), _as_float(ours.get("kg_co2"))
     base_usd, base_kg = _as_float(theirs.get("usd")), _as_float(theirs.get("kg_co2"))
     if usd is None or base_usd is None or base_usd <= 0:
         return None
     d = _pct(usd, base_usd)
-    text = (f"{abs(d):.0f}% {'cheaper' if d >= 0 else 'dearer'} than {other}"
-            if round(d) else f"as cheap as {other}") + note
+    text = (
+        f"{abs(d):.0f}% {'cheaper' if d >= 0 else 'dearer'} than {other}"
+        if round(d)
+        else f"as cheap as {other}"
+    ) + note
     if kg is not None and base_kg is not None and base_kg > 0:
         c = _pct(kg, base_kg)
-        text += (f", {abs(c):.0f}% {'less' if c >= 0 else 'more'} CO₂" if round(c)
-                 else ", the same CO₂")
+        text += (
+            f", {abs(c):.0f}% {'less' if c >= 0 else 'more'} CO₂" if round(c) else ", the same CO₂"
+        )
     return text
 
 
@@ -392,14 +417,20 @@ def summary(results: Mapping[str, Any], focus: str = "heliotrope") -> str:
     else:
         deadlines = f"all {met} deadline{'s' if met != 1 else ''} met"
     if infeasible:
-        deadlines += f" ({infeasible} job{'s' if infeasible != 1 else ''} no policy could "\
-                     "finish in time left out)"
+        deadlines += (
+            f" ({infeasible} job{'s' if infeasible != 1 else ''} no policy could "
+            "finish in time left out)"
+        )
     others = [n for n in by_cost if n != focus]
     parts = []
     if others:
-        versus = _compare(focus, ours, others[0], policies[others[0]],
-                          " (the cheapest other policy that met every deadline)"
-                          if len(others) > 1 else "")
+        versus = _compare(
+            focus,
+            ours,
+            others[0],
+            policies[others[0]],
+            " (the cheapest other policy that met every deadline)" if len(others) > 1 else "",
+        )
         if versus:
             parts.append(versus)
     if "on-demand" in policies and "on-demand" not in (focus, *others[:1]):
@@ -411,19 +442,26 @@ def summary(results: Mapping[str, Any], focus: str = "heliotrope") -> str:
         text += " Its cost is not comparable with policies that met every deadline."
     losers = [n for n in policies if n in missed and n != focus]
     if losers:
-        text += (" " + ", ".join(f"{n} missed {missed[n]}" for n in losers)
-                 + " deadline(s): marked in the table and the plot and never ranked best.")
+        text += (
+            " "
+            + ", ".join(f"{n} missed {missed[n]}" for n in losers)
+            + " deadline(s): marked in the table and the plot and never ranked best."
+        )
     for ref in (n for n in policies if n in REFERENCE_POLICIES and n != focus):
         beaten = _beaten_by(results, ref)
         if beaten:
-            text += (f" The {ref} (hindsight) is shown for reference but is not a bound here: "
-                     f"{', '.join(beaten)} met every deadline at a lower objective.")
+            text += (
+                f" The {ref} (hindsight) is shown for reference but is not a bound here: "
+                f"{', '.join(beaten)} met every deadline at a lower objective."
+            )
         elif ref not in missed and _objective(policies[ref]) is not None:
             gap = _objective(ours)
             bound = _objective(policies[ref])
             if gap is not None and bound:
-                text += (f" The {ref} (hindsight, a bound on the objective): "
-                         f"{abs(_pct(bound, gap)):.0f}% below {focus}'s objective.")
+                text += (
+                    f" The {ref} (hindsight, a bound on the objective): "
+                    f"{abs(_pct(bound, gap)):.0f}% below {focus}'s objective."
+                )
     return text
 
 
@@ -549,8 +587,7 @@ def _plot_cost_vs_carbon(
         dx, dy = _LABEL_OFFSETS[slot]
         label = name
         if name in REFERENCE_POLICIES and len(contenders) < len(points):
-            label += " (reference)" if _beaten_by(results, name) or name in missed \
-                else " (bound)"
+            label += " (reference)" if _beaten_by(results, name) or name in missed else " (bound)"
         if name in missed:
             label += f"\nmissed {missed[name]} deadline{'s' if missed[name] != 1 else ''}"
         ax.annotate(
@@ -567,9 +604,15 @@ def _plot_cost_vs_carbon(
     ax.margins(x=0.18, y=0.15)
     ax.set_xlabel("total cost (USD)")
     ax.set_ylabel("emissions (kg CO₂, location-based)")
-    ax.set_title(title + (" (lower-left is better; hollow red: missed deadlines, not "
-                          "comparable)" if missed else " (lower-left is better)"),
-                 fontsize=10 if missed else None)
+    ax.set_title(
+        title
+        + (
+            " (lower-left is better; hollow red: missed deadlines, not comparable)"
+            if missed
+            else " (lower-left is better)"
+        ),
+        fontsize=10 if missed else None,
+    )
     ax.grid(True, color="#e5e5e5", linewidth=0.8)
     ax.set_axisbelow(True)
     if len(frontier) >= 2:
@@ -668,8 +711,13 @@ def _plot_gantt(results: Mapping[str, Any], timeline: pd.DataFrame, path: Path) 
     missed = _missed(_policies(results))
     for ax, name in zip(axes, names, strict=True):
         sub = df[df["policy"] == name]
-        ax.set_title(_mpl_text(name + _missed_note(missed, name)), loc="left", fontsize=9,
-                     fontweight="bold", color=MISSED_COLOUR if name in missed else "black")
+        ax.set_title(
+            _mpl_text(name + _missed_note(missed, name)),
+            loc="left",
+            fontsize=9,
+            fontweight="bold",
+            color=MISSED_COLOUR if name in missed else "black",
+        )
         ax.set_yticks(range(len(jobs)))
         ax.set_yticklabels([_mpl_text(j[:28]) for j in jobs], fontsize=fontsize)
         ax.set_ylim(len(jobs) - 0.5, -0.5)
@@ -882,18 +930,26 @@ def write_report(
     elif shown < total:
         gantt_caption += f" Only the first {shown} of {total} jobs are shown."
     figures = [
-        {"file": SCATTER_FILE, "alt": "Scatter of total cost against emissions per policy",
-         "caption": "Total cost (USD) against location-based emissions (kgCO₂), one point per "
-                    "policy; lower-left is better among policies that met every deadline. "
-                    "Hollow red markers missed deadlines: they are not comparable and are "
-                    "left out of the dashed Pareto line, as are reference policies such as "
-                    "the oracle."},
-        {"file": GANTT_FILE, "alt": "Gantt chart of job stints per policy",
-         "caption": gantt_caption},
-        {"file": CUMULATIVE_FILE,
-         "alt": "Cumulative cost and emissions over time per policy",
-         "caption": "Cumulative fleet cost (top) and location-based emissions (bottom) over "
-                    "the replay window, per policy."},
+        {
+            "file": SCATTER_FILE,
+            "alt": "Scatter of total cost against emissions per policy",
+            "caption": "Total cost (USD) against location-based emissions (kgCO₂), one point per "
+            "policy; lower-left is better among policies that met every deadline. "
+            "Hollow red markers missed deadlines: they are not comparable and are "
+            "left out of the dashed Pareto line, as are reference policies such as "
+            "the oracle.",
+        },
+        {
+            "file": GANTT_FILE,
+            "alt": "Gantt chart of job stints per policy",
+            "caption": gantt_caption,
+        },
+        {
+            "file": CUMULATIVE_FILE,
+            "alt": "Cumulative cost and emissions over time per policy",
+            "caption": "Cumulative fleet cost (top) and location-based emissions (bottom) over "
+            "the replay window, per policy.",
+        },
     ]
     columns, dropped = _shown_columns(results)
     table_note = (
@@ -912,20 +968,32 @@ def write_report(
         name = row.policy
         if row.reference:
             name += " (bound)" if row.bound else " (reference, not a bound)"
-        classes = " ".join(c for c, on in (("reference", row.reference),
-                                           ("missed", bool(row.missed))) if on)
-        rows.append({"name": name, "classes": classes, "cells": row.cells,
-                     "flag": f"✗ missed {row.missed}" if row.missed else ""})
-    page = _environment().get_template(TEMPLATE).render(
-        title="Heliotrope replay report",
-        subtitle=_subtitle(config),
-        summary=summary(results),
-        columns=[{"header": c.header, "short": SHORT_HEADERS.get(c.key, c.header)}
-                 for c in columns],
-        rows=rows,
-        table_note=table_note,
-        figures=figures,
-        config=[(str(k), _config_value(v)) for k, v in config.items()],
+        classes = " ".join(
+            c for c, on in (("reference", row.reference), ("missed", bool(row.missed))) if on
+        )
+        rows.append(
+            {
+                "name": name,
+                "classes": classes,
+                "cells": row.cells,
+                "flag": f"✗ missed {row.missed}" if row.missed else "",
+            }
+        )
+    page = (
+        _environment()
+        .get_template(TEMPLATE)
+        .render(
+            title="Heliotrope replay report",
+            subtitle=_subtitle(config),
+            summary=summary(results),
+            columns=[
+                {"header": c.header, "short": SHORT_HEADERS.get(c.key, c.header)} for c in columns
+            ],
+            rows=rows,
+            table_note=table_note,
+            figures=figures,
+            config=[(str(k), _config_value(v)) for k, v in config.items()],
+        )
     )
     report = out_dir / REPORT_FILE
     report.write_text(page, encoding="utf-8")

@@ -62,9 +62,15 @@ def replay_window(jobs: Sequence[JobSpec], tick_s: int) -> tuple[datetime, datet
     return utc(start), utc(max(j.deadline for j in jobs))
 
 
-def build_grid(trace: Trace, jobs: Sequence[JobSpec], tick_s: int, seed: int, *,
-               samples: Sequence[SignalSample] | None = None,
-               spot_capacity: float = 4.0) -> SignalGrid:
+def build_grid(
+    trace: Trace,
+    jobs: Sequence[JobSpec],
+    tick_s: int,
+    seed: int,
+    *,
+    samples: Sequence[SignalSample] | None = None,
+    spot_capacity: float = 4.0,
+) -> SignalGrid:
     """The realized world for these jobs: offers some job may use, spot gaps filled.
 
     With `samples` (what `signals poll` recorded: a trace directory's samples log), each
@@ -79,8 +85,14 @@ def build_grid(trace: Trace, jobs: Sequence[JobSpec], tick_s: int, seed: int, *,
 
     grid = SignalGrid.build(trace, start, end, tick_s, keep_offer=usable)
     if samples is not None:
-        return grid_from_samples(samples, grid.offers, start.timestamp(), end.timestamp(),
-                                 tick_s=tick_s, priors=list_priors(grid.offers, spot_capacity))
+        return grid_from_samples(
+            samples,
+            grid.offers,
+            start.timestamp(),
+            end.timestamp(),
+            tick_s=tick_s,
+            priors=list_priors(grid.offers, spot_capacity),
+        )
     return realize_spot(grid, seed)
 
 

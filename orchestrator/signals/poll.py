@@ -87,9 +87,16 @@ _CLASSES: Final[Mapping[str, Any]] = {
 }
 SOURCE_NAMES: tuple[str, ...] = tuple(_CLASSES)
 # Where two sources sample one grid series at one time, the earlier wins in a trace.
-GRID_PRIORITY: Final = ("electricitymaps", "uk-carbon", "eia930", "entsoe-generation", "watttime",
-                        "entsoe-prices",
-                        "caiso-curtailment", *PRICE_SOURCES)
+GRID_PRIORITY: Final = (
+    "electricitymaps",
+    "uk-carbon",
+    "eia930",
+    "entsoe-generation",
+    "watttime",
+    "entsoe-prices",
+    "caiso-curtailment",
+    *PRICE_SOURCES,
+)
 SAMPLES_FILE: Final = "samples.parquet"
 POLL_DEADLINE_S: Final = 120.0
 GENERATOR: Final = "signals-poll"
@@ -143,8 +150,12 @@ def parse_regions(values: Sequence[str]) -> list[tuple[str, str]]:
     for value in values:
         cloud, sep, region = value.partition(":")
         if not sep or cloud not in catalog.CLOUDS or region not in catalog.regions(cloud):
-            raise InputError("", "--region", "CLOUD:REGION with a catalog region "
-                             "(e.g. aws:us-east-1, gcp:europe-west4)", got=repr(value))
+            raise InputError(
+                "",
+                "--region",
+                "CLOUD:REGION with a catalog region (e.g. aws:us-east-1, gcp:europe-west4)",
+                got=repr(value),
+            )
         out.append((cloud, region))
     return out
 
@@ -264,16 +275,23 @@ def _read_one(
         frame, errors = source.read_partial(keys, start, end)
     except HeliotropeError as exc:
         logger.warning("%s: failed: %s", source.name, _message(exc))
-        return empty_frame(), SourceResult(source.name, "failed", keys=tuple(keys),
-                                           errors=(_message(exc),),
-                                           duration_s=time.monotonic() - t0)
+        return empty_frame(), SourceResult(
+            source.name,
+            "failed",
+            keys=tuple(keys),
+            errors=(_message(exc),),
+            duration_s=time.monotonic() - t0,
+        )
     except Exception as exc:  # a bug in one source must not stop the others
         logger.error("%s: unexpected %s", source.name, type(exc).__name__)
-        return empty_frame(), SourceResult(source.name, "failed", keys=tuple(keys),
-                                           errors=(f"unexpected {type(exc).__name__}",),
-                                           duration_s=time.monotonic() - t0)
-    messages = tuple(f"{k}: {_message(e)}" if k != "*" else _message(e)
-                     for k, e in errors.items())
+        return empty_frame(), SourceResult(
+            source.name,
+            "failed",
+            keys=tuple(keys),
+            errors=(f"unexpected {type(exc).__name__}",),
+            duration_s=time.monotonic() - t0,
+        )
+    messages = tuple(f"{k}: {_message(e)}" if k != "*" else _message(e) for k, e in errors.items())
     for m in messages:
         logger.warning("%s: %s", source.name, m)
     if not errors:
@@ -286,9 +304,15 @@ def _read_one(
     real = frame[frame["time"] <= frame["observed_at"]] if len(frame) else frame
     if len(real):
         newest = pd.Timestamp(real["time"].max()).to_pydatetime()
-    return frame, SourceResult(source.name, status, rows=len(frame), keys=tuple(keys),
-                               errors=messages, newest=newest,
-                               duration_s=time.monotonic() - t0)
+    return frame, SourceResult(
+        source.name,
+        status,
+        rows=len(frame),
+        keys=tuple(keys),
+        errors=messages,
+        newest=newest,
+        duration_s=time.monotonic() - t0,
+    )
 
 
 def poll(
@@ -327,8 +351,13 @@ def poll(
     started = monotonic()
     for name in names:
         if deadline_s is not None and monotonic() - started > deadline_s:
-            results.append(SourceResult(name, "failed", errors=(
-                f"not polled: the poll ran past its {deadline_s:g} s deadline",)))
+            results.append(
+                SourceResult(
+                    name,
+                    "failed",
+                    errors=(f"not polled: the poll ran past its {deadline_s:g} s deadline",),
+                )
+            )
             continue
         try:
             source = make_source(name, ctx)
@@ -337,15 +366,17 @@ def poll(
             continue
         keys = source.default_keys(wanted)
         if not keys:
-            results.append(SourceResult(name, "skipped",
-                                        errors=("no key of the requested regions is covered",)))
+            results.append(
+                SourceResult(
+                    name, "skipped", errors=("no key of the requested regions is covered",)
+                )
+            )
             continue
         start, end = window if window else source.poll_window(now)
         frame, result = _read_one(source, keys, start, end)
         frames.append(frame)
         results.append(result)
-        logger.info("%s: %s, %d rows for %d keys", name, result.status, result.rows,
-                    len(keys))
+        logger.info("%s: %s, %d rows for %d keys", name, result.status, result.rows, len(keys))
     samples = concat_frames(frames)
     store_error = None
     if store is not None and len(samples):
@@ -356,8 +387,9 @@ def poll(
             logger.error("state store: %s", store_error)
     if out is not None and len(samples):  # nothing read: the directory is left as it was
         record(out, samples, now=now, sources=[r.name for r in results if r.rows])
-    return PollReport(now=now, out=out, results=tuple(results), samples=samples,
-                      store_error=store_error)
+    return PollReport(
+        now=now, out=out, results=tuple(results), samples=samples, store_error=store_error
+    )
 
 
 def download(
@@ -373,8 +405,9 @@ def download(
         raise UnknownNameError("signal source", source, list(SOURCE_NAMES))
     if not cls.history:
         have = [n for n, c in _CLASSES.items() if c.history]
-        raise InputError("", "--source", "a source with a history endpoint: " + ", ".join(have),
-                         got=repr(source))
+        raise InputError(
+            "", "--source", "a source with a history endpoint: " + ", ".join(have), got=repr(source)
+        )
     start, end = utc(start), utc(end)
     if end <= start:
         raise InputError("", "--end", "a time after --start", got=f"{start} .. {end}")
@@ -395,8 +428,9 @@ def read_samples(out: Path) -> pd.DataFrame:
         raise InputError(str(path), "", "a readable Parquet file", got=type(exc).__name__) from exc
     missing = [c for c in FRAME_COLUMNS if c not in frame.columns]
     if missing:
-        raise InputError(str(path), "columns", ", ".join(FRAME_COLUMNS),
-                         got=f"missing {', '.join(missing)}")
+        raise InputError(
+            str(path), "columns", ", ".join(FRAME_COLUMNS), got=f"missing {', '.join(missing)}"
+        )
     for col in ("time", "observed_at", "valid_until"):
         frame[col] = pd.to_datetime(frame[col], utc=True).dt.as_unit("ns")
     return frame[list(FRAME_COLUMNS)]
@@ -405,8 +439,11 @@ def read_samples(out: Path) -> pd.DataFrame:
 def _merge_samples(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
     both = concat_frames([old, new])
     ident = ["kind", "key", "time", "source", "observed_at", "unit"]
-    return both.drop_duplicates(ident, keep="last").sort_values(
-        ["time", "key", "unit", "observed_at"], kind="stable").reset_index(drop=True)
+    return (
+        both.drop_duplicates(ident, keep="last")
+        .sort_values(["time", "key", "unit", "observed_at"], kind="stable")
+        .reset_index(drop=True)
+    )
 
 
 def _minus(frame: pd.DataFrame, remove: pd.DataFrame) -> pd.DataFrame:
@@ -420,15 +457,18 @@ def _minus(frame: pd.DataFrame, remove: pd.DataFrame) -> pd.DataFrame:
 
 def _tables(samples: pd.DataFrame, notes: list[str]) -> dict[str, pd.DataFrame]:
     rows = samples_to_rows(samples, GRID_PRIORITY)
-    offers = (build_offers(rows.candidates, notes) if len(rows.candidates)
-              else empty_table("offers"))
-    return {"offers": offers, "prices": rows.prices, "spot": rows.spot, "grid": rows.grid,
-            "forecasts": rows.forecasts, "spot_signals": rows.spot_signals}  # side tables
+    offers = build_offers(rows.candidates, notes) if len(rows.candidates) else empty_table("offers")
+    return {
+        "offers": offers,
+        "prices": rows.prices,
+        "spot": rows.spot,
+        "grid": rows.grid,
+        "forecasts": rows.forecasts,
+        "spot_signals": rows.spot_signals,
+    }  # side tables
 
 
-def record(
-    out: Path, new: pd.DataFrame, *, now: datetime, sources: Sequence[str] = ()
-) -> Trace:
+def record(out: Path, new: pd.DataFrame, *, now: datetime, sources: Sequence[str] = ()) -> Trace:
     """Append `new` samples to the trace directory `out` (created when missing) and
     rebuild its tables. Rows the directory holds that did not come from its samples log
     are kept as they are."""
@@ -458,7 +498,8 @@ def record(
     listed = {str(s.get("name")) for s in manifest.get("sources", []) if isinstance(s, dict)}
     manifest["sources"] = list(manifest.get("sources", [])) + [
         {"name": n, "origin": "live API (heliotrope signals)", "license": TERMS.get(n, "")}
-        for n in sources if n not in listed
+        for n in sources
+        if n not in listed
     ]
     manifest_notes = list(manifest.get("notes", []))
     for note in [RECORDER_NOTE, *notes]:
@@ -497,14 +538,16 @@ def _regions_of(key: str) -> str:
     parts = key.split("/")
     if len(parts) in (4, 5):
         return f"{parts[0]}:{parts[1]}"
-    fed = [f"{c}:{r}" for c, regions in _polled_clouds() for r in regions
-           if catalog.grid_zone(c, r) == key]
+    fed = [
+        f"{c}:{r}"
+        for c, regions in _polled_clouds()
+        for r in regions
+        if catalog.grid_zone(c, r) == key
+    ]
     return ", ".join(fed[:4]) + (f" +{len(fed) - 4}" if len(fed) > 4 else "")
 
 
-def freshness(
-    out: Path | None, store: StateStore | None, *, now: datetime
-) -> list[FreshnessRow]:
+def freshness(out: Path | None, store: StateStore | None, *, now: datetime) -> list[FreshnessRow]:
     """Per (source, key, unit): the newest sample, when it was observed, until when it is
     valid, and whether it is stale at `now` (past its valid_until, or no valid_until)."""
     now = utc(now)
@@ -524,18 +567,20 @@ def freshness(
         observed = pd.Timestamp(g["observed_at"].max()).to_pydatetime()
         vu_max = g["valid_until"].max()
         valid_until = None if pd.isna(vu_max) else pd.Timestamp(vu_max).to_pydatetime()
-        rows.append(FreshnessRow(
-            source=str(source),
-            key=str(key),
-            region=_regions_of(str(key)),
-            kind=str(last["kind"]),
-            unit=str(unit),
-            last_time=pd.Timestamp(last["time"]).to_pydatetime(),
-            observed_at=observed,
-            valid_until=valid_until,
-            stale=valid_until is None or valid_until <= now,
-            age_s=(now - observed).total_seconds(),
-        ))
+        rows.append(
+            FreshnessRow(
+                source=str(source),
+                key=str(key),
+                region=_regions_of(str(key)),
+                kind=str(last["kind"]),
+                unit=str(unit),
+                last_time=pd.Timestamp(last["time"]).to_pydatetime(),
+                observed_at=observed,
+                valid_until=valid_until,
+                stale=valid_until is None or valid_until <= now,
+                age_s=(now - observed).total_seconds(),
+            )
+        )
     return rows
 
 
@@ -546,8 +591,16 @@ def zone_sources(zone: str) -> list[str]:
     """The grid sources that cover a grid zone."""
     ctx = SourceContext(env={})
     out = []
-    for name in ("electricitymaps", "watttime", "uk-carbon", "eia930", "caiso-curtailment",
-                 "entsoe-prices", "entsoe-generation", *PRICE_SOURCES):
+    for name in (
+        "electricitymaps",
+        "watttime",
+        "uk-carbon",
+        "eia930",
+        "caiso-curtailment",
+        "entsoe-prices",
+        "entsoe-generation",
+        *PRICE_SOURCES,
+    ):
         source = _CLASSES[name](ctx)
         if source.covers(zone):
             out.append(name)

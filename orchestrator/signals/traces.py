@@ -259,8 +259,7 @@ _SERIES_KEYS: Final[Mapping[str, tuple[str, ...]]] = {
     "spot": ("cloud", "zone", "instance_type"),
     "grid": ("grid_zone", "metric", "source"),
 }
-_VALUE: Final[Mapping[str, str]] = {"prices": "usd_per_hour", "spot": "capacity",
-                                    "grid": "value"}
+_VALUE: Final[Mapping[str, str]] = {"prices": "usd_per_hour", "spot": "capacity", "grid": "value"}
 # No GPU machine costs 100,000 USD an hour; no grid metric reaches 10 million (MW, g/kWh or
 # USD/MWh): larger values are unit mistakes that overflow sums and plots downstream.
 _CEILING: Final[Mapping[str, float]] = {"prices": 1e5, "grid": 1e7}
@@ -272,36 +271,56 @@ def _check_values(frame: pd.DataFrame, table: str, where: str) -> None:
         raise InputError(where, f"row {row}, column 'time'", "a UTC timestamp", got="empty")
     if "time" in frame.columns and len(frame) and (frame["time"] < EARLIEST).any():
         row = _first_bad_row(frame["time"] < EARLIEST)
-        raise InputError(where, f"row {row}, column 'time'", "a time after 2000-01-01",
-                         got=str(frame["time"].iloc[row]),
-                         fix="epoch seconds were probably read as nanoseconds: write times "
-                             "as timestamps (or epoch nanoseconds)")
+        raise InputError(
+            where,
+            f"row {row}, column 'time'",
+            "a time after 2000-01-01",
+            got=str(frame["time"].iloc[row]),
+            fix="epoch seconds were probably read as nanoseconds: write times "
+            "as timestamps (or epoch nanoseconds)",
+        )
     value = _VALUE.get(table)
     if value is not None and len(frame):
         values = frame[value].to_numpy(dtype=np.float64)
         infinite = np.isinf(values) & ~((table == "spot") & (values > 0))  # inf: no limit
         if infinite.any():
             row = int(np.flatnonzero(infinite)[0])
-            raise InputError(where, f"row {row}, column {value!r}",
-                             "a finite number (NaN for unknown)", got=float(values[row]))
+            raise InputError(
+                where,
+                f"row {row}, column {value!r}",
+                "a finite number (NaN for unknown)",
+                got=float(values[row]),
+            )
         ceiling = _CEILING.get(table)
         with np.errstate(invalid="ignore"):
             huge = np.isfinite(values) & (np.abs(values) > ceiling) if ceiling else None
         if huge is not None and huge.any():
             row = int(np.flatnonzero(huge)[0])
-            raise InputError(where, f"row {row}, column {value!r}",
-                             f"a value of at most {ceiling:g} in size (a unit mistake?)",
-                             got=float(values[row]))
+            raise InputError(
+                where,
+                f"row {row}, column {value!r}",
+                f"a value of at most {ceiling:g} in size (a unit mistake?)",
+                got=float(values[row]),
+            )
         keys = [*_SERIES_KEYS[table], "time"]
         same = frame.duplicated(keys, keep=False)
         if same.any():
             clash = frame[same].groupby(keys, sort=False)[value].nunique(dropna=False) > 1
             if clash.any():
                 key = clash[clash].index[0]
-                raise InputError(where, "rows " + ", ".join(map(str, frame.index[
-                    (frame[keys].apply(tuple, axis=1) == key).to_numpy()][:3])),
-                    "one value per series and time", got=f"{key}: conflicting values",
-                    fix="drop the duplicate rows or fix their values")
+                raise InputError(
+                    where,
+                    "rows "
+                    + ", ".join(
+                        map(
+                            str,
+                            frame.index[(frame[keys].apply(tuple, axis=1) == key).to_numpy()][:3],
+                        )
+                    ),
+                    "one value per series and time",
+                    got=f"{key}: conflicting values",
+                    fix="drop the duplicate rows or fix their values",
+                )
     if table == "offers":
         bad = frame["gpu_count"] < 1
         if bad.any():
@@ -426,8 +445,13 @@ def _coerce_side(frame: pd.DataFrame, name: str, where: str) -> pd.DataFrame:
     spec = SIDE_TABLES[name]
     missing = [c for c in spec if c not in frame.columns]
     if missing:
-        raise InputError(where, f"column {missing[0]!r}", f"columns {list(spec)}",
-                         got=list(frame.columns), fix=f"add the {missing[0]!r} column")
+        raise InputError(
+            where,
+            f"column {missing[0]!r}",
+            f"columns {list(spec)}",
+            got=list(frame.columns),
+            fix=f"add the {missing[0]!r} column",
+        )
     out: dict[str, Any] = {}
     for col, kind in spec.items():
         series = frame[col]
@@ -439,8 +463,9 @@ def _coerce_side(frame: pd.DataFrame, name: str, where: str) -> pd.DataFrame:
             else:
                 out[col] = pd.to_numeric(series).astype(np.float64)
         except (ValueError, TypeError) as exc:
-            raise InputError(where, f"column {col!r}", f"{kind} values",
-                             got=str(exc)[:120]) from exc
+            raise InputError(
+                where, f"column {col!r}", f"{kind} values", got=str(exc)[:120]
+            ) from exc
     result = pd.DataFrame(out, index=frame.index).reset_index(drop=True)
     for col, kind in spec.items():
         if kind == "time" and result[col].isna().any():
@@ -449,8 +474,12 @@ def _coerce_side(frame: pd.DataFrame, name: str, where: str) -> pd.DataFrame:
     bad = ~result["metric"].isin(_SIDE_METRICS[name])
     if bad.any():
         row = _first_bad_row(bad)
-        raise InputError(where, f"row {row}, column 'metric'", f"one of {_SIDE_METRICS[name]}",
-                         got=repr(result["metric"].iloc[row]))
+        raise InputError(
+            where,
+            f"row {row}, column 'metric'",
+            f"one of {_SIDE_METRICS[name]}",
+            got=repr(result["metric"].iloc[row]),
+        )
     return result
 
 
@@ -490,6 +519,8 @@ def forecasts_as_of(forecasts: pd.DataFrame, at: Any) -> pd.DataFrame:
     when = when.tz_localize("UTC") if when.tzinfo is None else when.tz_convert("UTC")
     seen = forecasts[forecasts["issued_at"] <= when]
     latest = seen.sort_values("issued_at", kind="stable").drop_duplicates(
-        ["source", "grid_zone", "metric", "time"], keep="last")
-    return latest.sort_values(["source", "grid_zone", "metric", "time"],
-                              kind="stable").reset_index(drop=True)
+        ["source", "grid_zone", "metric", "time"], keep="last"
+    )
+    return latest.sort_values(["source", "grid_zone", "metric", "time"], kind="stable").reset_index(
+        drop=True
+    )

@@ -41,8 +41,7 @@ from orchestrator.state.records import SignalSample
 OBSERVED_SOURCE: Final = "heliotrope-observed"
 
 #: The signals of a frame, each with its own max age (seconds after observation).
-SIGNALS: Final = ("price", "capacity", "carbon", "carbon_marginal", "curtailment",
-                  "power_price")
+SIGNALS: Final = ("price", "capacity", "carbon", "carbon_marginal", "curtailment", "power_price")
 
 #: Where two sources give one signal, the earlier wins (others follow, by name).
 SOURCE_PRIORITY: Final[Mapping[str, tuple[str, ...]]] = {
@@ -154,8 +153,14 @@ class GridView:
 
     def __init__(self, grid: SignalGrid) -> None:
         self.grid = grid
-        for name in ("usd_per_hour", "spot_capacity", "carbon_g_per_kwh",
-                     "carbon_marginal_g_per_kwh", "curtailing", "carbon_hourly_known"):
+        for name in (
+            "usd_per_hour",
+            "spot_capacity",
+            "carbon_g_per_kwh",
+            "carbon_marginal_g_per_kwh",
+            "curtailing",
+            "carbon_hourly_known",
+        ):
             getattr(grid, name).flags.writeable = False
 
     @property
@@ -172,13 +177,16 @@ class GridView:
         stale: tuple[str, ...] = ()
         if k >= g.n_ticks:
             end = g.time_of(g.n_ticks)
-            stale = (f"signals are stale: they end at {end:%Y-%m-%d %H:%M} UTC (a "
-                     "scenario: extend `days` in config.yaml)",)
+            stale = (
+                f"signals are stale: they end at {end:%Y-%m-%d %H:%M} UTC (a "
+                "scenario: extend `days` in config.yaml)",
+            )
         return SignalFrame(g, min(max(k, 0), g.n_ticks - 1), stale)
 
 
-def list_priors(offers: Sequence[Offer], spot_capacity: float,
-                quotes: Mapping[str, float] | None = None) -> Priors:
+def list_priors(
+    offers: Sequence[Offer], spot_capacity: float, quotes: Mapping[str, float] | None = None
+) -> Priors:
     """Priors for a world's offers: the quoted or catalog on-demand list price; for spot,
     the quote, else the list price less the low end of the cloud's published discount range
     (`scenario.SPOT_DISCOUNT`: a conservative guess, never the cheapest); the assumed spot
@@ -218,8 +226,7 @@ class _Series:
         merged = [c[order] for c in cols]
         keep = np.ones(len(order), dtype=bool)
         if len(order) > 1:  # the same sample twice (a re-read window): keep one
-            same = ((np.diff(merged[0]) == 0) & (np.diff(merged[1]) == 0)
-                    & (np.diff(merged[4]) == 0))
+            same = (np.diff(merged[0]) == 0) & (np.diff(merged[1]) == 0) & (np.diff(merged[4]) == 0)
             keep[1:] = ~same
         return _Series(*(c[keep] for c in merged))
 
@@ -258,8 +265,11 @@ def series_from_samples(samples: Iterable[SignalSample]) -> dict[SeriesKey, _Ser
             continue
         value = float(s.value)
         if s.unit == "placement_score" and math.isfinite(value):
-            value = 1.0 if value >= PLACEMENT_LIKELY else (
-                0.0 if value <= PLACEMENT_UNLIKELY else math.nan)
+            value = (
+                1.0
+                if value >= PLACEMENT_LIKELY
+                else (0.0 if value <= PLACEMENT_UNLIKELY else math.nan)
+            )
         t, o = s.time.timestamp(), s.observed_at.timestamp()
         vu = s.valid_until.timestamp() if s.valid_until is not None else math.inf
         cols.setdefault((signal, s.key, s.source), []).append((max(t, o), o, vu, value, t))
@@ -278,11 +288,15 @@ def _candidates(offer: Offer, signal: str) -> list[str]:
     """The keys a signal of `offer` may come from, best first."""
     if signal == "price":
         m = offer.market.value
-        return [price_key(offer.cloud, offer.region, offer.zone, offer.instance_type, m),
-                price_key(offer.cloud, offer.region, "", offer.instance_type, m)]
+        return [
+            price_key(offer.cloud, offer.region, offer.zone, offer.instance_type, m),
+            price_key(offer.cloud, offer.region, "", offer.instance_type, m),
+        ]
     if signal == "capacity":
-        return [spot_key(offer.cloud, offer.region, offer.zone, offer.instance_type),
-                spot_key(offer.cloud, offer.region, offer.zone, "")]
+        return [
+            spot_key(offer.cloud, offer.region, offer.zone, offer.instance_type),
+            spot_key(offer.cloud, offer.region, offer.zone, ""),
+        ]
     return [offer.grid_zone]
 
 
@@ -322,8 +336,11 @@ def grid_from_series(
         out = np.full((n, width), np.nan)
         src = ["" for _ in range(width)]
         age = np.full(width, np.nan)
-        targets = ([(z, [zone]) for z, zone in enumerate(zones)] if per_zone
-                   else [(o, _candidates(offer, signal)) for o, offer in enumerate(offers)])
+        targets = (
+            [(z, [zone]) for z, zone in enumerate(zones)]
+            if per_zone
+            else [(o, _candidates(offer, signal)) for o, offer in enumerate(offers)]
+        )
         for col, keys in targets:
             if signal == "capacity" and not spot[col]:
                 continue
@@ -354,7 +371,8 @@ def grid_from_series(
     carbon_z = np.where(known_z, carbon_z, yearly[None, :])
     with np.errstate(invalid="ignore"):
         curtailing_z = (np.nan_to_num(values["curtailment"]) > 0) | (
-            np.nan_to_num(values["power_price"], nan=1.0) < 0)
+            np.nan_to_num(values["power_price"], nan=1.0) < 0
+        )
 
     def prior(signal: str, cols: Iterable[int], text: str) -> None:
         for c in cols:
@@ -382,11 +400,16 @@ def grid_from_series(
         curtailing=curtailing_z[:, zone_col],
     )
     basis = SignalBasis(
-        source={s: tuple(sources[s][int(c)] for c in
-                         (zone_col if s not in ("price", "capacity") else range(m)))
-                for s in SIGNALS},
-        age_s={s: (ages[s][zone_col] if s not in ("price", "capacity") else ages[s])
-               for s in SIGNALS},
+        source={
+            s: tuple(
+                sources[s][int(c)]
+                for c in (zone_col if s not in ("price", "capacity") else range(m))
+            )
+            for s in SIGNALS
+        },
+        age_s={
+            s: (ages[s][zone_col] if s not in ("price", "capacity") else ages[s]) for s in SIGNALS
+        },
     )
     return grid, basis
 
@@ -411,8 +434,14 @@ def grid_from_samples(
     row at each tick is what a live controller would have known then."""
     n = max(1, math.ceil((end_s - start_s) / tick_s))
     times = start_s + tick_s * np.arange(n, dtype=np.float64)
-    grid, _ = grid_from_series(series_from_samples(samples), offers, times, tick_s=tick_s,
-                               priors=priors, max_ages=max_ages or MaxAges())
+    grid, _ = grid_from_series(
+        series_from_samples(samples),
+        offers,
+        times,
+        tick_s=tick_s,
+        priors=priors,
+        max_ages=max_ages or MaxAges(),
+    )
     return grid
 
 
@@ -423,12 +452,28 @@ def samples_from_frame(frame: Any) -> list[SignalSample]:
 
     out = []
     for t, key, kind, value, unit, source, observed, until in zip(
-            frame["time"], frame["key"], frame["kind"], frame["value"], frame["unit"],
-            frame["source"], frame["observed_at"], frame["valid_until"], strict=True):
-        out.append(SignalSample(
-            time=t.to_pydatetime(), key=str(key), kind=SignalKind(str(kind)), value=float(value),
-            unit=str(unit), source=str(source), observed_at=observed.to_pydatetime(),
-            valid_until=None if pd.isna(until) else until.to_pydatetime()))
+        frame["time"],
+        frame["key"],
+        frame["kind"],
+        frame["value"],
+        frame["unit"],
+        frame["source"],
+        frame["observed_at"],
+        frame["valid_until"],
+        strict=True,
+    ):
+        out.append(
+            SignalSample(
+                time=t.to_pydatetime(),
+                key=str(key),
+                kind=SignalKind(str(kind)),
+                value=float(value),
+                unit=str(unit),
+                source=str(source),
+                observed_at=observed.to_pydatetime(),
+                valid_until=None if pd.isna(until) else until.to_pydatetime(),
+            )
+        )
     return out
 
 
@@ -466,8 +511,9 @@ class StoreSignalView:
         self._series: dict[SeriesKey, _Series] = {}
         self._read_until_s: float | None = None
         # (signal, key) pairs some offer reads: only they can make the frame stale.
-        self._keys = {(sig, key) for o in self._offers for sig in SIGNALS
-                      for key in _candidates(o, sig)}
+        self._keys = {
+            (sig, key) for o in self._offers for sig in SIGNALS for key in _candidates(o, sig)
+        }
 
     @property
     def offers(self) -> tuple[Offer, ...]:
@@ -492,26 +538,37 @@ class StoreSignalView:
     def frame(self, now_s: float) -> SignalFrame:
         self._refresh(now_s)
         times = history_times(now_s, self._tick_s, self.lookback_s)
-        grid, basis = grid_from_series(self._series, self._offers, times, tick_s=self._tick_s,
-                                       priors=self.priors, max_ages=self.max_ages)
+        grid, basis = grid_from_series(
+            self._series,
+            self._offers,
+            times,
+            tick_s=self._tick_s,
+            priors=self.priors,
+            max_ages=self.max_ages,
+        )
         stale = self._stale(now_s, basis)
         return SignalFrame(grid, grid.n_ticks - 1, stale, basis)
 
     def _stale(self, now_s: float, basis: SignalBasis) -> tuple[str, ...]:
         """Signals were polled but none of them counts now: the poller stopped. (A signal
         never polled is not stale: its prior is all there is, and the basis says so.)"""
-        polled = [(k, s) for k, s in self._series.items()
-                  if k[2] != OBSERVED_SOURCE and (k[0], k[1]) in self._keys]
+        polled = [
+            (k, s)
+            for k, s in self._series.items()
+            if k[2] != OBSERVED_SOURCE and (k[0], k[1]) in self._keys
+        ]
         if not polled:
             return ()
         kinds = {k[0] for k, _ in polled}
         if any(not src.startswith("prior") for sig in kinds for src in basis.source[sig]):
             return ()
         newest = datetime.fromtimestamp(max(float(s.observed_s[-1]) for _, s in polled), UTC)
-        return (f"signals are stale: nothing polled counts any more (the newest sample was "
-                f"observed at {newest:%Y-%m-%d %H:%M} UTC; max age: price "
-                f"{_age_words(self.max_ages.price_s)}, carbon "
-                f"{_age_words(self.max_ages.carbon_s)}): is the signals DAG running?",)
+        return (
+            f"signals are stale: nothing polled counts any more (the newest sample was "
+            f"observed at {newest:%Y-%m-%d %H:%M} UTC; max age: price "
+            f"{_age_words(self.max_ages.price_s)}, carbon "
+            f"{_age_words(self.max_ages.carbon_s)}): is the signals DAG running?",
+        )
 
 
 def _age_words(seconds: float) -> str:

@@ -85,9 +85,15 @@ class StateStore(Protocol):
         from one consistent snapshot."""
         ...
 
-    def commit(self, events: Sequence[Event], rows: Mapping[JobId, JobRow], *,
-               expected_version: int, migrations: Sequence[MigrationRecord] = (),
-               accrued_until_s: float | None = None) -> int:
+    def commit(
+        self,
+        events: Sequence[Event],
+        rows: Mapping[JobId, JobRow],
+        *,
+        expected_version: int,
+        migrations: Sequence[MigrationRecord] = (),
+        accrued_until_s: float | None = None,
+    ) -> int:
         """Atomically append `events`, write `rows` (pass only changed ones; each written
         row's version goes up by one), save `migrations`, record until when the fleet is
         accrued (`accrued_until_s`, when given; `load` returns it), and bump the fleet
@@ -95,8 +101,13 @@ class StateStore(Protocol):
         version is no longer `expected_version` (nothing written)."""
         ...
 
-    def set_control(self, job_id: JobId, *, status: str | None = None,
-                    held_until_s: float | Unset | None = UNSET) -> int:
+    def set_control(
+        self,
+        job_id: JobId,
+        *,
+        status: str | None = None,
+        held_until_s: float | Unset | None = UNSET,
+    ) -> int:
         """What an operator decided about a job: its `status` (``active`` | ``cancelled``)
         and until when it is held where it runs (`held_until_s`, seconds since the epoch;
         ``math.inf`` until released; None: not held; left out: unchanged). Bumps the fleet
@@ -115,8 +126,9 @@ class StateStore(Protocol):
         """The job's events in commit order. Unknown job: `InputError`."""
         ...
 
-    def events(self, *, since_id: int = 0, job_id: JobId | None = None,
-               limit: int = 1000) -> list[tuple[int, Event]]:
+    def events(
+        self, *, since_id: int = 0, job_id: JobId | None = None, limit: int = 1000
+    ) -> list[tuple[int, Event]]:
         """(event id, event) with id > `since_id`, in commit order, at most `limit`."""
         ...
 
@@ -143,8 +155,9 @@ class StateStore(Protocol):
         observed_at) is skipped."""
         ...
 
-    def samples(self, kind: SignalKind, keys: Sequence[str] | None, start_s: float,
-                end_s: float) -> list[SignalSample]:
+    def samples(
+        self, kind: SignalKind, keys: Sequence[str] | None, start_s: float, end_s: float
+    ) -> list[SignalSample]:
         """Samples of `kind` for `keys` (None: all) with start_s <= time < end_s, ordered by
         time, key, source, observed_at."""
         ...

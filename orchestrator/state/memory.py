@@ -106,8 +106,13 @@ class MemoryStateStore:
                 held_until_s=dict(self._held_until_s),
             ), self._version
 
-    def set_control(self, job_id: JobId, *, status: str | None = None,
-                    held_until_s: float | Unset | None = UNSET) -> int:
+    def set_control(
+        self,
+        job_id: JobId,
+        *,
+        status: str | None = None,
+        held_until_s: float | Unset | None = UNSET,
+    ) -> int:
         check_control(status, held_until_s)
         with self._lock:
             self._known({job_id})
@@ -137,16 +142,25 @@ class MemoryStateStore:
                     if other.job_id == m.job_id and other.id != m.id and other.is_open:
                         raise open_migration_conflict(m, other)
 
-    def commit(self, events: Sequence[Event], rows: Mapping[JobId, JobRow], *,
-               expected_version: int, migrations: Sequence[MigrationRecord] = (),
-               accrued_until_s: float | None = None) -> int:
+    def commit(
+        self,
+        events: Sequence[Event],
+        rows: Mapping[JobId, JobRow],
+        *,
+        expected_version: int,
+        migrations: Sequence[MigrationRecord] = (),
+        accrued_until_s: float | None = None,
+    ) -> int:
         check_migrations(migrations)
         with self._lock:
             if self._version != expected_version:
-                raise VersionConflict(f"fleet version is {self._version}, not "
-                                      f"{expected_version}: another writer committed; "
-                                      "reload and retry",
-                                      expected=expected_version, actual=self._version)
+                raise VersionConflict(
+                    f"fleet version is {self._version}, not "
+                    f"{expected_version}: another writer committed; "
+                    "reload and retry",
+                    expected=expected_version,
+                    actual=self._version,
+                )
             self._known({e.job_id for e in events} | set(rows) | {m.job_id for m in migrations})
             self._check_migrations(migrations)
             self._apply(events, rows)
@@ -165,8 +179,11 @@ class MemoryStateStore:
     @contextmanager
     def claim_jobs(self, n: int) -> Iterator[MemoryJobClaim]:
         with self._lock:
-            ids = [i for i, row in self._rows.items()
-                   if row.phase != Phase.DONE and i not in self._claimed][:max(n, 0)]
+            ids = [
+                i
+                for i, row in self._rows.items()
+                if row.phase != Phase.DONE and i not in self._claimed
+            ][: max(n, 0)]
             self._claimed.update(ids)
             claim = MemoryJobClaim(self, {i: self._rows[i] for i in ids})
         try:
@@ -181,8 +198,9 @@ class MemoryStateStore:
             self._known({job_id})
             return [e for e in self._events if e.job_id == job_id]
 
-    def events(self, *, since_id: int = 0, job_id: JobId | None = None,
-               limit: int = 1000) -> list[tuple[int, Event]]:
+    def events(
+        self, *, since_id: int = 0, job_id: JobId | None = None, limit: int = 1000
+    ) -> list[tuple[int, Event]]:
         with self._lock:
             out: list[tuple[int, Event]] = []
             for k in range(max(since_id, 0), len(self._events)):
@@ -195,8 +213,9 @@ class MemoryStateStore:
 
     # -- instances ----------------------------------------------------------------------
     def record_instance(self, instance: InstanceRecord) -> None:
-        instance = replace(instance, launched_at=as_utc(instance.launched_at, "launched_at",
-                                                        instance.id))
+        instance = replace(
+            instance, launched_at=as_utc(instance.launched_at, "launched_at", instance.id)
+        )
         with self._lock:
             for other in self._instances.values():
                 if (other.id == instance.id) != (other.request_id == instance.request_id):
@@ -207,8 +226,11 @@ class MemoryStateStore:
 
     def instances(self, cluster: str, *, job_id: JobId | None = None) -> list[InstanceRecord]:
         with self._lock:
-            found = [i for i in self._instances.values() if i.cluster == cluster
-                     and (job_id is None or i.job_id == job_id)]
+            found = [
+                i
+                for i in self._instances.values()
+                if i.cluster == cluster and (job_id is None or i.job_id == job_id)
+            ]
         return sorted(found, key=lambda i: (i.launched_at, i.id))
 
     # -- migrations ---------------------------------------------------------------------
@@ -220,8 +242,11 @@ class MemoryStateStore:
             self._migrations[migration.id] = migration
 
     def _open(self, job_id: JobId | None = None) -> list[MigrationRecord]:
-        found = [m for m in self._migrations.values()
-                 if m.is_open and (job_id is None or m.job_id == job_id)]
+        found = [
+            m
+            for m in self._migrations.values()
+            if m.is_open and (job_id is None or m.job_id == job_id)
+        ]
         return sorted(found, key=lambda m: (m.started_s, m.id))
 
     def open_migrations(self, job_id: JobId | None = None) -> list[MigrationRecord]:
@@ -235,15 +260,18 @@ class MemoryStateStore:
             for s in new:
                 self._samples.setdefault(s.identity(), s)
 
-    def samples(self, kind: SignalKind, keys: Sequence[str] | None, start_s: float,
-                end_s: float) -> list[SignalSample]:
+    def samples(
+        self, kind: SignalKind, keys: Sequence[str] | None, start_s: float, end_s: float
+    ) -> list[SignalSample]:
         kind = SignalKind(kind)
         start, end = from_s(start_s), from_s(end_s)
         wanted = None if keys is None else set(keys)
         with self._lock:
-            found = [s for s in self._samples.values()
-                     if s.kind is kind and start <= s.time < end
-                     and (wanted is None or s.key in wanted)]
+            found = [
+                s
+                for s in self._samples.values()
+                if s.kind is kind and start <= s.time < end and (wanted is None or s.key in wanted)
+            ]
         return sorted(found, key=sample_sort_key)
 
     def observed_samples(self, start_s: float, end_s: float) -> list[SignalSample]:
@@ -273,9 +301,9 @@ class MemoryJobClaim:
             stale = sorted(i for i in rows if store._rows[i].version != self.rows[i].version)
             if stale:
                 raise VersionConflict(
-                    f"jobs changed since they were claimed: {', '.join(stale[:5])}")
+                    f"jobs changed since they were claimed: {', '.join(stale[:5])}"
+                )
             store._apply(events, rows)
             store._version += 1
             store._claimed.difference_update(self.rows)
             return store._version
-

@@ -37,8 +37,16 @@ if TYPE_CHECKING:
 TERMINAL_MIGRATION_PHASES: Final = frozenset({"done", "failed"})
 
 #: Columns of a samples frame given to `append_samples` (`valid_until` is optional).
-SAMPLE_COLUMNS: Final = ("time", "key", "kind", "value", "unit", "source", "observed_at",
-                         "valid_until")
+SAMPLE_COLUMNS: Final = (
+    "time",
+    "key",
+    "kind",
+    "value",
+    "unit",
+    "source",
+    "observed_at",
+    "valid_until",
+)
 
 
 class VersionConflict(TransientError):
@@ -47,8 +55,9 @@ class VersionConflict(TransientError):
     Reload (`StateStore.load()`), redo the decision on the fresh state, and commit again.
     """
 
-    def __init__(self, message: str, *, expected: int | None = None,
-                 actual: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, expected: int | None = None, actual: int | None = None
+    ) -> None:
         super().__init__(message, retry_after_s=0.0)
         self.expected = expected
         self.actual = actual
@@ -87,9 +96,19 @@ class JobRow:
 
 
 #: JobRow fields that are stored as plain numbers (everything but phase, ids and version).
-JOB_ROW_FLOATS: Final = ("progress_gpu_h", "checkpointed_gpu_h", "last_checkpoint_s",
-                         "ready_at_s", "usd", "kwh", "kwh_curtailed", "kg_co2",
-                         "kg_co2_marginal", "egress_usd", "finished_at_s")
+JOB_ROW_FLOATS: Final = (
+    "progress_gpu_h",
+    "checkpointed_gpu_h",
+    "last_checkpoint_s",
+    "ready_at_s",
+    "usd",
+    "kwh",
+    "kwh_curtailed",
+    "kg_co2",
+    "kg_co2_marginal",
+    "egress_usd",
+    "finished_at_s",
+)
 JOB_ROW_INTS: Final = ("migrations", "preemptions", "launches")
 JOB_ROW_IDS: Final = ("offer_id", "checkpoint_offer_id", "preempted_offer_id", "instance_id")
 
@@ -168,6 +187,7 @@ class LoadedFleet:
 
 # -- conversions ----------------------------------------------------------------------------
 
+
 def _opt(x: float) -> float | None:
     return None if math.isnan(x) else float(x)
 
@@ -237,9 +257,13 @@ def fleet_from_rows(
             return -1
         k = index.get(offer_id)
         if k is None:
-            raise InputError("state store", f"job {job}: {what}",
-                             "an offer in the current offer list", got=repr(offer_id),
-                             fix="load the fleet with the offers it was committed with")
+            raise InputError(
+                "state store",
+                f"job {job}: {what}",
+                "an offer in the current offer list",
+                got=repr(offer_id),
+                fix="load the fleet with the offers it was committed with",
+            )
         return k
 
     for j, job in enumerate(jobs):
@@ -259,6 +283,7 @@ def fleet_from_rows(
 
 
 # -- samples ----------------------------------------------------------------------------------
+
 
 def _is_missing(x: object) -> bool:
     if x is None:
@@ -286,20 +311,30 @@ def iter_samples(rows: Any) -> Iterator[SignalSample]:
     if hasattr(rows, "to_dict") and hasattr(rows, "columns"):
         missing = [c for c in SAMPLE_COLUMNS[:-1] if c not in rows.columns]
         if missing:
-            raise InputError("signal samples", "columns", ", ".join(SAMPLE_COLUMNS[:-1]),
-                             got=f"missing {', '.join(missing)}")
+            raise InputError(
+                "signal samples",
+                "columns",
+                ", ".join(SAMPLE_COLUMNS[:-1]),
+                got=f"missing {', '.join(missing)}",
+            )
         records: Iterable[Any] = rows.to_dict("records")
     else:
         records = rows
     for n, item in enumerate(records):
-        r = ({name: getattr(item, name) for name in SAMPLE_COLUMNS}
-             if isinstance(item, SignalSample) else item)
+        r = (
+            {name: getattr(item, name) for name in SAMPLE_COLUMNS}
+            if isinstance(item, SignalSample)
+            else item
+        )
         try:
             kind = SignalKind(r["kind"])
         except ValueError:
-            raise InputError("signal samples", f"row {n}: kind",
-                             "one of " + ", ".join(k.value for k in SignalKind),
-                             got=repr(r["kind"])) from None
+            raise InputError(
+                "signal samples",
+                f"row {n}: kind",
+                "one of " + ", ".join(k.value for k in SignalKind),
+                got=repr(r["kind"]),
+            ) from None
         valid_until = r.get("valid_until")
         value = r["value"]
         yield SignalSample(
@@ -310,7 +345,8 @@ def iter_samples(rows: Any) -> Iterator[SignalSample]:
             unit=str(r["unit"]),
             source=str(r["source"]),
             observed_at=as_utc(r["observed_at"], f"row {n}: observed_at"),
-            valid_until=None if _is_missing(valid_until)
+            valid_until=None
+            if _is_missing(valid_until)
             else as_utc(valid_until, f"row {n}: valid_until"),
         )
 

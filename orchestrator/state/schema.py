@@ -50,7 +50,8 @@ class UTCDateTime(sa.TypeDecorator[datetime]):
 BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 jobs = sa.Table(
-    "jobs", metadata,
+    "jobs",
+    metadata,
     sa.Column("id", sa.String(), primary_key=True),
     sa.Column("seq", sa.Integer(), nullable=False, unique=True),  # submission order
     sa.Column("work_gpu_hours", sa.Double(), nullable=False),
@@ -72,9 +73,11 @@ jobs = sa.Table(
 )
 
 job_state = sa.Table(
-    "job_state", metadata,
-    sa.Column("job_id", sa.String(), sa.ForeignKey("jobs.id", ondelete="CASCADE"),
-              primary_key=True),
+    "job_state",
+    metadata,
+    sa.Column(
+        "job_id", sa.String(), sa.ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True
+    ),
     sa.Column("phase", sa.SmallInteger(), nullable=False),
     sa.Column("offer_id", sa.String(), nullable=True),
     sa.Column("checkpoint_offer_id", sa.String(), nullable=True),
@@ -98,12 +101,18 @@ job_state = sa.Table(
 )
 
 instances = sa.Table(
-    "instances", metadata,
+    "instances",
+    metadata,
     sa.Column("id", sa.String(), primary_key=True),
     sa.Column("provider", sa.String(), nullable=False),
     sa.Column("cluster", sa.String(), nullable=False, index=True),
-    sa.Column("job_id", sa.String(), sa.ForeignKey("jobs.id", ondelete="SET NULL"),
-              nullable=True, index=True),
+    sa.Column(
+        "job_id",
+        sa.String(),
+        sa.ForeignKey("jobs.id", ondelete="SET NULL"),
+        nullable=True,
+        index=True,
+    ),
     sa.Column("offer_id", sa.String(), nullable=False),
     sa.Column("state", sa.String(), nullable=False),
     sa.Column("launched_at", UTCDateTime(), nullable=False),
@@ -111,10 +120,16 @@ instances = sa.Table(
 )
 
 migrations = sa.Table(
-    "migrations", metadata,
+    "migrations",
+    metadata,
     sa.Column("id", sa.String(), primary_key=True),
-    sa.Column("job_id", sa.String(), sa.ForeignKey("jobs.id", ondelete="CASCADE"),
-              nullable=False, index=True),
+    sa.Column(
+        "job_id",
+        sa.String(),
+        sa.ForeignKey("jobs.id", ondelete="CASCADE"),
+        nullable=False,
+        index=True,
+    ),
     sa.Column("phase", sa.String(), nullable=False),
     sa.Column("src_offer_id", sa.String(), nullable=True),
     sa.Column("dst_offer_id", sa.String(), nullable=False),
@@ -128,15 +143,20 @@ migrations = sa.Table(
 
 #: At most one open migration per job: two workers cannot both move one job.
 OPEN_MIGRATION_WHERE = sa.text("lower(phase) NOT IN ('done', 'failed')")
-sa.Index("uq_migrations_open_job", migrations.c.job_id, unique=True,
-         sqlite_where=OPEN_MIGRATION_WHERE, postgresql_where=OPEN_MIGRATION_WHERE)
+sa.Index(
+    "uq_migrations_open_job",
+    migrations.c.job_id,
+    unique=True,
+    sqlite_where=OPEN_MIGRATION_WHERE,
+    postgresql_where=OPEN_MIGRATION_WHERE,
+)
 
 events = sa.Table(
-    "events", metadata,
+    "events",
+    metadata,
     sa.Column("id", BigId, primary_key=True, autoincrement=True),
     sa.Column("time_s", sa.Double(), nullable=False),
-    sa.Column("job_id", sa.String(), sa.ForeignKey("jobs.id", ondelete="CASCADE"),
-              nullable=False),
+    sa.Column("job_id", sa.String(), sa.ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
     sa.Column("kind", sa.String(), nullable=False),
     sa.Column("offer_id", sa.String(), nullable=False),
     sa.Column("instance_id", sa.String(), nullable=False),
@@ -146,7 +166,8 @@ events = sa.Table(
 )
 
 signal_samples = sa.Table(
-    "signal_samples", metadata,
+    "signal_samples",
+    metadata,
     sa.Column("id", BigId, primary_key=True, autoincrement=True),
     sa.Column("time", UTCDateTime(), nullable=False),
     sa.Column("source", sa.String(), nullable=False),
@@ -162,7 +183,8 @@ signal_samples = sa.Table(
 
 #: One row (id 1): the fleet version, bumped by every commit (compare-and-swap).
 meta = sa.Table(
-    "meta", metadata,
+    "meta",
+    metadata,
     sa.Column("id", sa.Integer(), primary_key=True, autoincrement=False),
     sa.Column("version", sa.BigInteger(), nullable=False),
     # Until when the fleet's dollars, energy, carbon and progress are accrued (POSIX s):

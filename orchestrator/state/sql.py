@@ -83,6 +83,7 @@ _CHUNK: Final = 5000  # ids per IN (...) list
 
 # -- engine -------------------------------------------------------------------------------
 
+
 def resolve_url(url: str | URL | None = None) -> URL:
     """The database URL: `url`, else $HELIOTROPE_DB_URL, else the default SQLite file.
 
@@ -93,9 +94,13 @@ def resolve_url(url: str | URL | None = None) -> URL:
     try:
         u = sa.make_url(raw)
     except ArgumentError as exc:
-        raise InputError(ENV_VAR if url is None else "database URL", "", "a database URL "
-                         "such as sqlite:///path/to/heliotrope.db or postgresql://user@host/db",
-                         got=repr(str(raw)), fix="fix the URL") from exc
+        raise InputError(
+            ENV_VAR if url is None else "database URL",
+            "",
+            "a database URL such as sqlite:///path/to/heliotrope.db or postgresql://user@host/db",
+            got=repr(str(raw)),
+            fix="fix the URL",
+        ) from exc
     backend = u.get_backend_name()
     if u.drivername in ("postgresql", "postgres"):
         return u.set(drivername="postgresql+psycopg")
@@ -106,9 +111,13 @@ def resolve_url(url: str | URL | None = None) -> URL:
         return u
     if backend == "postgresql":
         return u
-    raise InputError("database URL", "", "a sqlite:// or postgresql:// URL",
-                     got=u.render_as_string(hide_password=True),
-                     fix="Heliotrope's state store supports SQLite and PostgreSQL")
+    raise InputError(
+        "database URL",
+        "",
+        "a sqlite:// or postgresql:// URL",
+        got=u.render_as_string(hide_password=True),
+        fix="Heliotrope's state store supports SQLite and PostgreSQL",
+    )
 
 
 def _sqlite_memory(u: URL) -> bool:
@@ -143,12 +152,14 @@ def make_engine(url: str | URL | None = None) -> Engine:
         except ModuleNotFoundError as exc:
             raise PermanentError(
                 f"PostgreSQL needs the psycopg driver ({exc}); "
-                "fix: pip install 'psycopg[binary]>=3.2'") from exc
+                "fix: pip install 'psycopg[binary]>=3.2'"
+            ) from exc
 
     memory = _sqlite_memory(u)
     if memory:
-        engine = sa.create_engine(u, poolclass=sa.StaticPool,
-                                  connect_args={"check_same_thread": False})
+        engine = sa.create_engine(
+            u, poolclass=sa.StaticPool, connect_args={"check_same_thread": False}
+        )
     else:
         assert u.database is not None
         Path(u.database).parent.mkdir(parents=True, exist_ok=True)
@@ -176,6 +187,7 @@ def make_engine(url: str | URL | None = None) -> Engine:
 
 
 # -- migrations ---------------------------------------------------------------------------
+
 
 def alembic_config() -> Any:
     """Alembic configuration for the migrations shipped in this package (no alembic.ini)."""
@@ -214,8 +226,9 @@ def upgrade(url: str | URL | Engine | None = None) -> None:
                 conn.execution_options(**{_WRITE: True})
                 with conn.begin():
                     if conn.dialect.name == "postgresql":
-                        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"),
-                                     {"k": _PG_UPGRADE_LOCK})
+                        conn.execute(
+                            sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_UPGRADE_LOCK}
+                        )
                     cfg = alembic_config()
                     cfg.attributes["connection"] = conn
                     command.upgrade(cfg, "head")
@@ -239,6 +252,7 @@ def open_store(url: str | None = None, *, clock: Clock | None = None) -> SqlStat
 
 # -- errors -------------------------------------------------------------------------------
 
+
 def _translate(exc: DBAPIError) -> HeliotropeError | None:
     code = getattr(exc.orig, "sqlstate", None)
     if code in ("40P01", "40001"):  # deadlock detected, serialization failure
@@ -248,9 +262,11 @@ def _translate(exc: DBAPIError) -> HeliotropeError | None:
     if isinstance(exc, OperationalError):
         msg = str(exc.orig).lower()
         if "locked" in msg or "busy" in msg:
-            return TransientError(f"SQLite database busy for longer than "
-                                  f"{SQLITE_BUSY_TIMEOUT_MS / 1000:.0f} s: {exc.orig}",
-                                  retry_after_s=1.0)
+            return TransientError(
+                f"SQLite database busy for longer than "
+                f"{SQLITE_BUSY_TIMEOUT_MS / 1000:.0f} s: {exc.orig}",
+                retry_after_s=1.0,
+            )
         if "could not connect" in msg or ("connection" in msg and "refused" in msg):
             return TransientError(f"database unreachable: {exc.orig}", retry_after_s=1.0)
     return None
@@ -271,18 +287,25 @@ def _errors() -> Iterator[None]:
 
 # -- row conversions ----------------------------------------------------------------------
 
+
 def _job_values(job: JobSpec, seq: int, submitted_at: Any) -> dict[str, Any]:
     return {
-        "id": job.id, "seq": seq, "work_gpu_hours": float(job.work_gpu_hours),
-        "gpus": int(job.gpus), "start": as_utc(job.start, "start", job.id),
+        "id": job.id,
+        "seq": seq,
+        "work_gpu_hours": float(job.work_gpu_hours),
+        "gpus": int(job.gpus),
+        "start": as_utc(job.start, "start", job.id),
         "deadline": as_utc(job.deadline, "deadline", job.id),
         "checkpoint_size_gb": float(job.checkpoint_size_gb),
-        "cold_start_h": float(job.cold_start_h), "home_region": job.home_region,
+        "cold_start_h": float(job.cold_start_h),
+        "home_region": job.home_region,
         "gpu_types": sorted(job.gpu_types),
         "throughput": {k: float(v) for k, v in job.throughput.items()},
         "budget_usd": None if job.budget_usd is None else float(job.budget_usd),
         "checkpoint_interval_h": float(job.checkpoint_interval_h),
-        "command": list(job.command), "submitted_at": submitted_at, "status": "active",
+        "command": list(job.command),
+        "submitted_at": submitted_at,
+        "status": "active",
         "carbon_usd_per_tonne": job.carbon_usd_per_tonne,
     }
 
@@ -290,9 +313,9 @@ def _job_values(job: JobSpec, seq: int, submitted_at: Any) -> dict[str, Any]:
 #: JSON columns of `jobs` that `load` reads as text and decodes once per distinct value
 #: (most jobs share them), instead of once per row.
 _JOB_JSON: Final = ("gpu_types", "throughput", "command")
-_JOBS_SELECT: Final = sa.select(*(
-    sa.cast(c, sa.Text).label(c.name) if c.name in _JOB_JSON else c for c in t.jobs.columns
-)).order_by(t.jobs.c.seq)
+_JOBS_SELECT: Final = sa.select(
+    *(sa.cast(c, sa.Text).label(c.name) if c.name in _JOB_JSON else c for c in t.jobs.columns)
+).order_by(t.jobs.c.seq)
 
 
 def _json_decoder() -> Callable[[str | None], Any]:
@@ -314,11 +337,18 @@ def _job_spec(r: RowMapping, decode: Callable[[Any], Any] = lambda v: v) -> JobS
     """The job of a `jobs` row; `decode` turns its JSON columns into values (identity when
     the driver decoded them already). Decoded values may be shared: they are copied."""
     return JobSpec(
-        id=r["id"], work_gpu_hours=r["work_gpu_hours"], gpus=r["gpus"], start=r["start"],
-        deadline=r["deadline"], checkpoint_size_gb=r["checkpoint_size_gb"],
-        cold_start_h=r["cold_start_h"], home_region=r["home_region"],
-        gpu_types=frozenset(decode(r["gpu_types"])), throughput=dict(decode(r["throughput"])),
-        budget_usd=r["budget_usd"], checkpoint_interval_h=r["checkpoint_interval_h"],
+        id=r["id"],
+        work_gpu_hours=r["work_gpu_hours"],
+        gpus=r["gpus"],
+        start=r["start"],
+        deadline=r["deadline"],
+        checkpoint_size_gb=r["checkpoint_size_gb"],
+        cold_start_h=r["cold_start_h"],
+        home_region=r["home_region"],
+        gpu_types=frozenset(decode(r["gpu_types"])),
+        throughput=dict(decode(r["throughput"])),
+        budget_usd=r["budget_usd"],
+        checkpoint_interval_h=r["checkpoint_interval_h"],
         command=tuple(decode(r["command"]) or ()),
         carbon_usd_per_tonne=r["carbon_usd_per_tonne"],
     )
@@ -340,23 +370,43 @@ def _job_row(r: RowMapping) -> JobRow:
 
 
 def _event_values(e: Event) -> dict[str, Any]:
-    return {"time_s": float(e.time_s), "job_id": e.job_id, "kind": e.kind.value,
-            "offer_id": e.offer_id, "instance_id": e.instance_id, "detail": e.detail,
-            "data": encode_event_data(e.data)}
+    return {
+        "time_s": float(e.time_s),
+        "job_id": e.job_id,
+        "kind": e.kind.value,
+        "offer_id": e.offer_id,
+        "instance_id": e.instance_id,
+        "detail": e.detail,
+        "data": encode_event_data(e.data),
+    }
 
 
 def _event(r: RowMapping) -> Event:
-    return Event(time_s=r["time_s"], job_id=r["job_id"], kind=EventKind(r["kind"]),
-                 offer_id=r["offer_id"], detail=r["detail"], data=decode_event_data(r["data"]),
-                 instance_id=r["instance_id"])
+    return Event(
+        time_s=r["time_s"],
+        job_id=r["job_id"],
+        kind=EventKind(r["kind"]),
+        offer_id=r["offer_id"],
+        detail=r["detail"],
+        data=decode_event_data(r["data"]),
+        instance_id=r["instance_id"],
+    )
 
 
 def _migration_values(m: MigrationRecord) -> dict[str, Any]:
-    return {"id": m.id, "job_id": m.job_id, "phase": m.phase, "src_offer_id": m.src_offer_id,
-            "dst_offer_id": m.dst_offer_id, "request_id": m.request_id,
-            "checkpoint_uri": m.checkpoint_uri, "error": m.error,
-            "started_s": float(m.started_s), "updated_s": float(m.updated_s),
-            "detail": m.detail}
+    return {
+        "id": m.id,
+        "job_id": m.job_id,
+        "phase": m.phase,
+        "src_offer_id": m.src_offer_id,
+        "dst_offer_id": m.dst_offer_id,
+        "request_id": m.request_id,
+        "checkpoint_uri": m.checkpoint_uri,
+        "error": m.error,
+        "started_s": float(m.started_s),
+        "updated_s": float(m.updated_s),
+        "detail": m.detail,
+    }
 
 
 def _migration(r: RowMapping) -> MigrationRecord:
@@ -369,21 +419,28 @@ def _instance(r: RowMapping) -> InstanceRecord:
 
 def _sample(r: RowMapping) -> SignalSample:
     value = r["value"]
-    return SignalSample(time=r["time"], key=r["key"], kind=SignalKind(r["kind"]),
-                        value=float("nan") if value is None else value, unit=r["unit"],
-                        source=r["source"], observed_at=r["observed_at"],
-                        valid_until=r["valid_until"])
+    return SignalSample(
+        time=r["time"],
+        key=r["key"],
+        kind=SignalKind(r["kind"]),
+        value=float("nan") if value is None else value,
+        unit=r["unit"],
+        source=r["source"],
+        observed_at=r["observed_at"],
+        valid_until=r["valid_until"],
+    )
 
 
 def _chunks(items: Sequence[str]) -> Iterator[Sequence[str]]:
     for i in range(0, len(items), _CHUNK):
-        yield items[i:i + _CHUNK]
+        yield items[i : i + _CHUNK]
 
 
 _OPEN = sa.func.lower(t.migrations.c.phase).not_in(sorted(TERMINAL_MIGRATION_PHASES))
 
 
 # -- the store ----------------------------------------------------------------------------
+
 
 class SqlStateStore:
     """`StateStore` on SQLAlchemy. Thread-safe (a connection per call); one instance per
@@ -423,8 +480,9 @@ class SqlStateStore:
                 yield conn
 
     @contextmanager
-    def _write(self, job_ids: Iterable[JobId] = (),
-               migrations: Sequence[MigrationRecord] = ()) -> Iterator[Connection]:
+    def _write(
+        self, job_ids: Iterable[JobId] = (), migrations: Sequence[MigrationRecord] = ()
+    ) -> Iterator[Connection]:
         """A write transaction; integrity errors are explained (unknown job: InputError,
         a second open migration for a job: VersionConflict)."""
         try:
@@ -435,8 +493,9 @@ class SqlStateStore:
         except IntegrityError as exc:
             raise self._explain(exc, set(job_ids), migrations) from exc
 
-    def _explain(self, exc: IntegrityError, job_ids: set[JobId],
-                 migrations: Sequence[MigrationRecord]) -> HeliotropeError:
+    def _explain(
+        self, exc: IntegrityError, job_ids: set[JobId], migrations: Sequence[MigrationRecord]
+    ) -> HeliotropeError:
         unknown = sorted(job_ids - self._existing(sorted(job_ids)))
         if unknown:
             return unknown_jobs(unknown)
@@ -469,10 +528,12 @@ class SqlStateStore:
             if taken:
                 raise duplicate_jobs(sorted(taken))
             seq = conn.scalar(sa.select(sa.func.coalesce(sa.func.max(t.jobs.c.seq), 0))) or 0
-            conn.execute(t.jobs.insert(), [_job_values(j, seq + 1 + n, now)
-                                           for n, j in enumerate(jobs)])
-            conn.execute(t.job_state.insert(),
-                         [{**_row_values(i, JobRow()), "version": 0} for i in ids])
+            conn.execute(
+                t.jobs.insert(), [_job_values(j, seq + 1 + n, now) for n, j in enumerate(jobs)]
+            )
+            conn.execute(
+                t.job_state.insert(), [{**_row_values(i, JobRow()), "version": 0} for i in ids]
+            )
 
     def version(self) -> int:
         with self._read() as conn:
@@ -488,15 +549,19 @@ class SqlStateStore:
     def load(self) -> tuple[LoadedFleet, int]:
         decode = _json_decoder()
         with self._read() as conn:
-            meta = conn.execute(sa.select(t.meta.c.version, t.meta.c.accrued_until_s)
-                                .where(t.meta.c.id == 1)).one_or_none()
+            meta = conn.execute(
+                sa.select(t.meta.c.version, t.meta.c.accrued_until_s).where(t.meta.c.id == 1)
+            ).one_or_none()
             if meta is None:
                 raise PermanentError("state store has no meta row: run `upgrade()`")
             version = int(meta.version)
             job_rows = conn.execute(_JOBS_SELECT).mappings().all()
             state = conn.execute(sa.select(t.job_state)).mappings().all()
-            migs = conn.execute(sa.select(t.migrations).where(_OPEN)
-                                .order_by(t.migrations.c.started_s, t.migrations.c.id)).mappings()
+            migs = conn.execute(
+                sa.select(t.migrations)
+                .where(_OPEN)
+                .order_by(t.migrations.c.started_s, t.migrations.c.id)
+            ).mappings()
             fleet = LoadedFleet(
                 jobs=tuple(_job_spec(r, decode) for r in job_rows),
                 rows={r["job_id"]: _job_row(r) for r in state},
@@ -504,13 +569,19 @@ class SqlStateStore:
                 submitted_at={r["id"]: r["submitted_at"] for r in job_rows},
                 status={r["id"]: r["status"] for r in job_rows},
                 accrued_until_s=meta.accrued_until_s,
-                held_until_s={r["id"]: r["held_until_s"] for r in job_rows
-                              if r["held_until_s"] is not None},
+                held_until_s={
+                    r["id"]: r["held_until_s"] for r in job_rows if r["held_until_s"] is not None
+                },
             )
         return fleet, version
 
-    def set_control(self, job_id: JobId, *, status: str | None = None,
-                    held_until_s: float | Unset | None = UNSET) -> int:
+    def set_control(
+        self,
+        job_id: JobId,
+        *,
+        status: str | None = None,
+        held_until_s: float | Unset | None = UNSET,
+    ) -> int:
         check_control(status, held_until_s)
         values: dict[str, Any] = {}
         if status is not None:
@@ -522,13 +593,20 @@ class SqlStateStore:
                 raise unknown_jobs([job_id])
             if values:
                 conn.execute(sa.update(t.jobs).where(t.jobs.c.id == job_id).values(**values))
-            conn.execute(sa.update(t.meta).where(t.meta.c.id == 1)
-                         .values(version=t.meta.c.version + 1))
+            conn.execute(
+                sa.update(t.meta).where(t.meta.c.id == 1).values(version=t.meta.c.version + 1)
+            )
             return self._version(conn)
 
-    def commit(self, events: Sequence[Event], rows: Mapping[JobId, JobRow], *,
-               expected_version: int, migrations: Sequence[MigrationRecord] = (),
-               accrued_until_s: float | None = None) -> int:
+    def commit(
+        self,
+        events: Sequence[Event],
+        rows: Mapping[JobId, JobRow],
+        *,
+        expected_version: int,
+        migrations: Sequence[MigrationRecord] = (),
+        accrued_until_s: float | None = None,
+    ) -> int:
         check_migrations(migrations)
         new = expected_version + 1
         values: dict[str, Any] = {"version": new}
@@ -536,14 +614,19 @@ class SqlStateStore:
             values["accrued_until_s"] = float(accrued_until_s)
         ids = {e.job_id for e in events} | set(rows) | {m.job_id for m in migrations}
         with self._write(ids, migrations) as conn:
-            res = conn.execute(sa.update(t.meta)
-                               .where(t.meta.c.id == 1, t.meta.c.version == expected_version)
-                               .values(**values))
+            res = conn.execute(
+                sa.update(t.meta)
+                .where(t.meta.c.id == 1, t.meta.c.version == expected_version)
+                .values(**values)
+            )
             if res.rowcount != 1:
                 actual = self._version(conn)
-                raise VersionConflict(f"fleet version is {actual}, not {expected_version}: "
-                                      "another writer committed; reload and retry",
-                                      expected=expected_version, actual=actual)
+                raise VersionConflict(
+                    f"fleet version is {actual}, not {expected_version}: "
+                    "another writer committed; reload and retry",
+                    expected=expected_version,
+                    actual=actual,
+                )
             self._write_rows(conn, rows)
             self._write_events(conn, events)
             # Closing ones first: the one-open-migration-per-job index is checked row by
@@ -559,9 +642,14 @@ class SqlStateStore:
         stmt = self._insert(t.job_state)
         stmt = stmt.on_conflict_do_update(
             index_elements=[t.job_state.c.job_id],
-            set_={**{c.name: stmt.excluded[c.name] for c in t.job_state.columns
-                     if c.name not in ("job_id", "version")},
-                  "version": t.job_state.c.version + 1},
+            set_={
+                **{
+                    c.name: stmt.excluded[c.name]
+                    for c in t.job_state.columns
+                    if c.name not in ("job_id", "version")
+                },
+                "version": t.job_state.c.version + 1,
+            },
         )
         # Plain executemany (psycopg pipelines it); RETURNING-batched multi-row VALUES
         # measured 3-4x slower here for 1,000 rows.
@@ -575,16 +663,22 @@ class SqlStateStore:
     def _write_migration(self, conn: Connection, m: MigrationRecord) -> None:
         values = _migration_values(m)
         stmt = self._insert(t.migrations).values(values)
-        conn.execute(stmt.on_conflict_do_update(
-            index_elements=[t.migrations.c.id],
-            set_={k: v for k, v in values.items() if k != "id"}))
+        conn.execute(
+            stmt.on_conflict_do_update(
+                index_elements=[t.migrations.c.id],
+                set_={k: v for k, v in values.items() if k != "id"},
+            )
+        )
 
     @contextmanager
     def claim_jobs(self, n: int) -> Iterator[SqlJobClaim]:
-        stmt = (sa.select(t.job_state)
-                .join(t.jobs, t.jobs.c.id == t.job_state.c.job_id)
-                .where(t.job_state.c.phase != int(Phase.DONE))
-                .order_by(t.jobs.c.seq).limit(n))
+        stmt = (
+            sa.select(t.job_state)
+            .join(t.jobs, t.jobs.c.id == t.job_state.c.job_id)
+            .where(t.job_state.c.phase != int(Phase.DONE))
+            .order_by(t.jobs.c.seq)
+            .limit(n)
+        )
         if not self._pg:
             # SQLite has no row locks: claim in order, check versions at commit.
             with self._read() as conn:
@@ -596,8 +690,9 @@ class SqlStateStore:
             trans = conn.begin()
             try:
                 locked = conn.execute(stmt.with_for_update(skip_locked=True, of=t.job_state))
-                claim = SqlJobClaim(self, conn, {r["job_id"]: _job_row(r)
-                                                 for r in locked.mappings()})
+                claim = SqlJobClaim(
+                    self, conn, {r["job_id"]: _job_row(r) for r in locked.mappings()}
+                )
                 yield claim
             finally:
                 if trans.is_active:
@@ -608,12 +703,14 @@ class SqlStateStore:
         with self._read() as conn:
             if not self._existing([job_id], conn):
                 raise unknown_jobs([job_id])
-            rows = conn.execute(sa.select(t.events).where(t.events.c.job_id == job_id)
-                                .order_by(t.events.c.id)).mappings()
+            rows = conn.execute(
+                sa.select(t.events).where(t.events.c.job_id == job_id).order_by(t.events.c.id)
+            ).mappings()
             return [_event(r) for r in rows]
 
-    def events(self, *, since_id: int = 0, job_id: JobId | None = None,
-               limit: int = 1000) -> list[tuple[int, Event]]:
+    def events(
+        self, *, since_id: int = 0, job_id: JobId | None = None, limit: int = 1000
+    ) -> list[tuple[int, Event]]:
         stmt = sa.select(t.events).where(t.events.c.id > since_id)
         if job_id is not None:
             stmt = stmt.where(t.events.c.job_id == job_id)
@@ -627,16 +724,24 @@ class SqlStateStore:
         values["launched_at"] = as_utc(instance.launched_at, "launched_at", instance.id)
         ids = [instance.job_id] if instance.job_id is not None else []
         with self._write(ids) as conn:
-            clash = conn.execute(sa.select(t.instances.c.id, t.instances.c.request_id).where(
-                sa.or_(t.instances.c.request_id == instance.request_id,
-                       t.instances.c.id == instance.id))).all()
+            clash = conn.execute(
+                sa.select(t.instances.c.id, t.instances.c.request_id).where(
+                    sa.or_(
+                        t.instances.c.request_id == instance.request_id,
+                        t.instances.c.id == instance.id,
+                    )
+                )
+            ).all()
             for other_id, other_request in clash:
                 if (other_id, other_request) != (instance.id, instance.request_id):
                     raise instance_clash(instance, other_id, other_request)
             stmt = self._insert(t.instances).values(values)
-            conn.execute(stmt.on_conflict_do_update(
-                index_elements=[t.instances.c.id],
-                set_={k: v for k, v in values.items() if k != "id"}))
+            conn.execute(
+                stmt.on_conflict_do_update(
+                    index_elements=[t.instances.c.id],
+                    set_={k: v for k, v in values.items() if k != "id"},
+                )
+            )
 
     def instances(self, cluster: str, *, job_id: JobId | None = None) -> list[InstanceRecord]:
         stmt = sa.select(t.instances).where(t.instances.c.cluster == cluster)
@@ -662,21 +767,31 @@ class SqlStateStore:
 
     # -- signal samples -----------------------------------------------------------------
     def append_samples(self, rows: Any) -> None:
-        values = [{"time": s.time, "key": s.key, "kind": s.kind.value,
-                   "value": None if math.isnan(s.value) else s.value, "unit": s.unit,
-                   "source": s.source, "observed_at": s.observed_at,
-                   "valid_until": s.valid_until} for s in iter_samples(rows)]
+        values = [
+            {
+                "time": s.time,
+                "key": s.key,
+                "kind": s.kind.value,
+                "value": None if math.isnan(s.value) else s.value,
+                "unit": s.unit,
+                "source": s.source,
+                "observed_at": s.observed_at,
+                "valid_until": s.valid_until,
+            }
+            for s in iter_samples(rows)
+        ]
         if not values:
             return
         with self._write() as conn:
             conn.execute(self._insert(t.signal_samples).on_conflict_do_nothing(), values)
 
-    def samples(self, kind: SignalKind, keys: Sequence[str] | None, start_s: float,
-                end_s: float) -> list[SignalSample]:
+    def samples(
+        self, kind: SignalKind, keys: Sequence[str] | None, start_s: float, end_s: float
+    ) -> list[SignalSample]:
         s = t.signal_samples.c
         stmt = sa.select(t.signal_samples).where(
-            s.kind == SignalKind(kind).value,
-            s.time >= from_s(start_s), s.time < from_s(end_s))
+            s.kind == SignalKind(kind).value, s.time >= from_s(start_s), s.time < from_s(end_s)
+        )
         if keys is not None:
             stmt = stmt.where(s.key.in_(list(keys)))
         with self._read() as conn:
@@ -686,7 +801,8 @@ class SqlStateStore:
     def observed_samples(self, start_s: float, end_s: float) -> list[SignalSample]:
         s = t.signal_samples.c
         stmt = sa.select(t.signal_samples).where(
-            s.observed_at >= from_s(start_s), s.observed_at < from_s(end_s))
+            s.observed_at >= from_s(start_s), s.observed_at < from_s(end_s)
+        )
         with self._read() as conn:
             rows = conn.execute(stmt.order_by(s.observed_at, s.id))
             return [_sample(r) for r in rows.mappings()]
@@ -695,8 +811,9 @@ class SqlStateStore:
 class SqlJobClaim:
     """Jobs claimed by `SqlStateStore.claim_jobs`; see `orchestrator.state.JobClaim`."""
 
-    def __init__(self, store: SqlStateStore, conn: Connection | None,
-                 rows: Mapping[JobId, JobRow]) -> None:
+    def __init__(
+        self, store: SqlStateStore, conn: Connection | None, rows: Mapping[JobId, JobRow]
+    ) -> None:
         self._store = store
         self._conn = conn  # PostgreSQL: the transaction holding the row locks
         self.rows: Mapping[JobId, JobRow] = rows
@@ -721,20 +838,27 @@ class SqlJobClaim:
             raise self._store._explain(exc, set(rows), ()) from exc
         return version
 
-    def _apply(self, conn: Connection, events: Sequence[Event],
-               rows: Mapping[JobId, JobRow]) -> int:
+    def _apply(
+        self, conn: Connection, events: Sequence[Event], rows: Mapping[JobId, JobRow]
+    ) -> int:
         ids = sorted(rows)
         current: dict[JobId, int] = {}
         for chunk in _chunks(ids):
-            found = conn.execute(sa.select(t.job_state.c.job_id, t.job_state.c.version)
-                                 .where(t.job_state.c.job_id.in_(chunk)))
+            found = conn.execute(
+                sa.select(t.job_state.c.job_id, t.job_state.c.version).where(
+                    t.job_state.c.job_id.in_(chunk)
+                )
+            )
             current.update((job_id, int(version)) for job_id, version in found)
         stale = [i for i in ids if current.get(i) != self.rows[i].version]
         if stale:
             raise VersionConflict(f"jobs changed since they were claimed: {', '.join(stale[:5])}")
-        version = conn.scalar(sa.update(t.meta).where(t.meta.c.id == 1)
-                              .values(version=t.meta.c.version + 1)
-                              .returning(t.meta.c.version))
+        version = conn.scalar(
+            sa.update(t.meta)
+            .where(t.meta.c.id == 1)
+            .values(version=t.meta.c.version + 1)
+            .returning(t.meta.c.version)
+        )
         self._store._write_rows(conn, rows)
         self._store._write_events(conn, events)
         return int(version or 0)

@@ -74,8 +74,9 @@ def _request(
     except urllib.error.HTTPError as exc:
         return int(exc.code), exc.read()
     except (urllib.error.URLError, OSError, TimeoutError) as exc:
-        raise TransientError(f"metadata service {url} unreachable: {exc}",
-                             retry_after_s=1.0) from exc
+        raise TransientError(
+            f"metadata service {url} unreachable: {exc}", retry_after_s=1.0
+        ) from exc
 
 
 class AwsSpotNotices:
@@ -102,12 +103,15 @@ class AwsSpotNotices:
         now = self._monotonic()
         if self._token is None or now >= self._token_expires:
             status, body = _request(
-                "PUT", f"{self.base_url}/latest/api/token",
-                {"X-aws-ec2-metadata-token-ttl-seconds": str(self.token_ttl_s)}, self.timeout_s,
+                "PUT",
+                f"{self.base_url}/latest/api/token",
+                {"X-aws-ec2-metadata-token-ttl-seconds": str(self.token_ttl_s)},
+                self.timeout_s,
             )
             if status != 200:
-                raise TransientError(f"IMDSv2 token request answered HTTP {status}",
-                                     retry_after_s=1.0)
+                raise TransientError(
+                    f"IMDSv2 token request answered HTTP {status}", retry_after_s=1.0
+                )
             self._token = body.decode().strip()
             self._token_expires = now + self.token_ttl_s * 0.5
         return self._token
@@ -115,8 +119,10 @@ class AwsSpotNotices:
     def poll(self) -> PreemptionNotice | None:
         for _attempt in range(2):
             status, body = _request(
-                "GET", f"{self.base_url}/latest/meta-data/spot/instance-action",
-                {"X-aws-ec2-metadata-token": self._get_token()}, self.timeout_s,
+                "GET",
+                f"{self.base_url}/latest/meta-data/spot/instance-action",
+                {"X-aws-ec2-metadata-token": self._get_token()},
+                self.timeout_s,
             )
             if status == 401:  # token expired or revoked: get a new one, once
                 self._token = None
@@ -124,8 +130,9 @@ class AwsSpotNotices:
             if status == 404:
                 return None
             if status != 200:
-                raise TransientError(f"IMDS spot/instance-action answered HTTP {status}",
-                                     retry_after_s=1.0)
+                raise TransientError(
+                    f"IMDS spot/instance-action answered HTTP {status}", retry_after_s=1.0
+                )
             try:
                 action = json.loads(body)
                 detail = f"{action.get('action', '?')} at {action.get('time', '?')}"
@@ -146,19 +153,23 @@ class GceNotices:
 
     def poll(self) -> PreemptionNotice | None:
         status, body = _request(
-            "GET", f"{self.base_url}/computeMetadata/v1/instance/preempted",
-            {"Metadata-Flavor": "Google"}, self.timeout_s,
+            "GET",
+            f"{self.base_url}/computeMetadata/v1/instance/preempted",
+            {"Metadata-Flavor": "Google"},
+            self.timeout_s,
         )
         if status != 200:
-            raise TransientError(f"GCE metadata instance/preempted answered HTTP {status}",
-                                 retry_after_s=1.0)
+            raise TransientError(
+                f"GCE metadata instance/preempted answered HTTP {status}", retry_after_s=1.0
+            )
         if body.decode(errors="replace").strip().upper() == "TRUE":
             return PreemptionNotice("gcp", "instance/preempted is TRUE")
         return None
 
 
-def azure_preemption_notice(document: Mapping[str, object],
-                            vm_name: str) -> PreemptionNotice | None:
+def azure_preemption_notice(
+    document: Mapping[str, object], vm_name: str
+) -> PreemptionNotice | None:
     """The notice in a Scheduled Events document for the VM `vm_name`, or None: only events
     naming this VM count (a VM sees those of its availability or scale set too).
 
@@ -189,7 +200,10 @@ class AzureScheduledEvents:
     name = "azure"
 
     def __init__(
-        self, base_url: str = AZURE_METADATA_URL, *, timeout_s: float = 2.0,
+        self,
+        base_url: str = AZURE_METADATA_URL,
+        *,
+        timeout_s: float = 2.0,
         vm_name: str | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
@@ -198,11 +212,11 @@ class AzureScheduledEvents:
 
     def _get(self, path: str) -> tuple[int, bytes]:
         try:
-            return _request("GET", f"{self.base_url}{path}", {"Metadata": "true"},
-                            self.timeout_s)
+            return _request("GET", f"{self.base_url}{path}", {"Metadata": "true"}, self.timeout_s)
         except TransientError as exc:
-            raise TransientError(f"Azure IMDS {self.base_url} unreachable: {exc}",
-                                 retry_after_s=1.0) from exc
+            raise TransientError(
+                f"Azure IMDS {self.base_url} unreachable: {exc}", retry_after_s=1.0
+            ) from exc
 
     def vm_name(self) -> str:
         if self._vm_name is None:
@@ -210,23 +224,25 @@ class AzureScheduledEvents:
                 f"/metadata/instance/compute/name?api-version={AZURE_INSTANCE_API}&format=text"
             )
             if status != 200 or not body.strip():
-                raise TransientError(f"Azure IMDS compute/name answered HTTP {status}",
-                                     retry_after_s=1.0)
+                raise TransientError(
+                    f"Azure IMDS compute/name answered HTTP {status}", retry_after_s=1.0
+                )
             self._vm_name = body.decode(errors="replace").strip()
         return self._vm_name
 
     def poll(self) -> PreemptionNotice | None:
         name = self.vm_name()
         status, body = self._get(
-            f"/metadata/scheduledevents?api-version={AZURE_SCHEDULED_EVENTS_API}")
+            f"/metadata/scheduledevents?api-version={AZURE_SCHEDULED_EVENTS_API}"
+        )
         if status != 200:
-            raise TransientError(f"Azure IMDS scheduledevents answered HTTP {status}",
-                                 retry_after_s=1.0)
+            raise TransientError(
+                f"Azure IMDS scheduledevents answered HTTP {status}", retry_after_s=1.0
+            )
         try:
             document = json.loads(body)
         except ValueError as exc:
-            raise TransientError("Azure IMDS scheduledevents: not JSON",
-                                 retry_after_s=1.0) from exc
+            raise TransientError("Azure IMDS scheduledevents: not JSON", retry_after_s=1.0) from exc
         if not isinstance(document, Mapping):
             raise TransientError("Azure IMDS scheduledevents: not an object", retry_after_s=1.0)
         return azure_preemption_notice(document, name)
@@ -266,8 +282,9 @@ class NoticeWatcher:
         self.interval_s = interval_s
         self._on_notice = on_notice
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"notices-{source.name}",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"notices-{source.name}", daemon=True
+        )
 
     def start(self) -> NoticeWatcher:
         self._thread.start()
@@ -286,8 +303,12 @@ class NoticeWatcher:
             except TransientError as exc:
                 failures += 1
                 log = logger.warning if failures == 1 else logger.debug
-                log("cannot poll %s preemption notices (attempt %d): %s", self.source.name,
-                    failures, exc)
+                log(
+                    "cannot poll %s preemption notices (attempt %d): %s",
+                    self.source.name,
+                    failures,
+                    exc,
+                )
             except Exception:
                 logger.exception("%s notice source failed; polling goes on", self.source.name)
             else:
@@ -317,8 +338,13 @@ def notice_source_from_env(environ: Mapping[str, str] | None = None) -> NoticeSo
         return AzureScheduledEvents(base or AZURE_METADATA_URL)
     if kind in ("local", ""):
         return FileNotices(path) if path else None
-    raise InputError("environment", "HELIOTROPE_NOTICE_SOURCE", "one of " +
-                     ", ".join(NOTICE_SOURCES), got=repr(kind), fix="or leave it unset")
+    raise InputError(
+        "environment",
+        "HELIOTROPE_NOTICE_SOURCE",
+        "one of " + ", ".join(NOTICE_SOURCES),
+        got=repr(kind),
+        fix="or leave it unset",
+    )
 
 
 def poll_interval_from_env(environ: Mapping[str, str] | None = None) -> float:
@@ -331,6 +357,7 @@ def poll_interval_from_env(environ: Mapping[str, str] | None = None) -> float:
     except ValueError:
         value = -1.0
     if not 0 < value <= 3600:
-        raise InputError("environment", "HELIOTROPE_NOTICE_POLL_S", "seconds in (0, 3600]",
-                         got=repr(raw))
+        raise InputError(
+            "environment", "HELIOTROPE_NOTICE_POLL_S", "seconds in (0, 3600]", got=repr(raw)
+        )
     return value

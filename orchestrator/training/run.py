@@ -138,42 +138,61 @@ class ResumableRun:
         self.scheduler = scheduler
         self.job_id = job_id or _env_str(env, "HELIOTROPE_JOB_ID", "the job id (or job_id=)")
         if store is None:
-            uri = checkpoint_uri or _env_str(env, "HELIOTROPE_CHECKPOINT_URI",
-                                             "the checkpoint store URI (or checkpoint_uri=)")
+            uri = checkpoint_uri or _env_str(
+                env, "HELIOTROPE_CHECKPOINT_URI", "the checkpoint store URI (or checkpoint_uri=)"
+            )
             store = CheckpointStore(uri, **_storage_options(env))
         self.store = store
         self.store.list(self.job_id)  # validates the job id and reaches the store early
-        self.every_steps = every_steps if every_steps is not None else _env_number(
-            env, "HELIOTROPE_CHECKPOINT_EVERY_STEPS", int)
-        self.every_minutes = every_minutes if every_minutes is not None else _env_number(
-            env, "HELIOTROPE_CHECKPOINT_EVERY_MINUTES", float)
+        self.every_steps = (
+            every_steps
+            if every_steps is not None
+            else _env_number(env, "HELIOTROPE_CHECKPOINT_EVERY_STEPS", int)
+        )
+        self.every_minutes = (
+            every_minutes
+            if every_minutes is not None
+            else _env_number(env, "HELIOTROPE_CHECKPOINT_EVERY_MINUTES", float)
+        )
         if self.every_steps is not None and self.every_steps <= 0:
-            raise InputError("ResumableRun", "every_steps", "an integer > 0",
-                             got=self.every_steps)
+            raise InputError("ResumableRun", "every_steps", "an integer > 0", got=self.every_steps)
         if self.every_minutes is not None and self.every_minutes <= 0:
-            raise InputError("ResumableRun", "every_minutes", "minutes > 0",
-                             got=self.every_minutes)
+            raise InputError("ResumableRun", "every_minutes", "minutes > 0", got=self.every_minutes)
         if self.every_steps is None and self.every_minutes is None:
             self.every_minutes = DEFAULT_EVERY_MINUTES
-        self.async_checkpoint = (async_checkpoint if async_checkpoint is not None
-                                 else _env_bool(env, "HELIOTROPE_CHECKPOINT_ASYNC"))
+        self.async_checkpoint = (
+            async_checkpoint
+            if async_checkpoint is not None
+            else _env_bool(env, "HELIOTROPE_CHECKPOINT_ASYNC")
+        )
         self.agree_every_steps: int | None = (
-            agree_every_steps if agree_every_steps is not None
-            else _env_number(env, "HELIOTROPE_NOTICE_AGREE_EVERY_STEPS", int))
+            agree_every_steps
+            if agree_every_steps is not None
+            else _env_number(env, "HELIOTROPE_NOTICE_AGREE_EVERY_STEPS", int)
+        )
         """Steps between notice agreements; None: about every AGREE_EVERY_S seconds."""
         if self.agree_every_steps is not None and self.agree_every_steps <= 0:
-            raise InputError("ResumableRun", "agree_every_steps", "an integer > 0",
-                             got=self.agree_every_steps)
+            raise InputError(
+                "ResumableRun", "agree_every_steps", "an integer > 0", got=self.agree_every_steps
+            )
         self.exit_on_preemption = exit_on_preemption
         self._gang = Gang.current() if distributed is not False else None
         """The ranks of a distributed job (None in a single process)."""
         if distributed and self._gang is None:
-            raise InputError("ResumableRun", "distributed", "torch.distributed initialized "
-                             "first", got="no process group",
-                             fix="call torch.distributed.init_process_group() before")
+            raise InputError(
+                "ResumableRun",
+                "distributed",
+                "torch.distributed initialized first",
+                got="no process group",
+                fix="call torch.distributed.init_process_group() before",
+            )
         if self._gang is not None and self.async_checkpoint:
-            logger.warning("async checkpointing is single-process only: rank %d of %d writes "
-                           "its shards synchronously", self._gang.rank, self._gang.world_size)
+            logger.warning(
+                "async checkpointing is single-process only: rank %d of %d writes "
+                "its shards synchronously",
+                self._gang.rank,
+                self._gang.world_size,
+            )
             self.async_checkpoint = False
         self._wall_clock = wall_clock
         self._monotonic = monotonic
@@ -208,13 +227,17 @@ class ResumableRun:
         self._step_mono: float | None = None
         self._step_s = 0.0  # rank 0's moving average of the time between step_done calls
 
-        sources = (list(notice_sources) if notice_sources is not None
-                   else [s for s in [notice_source_from_env(env)] if s is not None])
+        sources = (
+            list(notice_sources)
+            if notice_sources is not None
+            else [s for s in [notice_source_from_env(env)] if s is not None]
+        )
         self._inline_sources = [s for s in sources if isinstance(s, FileNotices)]
         interval = poll_interval_from_env(env)
         self._watchers = [
             NoticeWatcher(s, self.notify_preemption, interval_s=interval).start()
-            for s in sources if not isinstance(s, FileNotices)
+            for s in sources
+            if not isinstance(s, FileNotices)
         ]
         self._old_handlers: dict[int, Any] = {}
         if handle_signals and threading.current_thread() is threading.main_thread():
@@ -253,8 +276,9 @@ class ResumableRun:
                 else:
                     self._apply(ref, self._load(ref))
             except CorruptCheckpoint as exc:
-                logger.warning("checkpoint %s is corrupt, trying the previous one: %s",
-                               ref.uri, exc)
+                logger.warning(
+                    "checkpoint %s is corrupt, trying the previous one: %s", ref.uri, exc
+                )
                 self._corrupt[ref.step] = ref
                 continue
             return self._restored_at(ref)
@@ -274,18 +298,19 @@ class ResumableRun:
         self._ckpt_mono = self._monotonic()
         if ref is None:
             self._ckpt_step = 0
-            logger.info("job %s: no checkpoint in %s, starting at step 0", self.job_id,
-                        self.store.root_uri)
+            logger.info(
+                "job %s: no checkpoint in %s, starting at step 0", self.job_id, self.store.root_uri
+            )
             return 0
         self.restored_from = self.last_checkpoint = ref
         self._ckpt_step = ref.step
-        logger.info("restored job %s from %s: resuming at step %d", self.job_id, ref.uri,
-                    ref.step)
+        logger.info("restored job %s from %s: resuming at step %d", self.job_id, ref.uri, ref.step)
         return ref.step
 
     def _restore_gang(self, gang: Gang) -> int:
         refs: list[CheckpointRef] = gang.broadcast(
-            self.store.list(self.job_id) if gang.is_leader else None)
+            self.store.list(self.job_id) if gang.is_leader else None
+        )
         for ref in reversed(refs):
             corrupt: BaseException | None = None
             failed: BaseException | None = None
@@ -295,7 +320,8 @@ class ResumableRun:
                     failed = PermanentError(
                         f"{ref.uri}: written by a single-process run ({fmt}); a distributed run "
                         "restores sharded checkpoints only: resume it in one process first, "
-                        "or start the job afresh")
+                        "or start the job afresh"
+                    )
             except CorruptCheckpoint as exc:
                 corrupt = exc
             except Exception as exc:
@@ -314,21 +340,28 @@ class ResumableRun:
         return self._restored_at(None)
 
     def _agreed_failure(
-        self, gang: Gang, ref: CheckpointRef, corrupt: BaseException | None,
+        self,
+        gang: Gang,
+        ref: CheckpointRef,
+        corrupt: BaseException | None,
         failed: BaseException | None,
     ) -> bool:
         """Whether `ref` is corrupt on any rank (all ranks then try the previous one);
         raises on every rank if it failed otherwise on any."""
-        any_corrupt, any_failed = map(bool, gang.agree([corrupt is not None,
-                                                        failed is not None]))
+        any_corrupt, any_failed = map(bool, gang.agree([corrupt is not None, failed is not None]))
         if any_failed:
             if failed is not None:
                 raise failed
-            raise PermanentError(f"{ref.uri}: could not be restored on another rank (its "
-                                 "log says why)")
+            raise PermanentError(
+                f"{ref.uri}: could not be restored on another rank (its log says why)"
+            )
         if any_corrupt:
-            logger.warning("checkpoint %s is corrupt%s, trying the previous one: %s", ref.uri,
-                           "" if corrupt is not None else " on another rank", corrupt)
+            logger.warning(
+                "checkpoint %s is corrupt%s, trying the previous one: %s",
+                ref.uri,
+                "" if corrupt is not None else " on another rank",
+                corrupt,
+            )
             self._corrupt[ref.step] = ref
         return any_corrupt
 
@@ -345,15 +378,21 @@ class ResumableRun:
         state = {"model": model_sd, "optimizer": optim_sd}
         try:
             with warnings.catch_warnings():  # "assuming the intent is to load in a single
-                warnings.filterwarnings(      # process": it is, without a gang
-                    "ignore", message="torch.distributed is disabled", category=UserWarning)
-                dcp_load(state, storage_reader=StoreReader(self.store, ref),
-                         planner=SafeLoadPlanner(), no_dist=gang is None,
-                         process_group=gang.group if gang is not None else None)
+                warnings.filterwarnings(  # process": it is, without a gang
+                    "ignore", message="torch.distributed is disabled", category=UserWarning
+                )
+                dcp_load(
+                    state,
+                    storage_reader=StoreReader(self.store, ref),
+                    planner=SafeLoadPlanner(),
+                    no_dist=gang is None,
+                    process_group=gang.group if gang is not None else None,
+                )
         except CheckpointException as exc:
             raise _unwrap(exc, ref) from None
-        set_state_dict(self.model, self.optimizer, model_state_dict=model_sd,
-                       optim_state_dict=optim_sd)
+        set_state_dict(
+            self.model, self.optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd
+        )
         rank = gang.rank if gang is not None else 0
         world = gang.world_size if gang is not None else 1
         name = rank_file(rank if rank < saved_world else 0)
@@ -366,13 +405,17 @@ class ResumableRun:
         self.data_state = extras["data_state"] if extras["data_state"] is not None else {}
         self.restored_world_size = saved_world
         if saved_world != world:
-            logger.info("job %s: checkpoint %s was written by %d ranks, restored into %d",
-                        self.job_id, ref.uri, saved_world, world)
+            logger.info(
+                "job %s: checkpoint %s was written by %d ranks, restored into %d",
+                self.job_id,
+                ref.uri,
+                saved_world,
+                world,
+            )
 
     def _load(self, ref: CheckpointRef) -> Any:
         try:
-            tree = load_state_files(lambda name: self.store.open_file(ref, name),
-                                    name=STATE_FILE)
+            tree = load_state_files(lambda name: self.store.open_file(ref, name), name=STATE_FILE)
         except CorruptCheckpoint:
             raise
         except Exception as exc:  # a damaged header can fail anywhere in unpickling
@@ -390,8 +433,10 @@ class ResumableRun:
         if self.preempted is not None:
             return  # exit_on_preemption=False: the loop should stop; nothing more is saved
         if not self._restored:
-            raise PermanentError("ResumableRun.step_done() before restore(): call restore() "
-                                 "first, so checkpoints continue the stored ones")
+            raise PermanentError(
+                "ResumableRun.step_done() before restore(): call restore() "
+                "first, so checkpoints continue the stored ones"
+            )
         if self._closed:
             raise PermanentError("ResumableRun.step_done() after close() or finish()")
         self._collect_pending(block=False)
@@ -409,8 +454,9 @@ class ResumableRun:
         if self.async_checkpoint and self._buffers_ready is None:
             self._prepare_buffers(completed, data_state)
         if self._due(completed):
-            self._checkpoint(completed, data_state, reason="periodic",
-                             sync=not self.async_checkpoint)
+            self._checkpoint(
+                completed, data_state, reason="periodic", sync=not self.async_checkpoint
+            )
         if self._notice_event.is_set():  # arrived while checkpointing
             self._preempt(completed, data_state)
 
@@ -440,9 +486,13 @@ class ResumableRun:
         if step_due or (time_due and completed > (self._ckpt_step or 0)):
             self._checkpoint(completed, data_state, reason="periodic", sync=True)
         if completed >= self._next_agree:
-            self._agreement = gang.start_agree([self._notice_event.is_set(),
-                                                self._due_time(completed),
-                                                self._proposed_interval(gang)])
+            self._agreement = gang.start_agree(
+                [
+                    self._notice_event.is_set(),
+                    self._due_time(completed),
+                    self._proposed_interval(gang),
+                ]
+            )
             self._next_agree = completed + self._agree_interval
 
     def _proposed_interval(self, gang: Gang) -> int:
@@ -459,13 +509,19 @@ class ResumableRun:
 
     def _due_steps(self, completed: int) -> bool:
         last = self._ckpt_step if self._ckpt_step is not None else 0
-        return (self.every_steps is not None and completed > last
-                and completed - last >= self.every_steps)
+        return (
+            self.every_steps is not None
+            and completed > last
+            and completed - last >= self.every_steps
+        )
 
     def _due_time(self, completed: int) -> bool:
         last = self._ckpt_step if self._ckpt_step is not None else 0
-        return (self.every_minutes is not None and completed > last
-                and self._monotonic() - self._ckpt_mono >= self.every_minutes * 60.0)
+        return (
+            self.every_minutes is not None
+            and completed > last
+            and self._monotonic() - self._ckpt_mono >= self.every_minutes * 60.0
+        )
 
     def finish(self) -> CheckpointRef | None:
         """Checkpoint the last completed step (unless already done), wait for every write,
@@ -473,8 +529,7 @@ class ResumableRun:
         if not self._closed:
             self._collect_pending(block=True)  # a failed background write is redone here
             if self._last_step is not None and not self._saved(self._last_step):
-                self._checkpoint(self._last_step, self._last_data_state, reason="final",
-                                 sync=True)
+                self._checkpoint(self._last_step, self._last_data_state, reason="final", sync=True)
         self.close()
         return self.last_checkpoint
 
@@ -487,9 +542,11 @@ class ResumableRun:
         self.preempted = notice
         ref = self.last_checkpoint
         logger.warning(
-            "preempted (%s%s): checkpoint %s holds step %d; %s", notice.source,
+            "preempted (%s%s): checkpoint %s holds step %d; %s",
+            notice.source,
             f": {notice.detail}" if notice.detail else "",
-            ref.uri if ref else "(none)", ref.step if ref else 0,
+            ref.uri if ref else "(none)",
+            ref.step if ref else 0,
             "exiting with status 0" if self.exit_on_preemption else "stopping",
         )
         if self.exit_on_preemption:
@@ -539,7 +596,8 @@ class ResumableRun:
             return
         snapshot, events = self._snapshot(tree)
         self._pending = self._writer().submit(
-            self._write_async, completed, snapshot, events, reason)
+            self._write_async, completed, snapshot, events, reason
+        )
         self.stall_s.append(time.perf_counter() - started)
 
     def _prepare_buffers(self, completed: int, data_state: Mapping[str, Any] | None) -> None:
@@ -555,8 +613,10 @@ class ResumableRun:
         map_tensors(self._state_tree(completed, data_state), spec)
 
         def allocate() -> list[torch.Tensor]:
-            return [torch.empty(shape, dtype=dtype, pin_memory=pin).zero_()
-                    for shape, dtype, pin in specs]
+            return [
+                torch.empty(shape, dtype=dtype, pin_memory=pin).zero_()
+                for shape, dtype, pin in specs
+            ]
 
         self._buffers_ready = self._writer().submit(allocate)
 
@@ -577,8 +637,9 @@ class ResumableRun:
             src = t.detach()
             buf = self._buffers[index] if index < len(self._buffers) else None
             if buf is None or buf.shape != src.shape or buf.dtype != src.dtype:
-                buf = torch.empty(src.shape, dtype=src.dtype,
-                                  pin_memory=src.is_cuda and torch.cuda.is_available())
+                buf = torch.empty(
+                    src.shape, dtype=src.dtype, pin_memory=src.is_cuda and torch.cuda.is_available()
+                )
                 if index < len(self._buffers):
                     self._buffers[index] = buf
                 else:
@@ -614,16 +675,14 @@ class ResumableRun:
         metadata = {"format": FORMAT, "reason": reason, "torch": torch.__version__}
         now_s = self._wall_clock()
         try:
-            ref = self.store.write(self.job_id, completed, files, now_s=now_s,
-                                   metadata=metadata)
+            ref = self.store.write(self.job_id, completed, files, now_s=now_s, metadata=metadata)
         except CheckpointExists:
             # Only a corrupt checkpoint that restore() skipped may stand in the way.
             stale = self._corrupt.pop(completed, None)
             if stale is None:
                 raise
             self.store.quarantine(stale)
-            ref = self.store.write(self.job_id, completed, files, now_s=now_s,
-                                   metadata=metadata)
+            ref = self.store.write(self.job_id, completed, files, now_s=now_s, metadata=metadata)
         self.last_checkpoint = ref
         self.checkpoints.append(ref)
         self._failures = 0
@@ -647,8 +706,11 @@ class ResumableRun:
             gang.barrier()
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
         extras = {
-            "format": SHARDED_FORMAT, "step": completed, "rank": gang.rank,
-            "world_size": gang.world_size, "rng": capture_rng(),
+            "format": SHARDED_FORMAT,
+            "step": completed,
+            "rank": gang.rank,
+            "world_size": gang.world_size,
+            "rng": capture_rng(),
             "data_state": dict(data_state) if data_state is not None else None,
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
         }
@@ -658,8 +720,11 @@ class ResumableRun:
 
         writer = StoreWriter(self.store, self.job_id, completed, extra=extra)
         try:
-            dcp_save({"model": model_sd, "optimizer": optim_sd}, storage_writer=writer,
-                     process_group=gang.group)
+            dcp_save(
+                {"model": model_sd, "optimizer": optim_sd},
+                storage_writer=writer,
+                process_group=gang.group,
+            )
         except CheckpointException as exc:  # raised on every rank
             if gang.is_leader:
                 self.store.discard_unpublished(self.job_id, completed)
@@ -668,11 +733,16 @@ class ResumableRun:
         outcome: tuple[str, Any] | None = None
         if gang.is_leader:
             entries = {name: entry for part in parts for name, entry in part.items()}
-            metadata = {"format": SHARDED_FORMAT, "reason": reason, "torch": torch.__version__,
-                        "world_size": str(gang.world_size)}
+            metadata = {
+                "format": SHARDED_FORMAT,
+                "reason": reason,
+                "torch": torch.__version__,
+                "world_size": str(gang.world_size),
+            }
             try:
-                published = self.store.publish(self.job_id, completed, entries,
-                                               now_s=self._wall_clock(), metadata=metadata)
+                published = self.store.publish(
+                    self.job_id, completed, entries, now_s=self._wall_clock(), metadata=metadata
+                )
                 outcome = ("ok", published)
             except Exception as exc:
                 self.store.discard_unpublished(self.job_id, completed)
@@ -696,8 +766,9 @@ class ResumableRun:
         self._ckpt_step = self.last_checkpoint.step if self.last_checkpoint else 0
         if critical or self._failures >= MAX_CONSECUTIVE_FAILURES:
             raise exc
-        logger.error("checkpoint write failed (%d in a row; training goes on): %s",
-                     self._failures, exc)
+        logger.error(
+            "checkpoint write failed (%d in a row; training goes on): %s", self._failures, exc
+        )
 
     def _collect_pending(self, *, block: bool) -> None:
         pending = self._pending
@@ -753,8 +824,10 @@ def _unwrap(exc: BaseException, ref: CheckpointRef | None) -> Exception:
     a TransientError if every failure was an I/O or transient error, else a
     PermanentError."""
     failures: dict[int, Any] = getattr(exc, "failures", {}) or {}
-    errors = [(rank, pair[0] if isinstance(pair, tuple) else pair)
-              for rank, pair in sorted(failures.items())]
+    errors = [
+        (rank, pair[0] if isinstance(pair, tuple) else pair)
+        for rank, pair in sorted(failures.items())
+    ]
     for _rank, error in errors:
         if isinstance(error, CorruptCheckpoint):
             return error
@@ -768,8 +841,13 @@ def _unwrap(exc: BaseException, ref: CheckpointRef | None) -> Exception:
 def _env_str(env: Mapping[str, str], name: str, what: str) -> str:
     value = env.get(name, "").strip()
     if not value:
-        raise InputError("environment", name, what, got="unset",
-                         fix=f"set {name} (the orchestrator sets it when it launches the job)")
+        raise InputError(
+            "environment",
+            name,
+            what,
+            got="unset",
+            fix=f"set {name} (the orchestrator sets it when it launches the job)",
+        )
     return value
 
 
@@ -804,6 +882,10 @@ def _storage_options(env: Mapping[str, str]) -> dict[str, Any]:
     except ValueError:
         value = None
     if not isinstance(value, dict):
-        raise InputError("environment", "HELIOTROPE_CHECKPOINT_STORAGE_OPTIONS",
-                         "a JSON object of fsspec storage options", got=raw[:80])
+        raise InputError(
+            "environment",
+            "HELIOTROPE_CHECKPOINT_STORAGE_OPTIONS",
+            "a JSON object of fsspec storage options",
+            got=raw[:80],
+        )
     return value

@@ -59,8 +59,18 @@ from orchestrator.training.shard_layout import (
 )
 from orchestrator.training.state_io import byte_view
 
-__all__ = ["METADATA_FILE", "SHARDED_FORMAT", "Piece", "SafeLoadPlanner", "StoreReader",
-           "StoreWriter", "portable", "rank_file", "read_metadata", "shard_file"]
+__all__ = [
+    "METADATA_FILE",
+    "SHARDED_FORMAT",
+    "Piece",
+    "SafeLoadPlanner",
+    "StoreReader",
+    "StoreWriter",
+    "portable",
+    "rank_file",
+    "read_metadata",
+    "shard_file",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,11 +154,19 @@ class StoreWriter(StorageWriter):
                         keep.append(tensor)
                         view = byte_view(tensor)
                         out.write_stable(view)
-                        piece = Piece(name, offset, len(view), str(tensor.dtype).removeprefix(
-                            "torch."), tuple(tensor.shape))
+                        piece = Piece(
+                            name,
+                            offset,
+                            len(view),
+                            str(tensor.dtype).removeprefix("torch."),
+                            tuple(tensor.shape),
+                        )
                     offset += piece.length
-                    results.append(WriteResult(index=item.index, size_in_bytes=piece.length,
-                                               storage_data=piece))
+                    results.append(
+                        WriteResult(
+                            index=item.index, size_in_bytes=piece.length, storage_data=piece
+                        )
+                    )
             if self.extra is not None:
                 self.extra(write_fn)
 
@@ -185,15 +203,19 @@ class _MetadataUnpickler(pickle.Unpickler):
         ):
             return super().find_class(module, name)
         if module in ("collections", "builtins") and name in (
-            "OrderedDict", "set", "frozenset", "slice"
+            "OrderedDict",
+            "set",
+            "frozenset",
+            "slice",
         ):
             return super().find_class(module, name)
         if module == "torch.serialization" and name == "_get_layout":
             return super().find_class(module, name)
         if module == "torch":
             value = getattr(torch, name, None)
-            if name == "Size" or isinstance(value, torch.dtype | torch.layout
-                                            | torch.memory_format):
+            if name == "Size" or isinstance(
+                value, torch.dtype | torch.layout | torch.memory_format
+            ):
                 return value
         raise pickle.UnpicklingError(f"{METADATA_FILE}: {module}.{name} is not DCP metadata")
 
@@ -271,8 +293,9 @@ class StoreReader(StorageReader):
             raw = _read_exact(f, piece.length, self.ref.uri, piece.file)
             for req in reqs:
                 if req.type != LoadItemType.BYTE_IO:
-                    raise PermanentError(f"{self.ref.uri}: {req.storage_index} holds bytes, "
-                                         "the job wants a tensor")
+                    raise PermanentError(
+                        f"{self.ref.uri}: {req.storage_index} holds bytes, the job wants a tensor"
+                    )
                 planner.load_bytes(req, io.BytesIO(raw))
             return
         dtype = getattr(torch, piece.dtype, None)
@@ -283,19 +306,24 @@ class StoreReader(StorageReader):
         stored = torch.empty(piece.shape, dtype=dtype)
         view = byte_view(stored)
         if len(view) != piece.length:
-            raise PermanentError(f"{self.ref.uri}: {piece.file} piece at {piece.offset} is "
-                                 f"{piece.length} bytes, its shape needs {len(view)}")
+            raise PermanentError(
+                f"{self.ref.uri}: {piece.file} piece at {piece.offset} is "
+                f"{piece.length} bytes, its shape needs {len(view)}"
+            )
         _fill(f, view, self.ref.uri, piece.file)
         for req in reqs:
             src = stored
-            for dim, (start, length) in enumerate(zip(req.storage_offsets, req.lengths,
-                                                      strict=True)):
+            for dim, (start, length) in enumerate(
+                zip(req.storage_offsets, req.lengths, strict=True)
+            ):
                 src = src.narrow(dim, start, length)
             target = planner.resolve_tensor(req).detach()
             if target.size() != src.size():
-                raise PermanentError(f"{self.ref.uri}: {req.storage_index} is "
-                                     f"{tuple(src.size())}, the job wants "
-                                     f"{tuple(target.size())}")
+                raise PermanentError(
+                    f"{self.ref.uri}: {req.storage_index} is "
+                    f"{tuple(src.size())}, the job wants "
+                    f"{tuple(target.size())}"
+                )
             target.copy_(src)
             planner.commit_tensor(req, target)
 
@@ -308,8 +336,12 @@ class StoreReader(StorageReader):
         if any(req.storage_offsets) or tuple(req.lengths) != piece.shape:
             return False
         target = planner.resolve_tensor(req).detach()
-        if (target.device.type != "cpu" or target.dtype != dtype or not target.is_contiguous()
-                or tuple(target.shape) != piece.shape):
+        if (
+            target.device.type != "cpu"
+            or target.dtype != dtype
+            or not target.is_contiguous()
+            or tuple(target.shape) != piece.shape
+        ):
             return False
         view = byte_view(target)
         if len(view) != piece.length:

@@ -29,15 +29,22 @@ def client(session: Any, service: str, region: str, settings: AwsSettings) -> An
     """A boto3 client for the check: two attempts, short timeouts, the VPC endpoints."""
     from botocore.config import Config
 
-    return session.client(service, region_name=region,
-                          endpoint_url=settings.endpoint_urls.get(service),
-                          config=Config(retries={"total_max_attempts": 2, "mode": "standard"},
-                                        user_agent_extra="heliotrope-check",
-                                        connect_timeout=10, read_timeout=30))
+    return session.client(
+        service,
+        region_name=region,
+        endpoint_url=settings.endpoint_urls.get(service),
+        config=Config(
+            retries={"total_max_attempts": 2, "mode": "standard"},
+            user_agent_extra="heliotrope-check",
+            connect_timeout=10,
+            read_timeout=30,
+        ),
+    )
 
 
-def check_aws(provider: AwsProvider, a: AwsSettings, cluster: str,
-              session_factory: SessionFactory | None) -> list[CheckRow]:
+def check_aws(
+    provider: AwsProvider, a: AwsSettings, cluster: str, session_factory: SessionFactory | None
+) -> list[CheckRow]:
     from providers.aws._session import default_session
     from providers.aws.errors import error_code, failure_of, is_aws_error
     from providers.aws.instances import parse_offer_id
@@ -70,8 +77,11 @@ def check_aws(provider: AwsProvider, a: AwsSettings, cluster: str,
     instances: Mapping[str, Any] = {}
     try:
         instances = provider.list_instances(cluster=cluster)
-        add("ec2:DescribeInstances", "ok",
-            f"{len(instances)} instance(s) of cluster {cluster} in {', '.join(regions)}")
+        add(
+            "ec2:DescribeInstances",
+            "ok",
+            f"{len(instances)} instance(s) of cluster {cluster} in {', '.join(regions)}",
+        )
     except Exception as exc:
         failed("ec2:DescribeInstances", exc)
 
@@ -84,25 +94,36 @@ def check_aws(provider: AwsProvider, a: AwsSettings, cluster: str,
         if missing:
             add(OFFERS_CHECK, "fail", f"no offers read in {', '.join(missing)} (see the log)")
         else:
-            add(OFFERS_CHECK, "ok",
-                f"{len(book.offers)} offers ({spot} spot) in {', '.join(regions)}")
+            add(
+                OFFERS_CHECK,
+                "ok",
+                f"{len(book.offers)} offers ({spot} spot) in {', '.join(regions)}",
+            )
         on_demand = [o for o in book.offers if o.market is Market.ON_DEMAND]
         if not on_demand:
             add("pricing:GetProducts", "skip", "no on-demand offers to price")
         elif any(book.price_source.get(o.id) == SOURCE_PRICING for o in on_demand):
             add("pricing:GetProducts", "ok", "on-demand prices from the Pricing API")
         else:
-            add("pricing:GetProducts", "fail",
-                "the Pricing API gave no price (see the log); catalog list prices are used")
+            add(
+                "pricing:GetProducts",
+                "fail",
+                "the Pricing API gave no price (see the log); catalog list prices are used",
+            )
     except Exception as exc:
         failed(OFFERS_CHECK, exc)
 
     for region in regions:
         check = f"ec2:RunInstances dry run {region}"
         usd = {} if book is None else book.usd_per_hour
-        offers = [] if book is None else sorted(
-            (o for o in book.offers if o.region == region and o.id in usd),
-            key=lambda o: (o.market is not Market.SPOT, usd[o.id], o.id))
+        offers = (
+            []
+            if book is None
+            else sorted(
+                (o for o in book.offers if o.region == region and o.id in usd),
+                key=lambda o: (o.market is not Market.SPOT, usd[o.id], o.id),
+            )
+        )
         if not offers:
             add(check, "skip", "no priced offer in this region to try")
             continue
@@ -112,8 +133,9 @@ def check_aws(provider: AwsProvider, a: AwsSettings, cluster: str,
         zone, instance_type, market = parsed
         request_id = f"{CHECK_REQUEST}-{uuid.uuid4().hex[:12]}"
         try:
-            spec = LaunchSpec(job_id=CHECK_REQUEST, offer_id=offer.id, cluster=cluster,
-                              entrypoint=("true",))
+            spec = LaunchSpec(
+                job_id=CHECK_REQUEST, offer_id=offer.id, cluster=cluster, entrypoint=("true",)
+            )
             # Exactly the request a launch sends (tags, IMDSv2, market options), as a dry run:
             # the IAM policy's conditions on tags and metadata options are checked too.
             params = dict(provider.launch_request(spec, request_id=request_id))
@@ -121,8 +143,12 @@ def check_aws(provider: AwsProvider, a: AwsSettings, cluster: str,
             add(check, "fail", "the dry run was not refused: EC2 ignored DryRun")
         except Exception as exc:
             if is_aws_error(exc) and error_code(exc) == "DryRunOperation":
-                add(check, "ok", f"allowed: {market.value} {instance_type} in {zone}, tagged "
-                                 f"heliotrope:cluster={cluster}, IMDSv2")
+                add(
+                    check,
+                    "ok",
+                    f"allowed: {market.value} {instance_type} in {zone}, tagged "
+                    f"heliotrope:cluster={cluster}, IMDSv2",
+                )
             else:
                 failed(check, exc)
 
@@ -135,12 +161,15 @@ def check_aws(provider: AwsProvider, a: AwsSettings, cluster: str,
         check = f"ec2:TerminateInstances dry run {region}"
         victim = by_region.get(region)
         if victim is None:
-            add(check, "skip", f"no instance of cluster {cluster} here to try (the "
-                               "policy lets it terminate only instances tagged with its cluster)")
+            add(
+                check,
+                "skip",
+                f"no instance of cluster {cluster} here to try (the "
+                "policy lets it terminate only instances tagged with its cluster)",
+            )
             continue
         try:
-            client(session, "ec2", region, a).terminate_instances(
-                InstanceIds=[victim], DryRun=True)
+            client(session, "ec2", region, a).terminate_instances(InstanceIds=[victim], DryRun=True)
             add(check, "fail", "the dry run was not refused: EC2 ignored DryRun")
         except Exception as exc:
             if is_aws_error(exc) and error_code(exc) == "DryRunOperation":

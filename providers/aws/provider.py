@@ -131,8 +131,10 @@ SPOT_STATUS_EVENTS: Final[Mapping[str, EventType]] = {
 def client_token(request_id: str) -> str:
     """The request id as an EC2 ClientToken (at most 64 printable ASCII characters; a
     longer or non-ASCII id is replaced by a digest of it)."""
-    if 0 < len(request_id) <= CLIENT_TOKEN_CHARS and request_id.isascii() and (
-        request_id.isprintable()
+    if (
+        0 < len(request_id) <= CLIENT_TOKEN_CHARS
+        and request_id.isascii()
+        and (request_id.isprintable())
     ):
         return request_id
     return "sha256-" + hashlib.sha256(request_id.encode()).hexdigest()[: CLIENT_TOKEN_CHARS - 7]
@@ -177,14 +179,19 @@ class AwsProvider:
         endpoint_urls: Mapping[str, str] | None = None,
     ) -> None:
         if not _CLUSTER.fullmatch(cluster):
-            raise InputError("aws provider", "cluster", "1-63 letters, digits, '.', '_' or '-'",
-                             got=repr(cluster))
+            raise InputError(
+                "aws provider",
+                "cluster",
+                "1-63 letters, digits, '.', '_' or '-'",
+                got=repr(cluster),
+            )
         if not regions:
             raise InputError("aws provider", "regions", "at least one AWS region", got="[]")
         for region in (*regions, pricing_region):
             if not _REGION.fullmatch(region):
-                raise InputError("aws provider", "regions", "AWS region names like us-east-1",
-                                 got=repr(region))
+                raise InputError(
+                    "aws provider", "regions", "AWS region names like us-east-1", got=repr(region)
+                )
         if not offers_ttl_s >= 0 or not on_demand_ttl_s >= 0:
             raise InputError("aws provider", "offers_ttl_s", "seconds >= 0")
         self._cluster = cluster
@@ -218,8 +225,15 @@ class AwsProvider:
 
     # -- contract -------------------------------------------------------------------------
     def capabilities(self) -> frozenset[Capability]:
-        return frozenset({Capability.SPOT, Capability.ON_DEMAND, Capability.PREEMPTION_NOTICE,
-                          Capability.CHECKPOINT_STORE, Capability.PRICES})
+        return frozenset(
+            {
+                Capability.SPOT,
+                Capability.ON_DEMAND,
+                Capability.PREEMPTION_NOTICE,
+                Capability.CHECKPOINT_STORE,
+                Capability.PRICES,
+            }
+        )
 
     def offers(self) -> Sequence[Offer]:
         return self.offer_book().offers
@@ -233,8 +247,9 @@ class AwsProvider:
         """`prices()` with where each came from (`DescribeSpotPriceHistory`,
         `pricing:GetProducts`, `catalog`), `Capability.PRICES`."""
         book = self.offer_book()
-        return {k: Quote(usd, book.price_source.get(k, CLOUD))
-                for k, usd in book.usd_per_hour.items()}
+        return {
+            k: Quote(usd, book.price_source.get(k, CLOUD)) for k, usd in book.usd_per_hour.items()
+        }
 
     def offer_book(self, *, refresh: bool = False) -> OfferBook:
         """Offers and prices, fetched at most every `offers_ttl_s` (or now, `refresh`).
@@ -254,9 +269,14 @@ class AwsProvider:
                     if not is_aws_error(exc):
                         raise
                     failure = failure_of(exc, action=f"offers {region}")
-                    logger.error("cannot read offers in %s (%s); %s", region, failure.message,
-                                 "keeping the last ones" if region in self._region_books
-                                 else "it has no offers for now")
+                    logger.error(
+                        "cannot read offers in %s (%s); %s",
+                        region,
+                        failure.message,
+                        "keeping the last ones"
+                        if region in self._region_books
+                        else "it has no offers for now",
+                    )
                     first_error = first_error or exc
             if not self._region_books and first_error is not None:
                 raise_mapped(first_error, action="aws offers")
@@ -275,8 +295,11 @@ class AwsProvider:
                     continue
                 lead = leader(gang)
                 found[lead.id] = InstanceInfo(
-                    id=lead.id, offer_id=lead.offer_id, job_id=lead.job_id,
-                    state=gang_state(gang), launched_at_s=lead.launched_at_s,
+                    id=lead.id,
+                    offer_id=lead.offer_id,
+                    job_id=lead.job_id,
+                    state=gang_state(gang),
+                    launched_at_s=lead.launched_at_s,
                     ready_at_s=lead.launched_at_s,  # the job restores itself; AWS cannot tell
                 )
         return found
@@ -293,17 +316,27 @@ class AwsProvider:
         region = region_of_zone(CLOUD, zone)
         action = f"ec2:RunInstances {zone} {instance_type} {market.value}"
         try:
-            user_data = render(entrypoint=spec.entrypoint, env=spec.env, job_id=spec.job_id,
-                               cluster=self._cluster, request_id=request_id,
-                               gang_size=spec.count)
+            user_data = render(
+                entrypoint=spec.entrypoint,
+                env=spec.env,
+                job_id=spec.job_id,
+                cluster=self._cluster,
+                request_id=request_id,
+                gang_size=spec.count,
+            )
             existing = self._find_request(region, request_id)
             if existing is not None:
-                logger.info("launch %s: already launched as %s (%s)", request_id, existing.id,
-                            existing.state)
+                logger.info(
+                    "launch %s: already launched as %s (%s)",
+                    request_id,
+                    existing.id,
+                    existing.state,
+                )
                 return self._outcome(existing, spec)
             image_id = self._ami(region)
-            params = self._run_params(spec, request_id, zone, instance_type, market, image_id,
-                                      user_data)
+            params = self._run_params(
+                spec, request_id, zone, instance_type, market, image_id, user_data
+            )
             ec2 = self._clients.ec2(region)
             response = self._retry(lambda: ec2.run_instances(**params), action)
         except UserDataError as exc:
@@ -315,16 +348,33 @@ class AwsProvider:
             if not is_aws_error(exc):
                 raise
             failure = failure_of(exc, action=action)
-            logger.warning("launch %s of job %s failed (%s): %s", request_id, spec.job_id,
-                           failure.kind.value, failure.message)
+            logger.warning(
+                "launch %s of job %s failed (%s): %s",
+                request_id,
+                spec.job_id,
+                failure.kind.value,
+                failure.message,
+            )
             return LaunchOutcome(None, error=failure)
         instances = [parse_instance(raw, region) for raw in response.get("Instances", [])]
         if not instances:
-            return LaunchOutcome(None, error=ProviderFailure(
-                FailureKind.TRANSIENT, f"{action}: no instance in the answer", 30.0))
+            return LaunchOutcome(
+                None,
+                error=ProviderFailure(
+                    FailureKind.TRANSIENT, f"{action}: no instance in the answer", 30.0
+                ),
+            )
         lead = leader(instances)
-        logger.info("launched %s (%d x %s, %s, %s) for job %s, request %s", lead.id,
-                    len(instances), instance_type, market.value, zone, spec.job_id, request_id)
+        logger.info(
+            "launched %s (%d x %s, %s, %s) for job %s, request %s",
+            lead.id,
+            len(instances),
+            instance_type,
+            market.value,
+            zone,
+            spec.job_id,
+            request_id,
+        )
         return self._outcome(lead, spec)
 
     def terminate(self, ids: Sequence[InstanceId], *, request_id: str) -> None:
@@ -335,8 +385,7 @@ class AwsProvider:
             if not remaining:
                 break
             with _mapped(f"ec2:DescribeInstances {region}"):
-                hits = self._describe(region, cluster=self._cluster,
-                                      instance_ids=sorted(remaining))
+                hits = self._describe(region, cluster=self._cluster, instance_ids=sorted(remaining))
                 if not hits:
                     continue
                 remaining -= {h.id for h in hits}
@@ -345,20 +394,27 @@ class AwsProvider:
                 if requests:
                     for m in self._describe(region, cluster=self._cluster, request_ids=requests):
                         members[m.id] = m
-            victims = sorted(m.id for m in members.values()
-                             if m.cluster == self._cluster and m.state not in
-                             ("shutting-down", "terminated"))
+            victims = sorted(
+                m.id
+                for m in members.values()
+                if m.cluster == self._cluster and m.state not in ("shutting-down", "terminated")
+            )
             with self._lock:
                 self._terminated.update(i for i, m in members.items() if i not in victims)
             for chunk in _chunks(victims, TERMINATE_CHUNK):
                 self._terminate_chunk(region, chunk)
             if victims:
-                logger.info("terminated %s in %s (request %s)", ", ".join(victims), region,
-                            request_id)
+                logger.info(
+                    "terminated %s in %s (request %s)", ", ".join(victims), region, request_id
+                )
         for instance_id in sorted(remaining):
-            logger.warning("terminate %s (request %s): not an instance of cluster %s in %s; "
-                           "skipped", instance_id, request_id, self._cluster,
-                           ", ".join(self._regions))
+            logger.warning(
+                "terminate %s (request %s): not an instance of cluster %s in %s; skipped",
+                instance_id,
+                request_id,
+                self._cluster,
+                ", ".join(self._regions),
+            )
 
     def poll_events(self) -> list[ProviderEvent]:
         """Preemption notices, preemptions and capacity losses since the last poll, each
@@ -394,35 +450,46 @@ class AwsProvider:
                 gone = [m for m in gang if m.state in GONE_STATES]
                 if gone:
                     m = gone[0]
-                    why = ("spot capacity reclaimed" if m.state_reason == SPOT_RECLAIM_REASON
-                           else f"not by Heliotrope ({m.state_reason or 'no reason given'})")
-                    self._emit(events, EventType.PREEMPTED, lead, now_s,
-                               f"{m.id} {m.state}: {why}")
+                    why = (
+                        "spot capacity reclaimed"
+                        if m.state_reason == SPOT_RECLAIM_REASON
+                        else f"not by Heliotrope ({m.state_reason or 'no reason given'})"
+                    )
+                    self._emit(events, EventType.PREEMPTED, lead, now_s, f"{m.id} {m.state}: {why}")
         with self._lock:  # forget what AWS no longer shows: it will not come back
             self._reported = {key for key in self._reported if key[0] in seen}
             self._terminated &= seen
         return events
 
     # -- checkpoint store -------------------------------------------------------------------
-    def ensure_checkpoint_bucket(self, region: str, name: str, *,
-                                 kms_key_id: str | None = None) -> str:
+    def ensure_checkpoint_bucket(
+        self, region: str, name: str, *, kms_key_id: str | None = None
+    ) -> str:
         """Create (if missing) and secure the checkpoint bucket `name` in `region`: SSE
         (AES256, or KMS with `kms_key_id`), public access blocked, tagged with the cluster.
         Returns `s3://name`."""
         with _mapped(f"s3 {name}"):
             return s3_buckets.ensure_checkpoint_bucket(
-                self._clients.s3(region), self._retry, region=region, name=name,
-                cluster=self._cluster, kms_key_id=kms_key_id)
+                self._clients.s3(region),
+                self._retry,
+                region=region,
+                name=name,
+                cluster=self._cluster,
+                kms_key_id=kms_key_id,
+            )
 
     # -- internals -------------------------------------------------------------------------
-    def _invalid(self, spec: LaunchSpec, request_id: str,
-                 parsed: tuple[str, str, Market] | None) -> str | None:
+    def _invalid(
+        self, spec: LaunchSpec, request_id: str, parsed: tuple[str, str, Market] | None
+    ) -> str | None:
         if parsed is None:
             return f"{spec.offer_id!r} is not an AWS offer id (aws:<zone>:<type>:<market>)"
         region = region_of_zone(CLOUD, parsed[0])
         if region not in self._regions:
-            return (f"offer {spec.offer_id} is in {region}; this provider serves "
-                    f"{', '.join(self._regions)}")
+            return (
+                f"offer {spec.offer_id} is in {region}; this provider serves "
+                f"{', '.join(self._regions)}"
+            )
         if spec.cluster != self._cluster:
             return f"launch spec for cluster {spec.cluster!r} sent to cluster {self._cluster!r}"
         if spec.count < 1:
@@ -443,16 +510,40 @@ class AwsProvider:
         IMDSv2, market options, user data), for a dry run (`providers check`)."""
         parsed = parse_offer_id(spec.offer_id)
         if parsed is None:
-            raise AwsPermanentError(ProviderFailure(
-                FailureKind.INVALID, f"offer {spec.offer_id!r} is not an AWS offer id"))
+            raise AwsPermanentError(
+                ProviderFailure(
+                    FailureKind.INVALID, f"offer {spec.offer_id!r} is not an AWS offer id"
+                )
+            )
         zone, instance_type, market = parsed
-        user_data = render(entrypoint=spec.entrypoint, env=spec.env, job_id=spec.job_id,
-                           cluster=self._cluster, request_id=request_id, gang_size=spec.count)
-        return self._run_params(spec, request_id, zone, instance_type, market,
-                                self._ami(region_of_zone(CLOUD, zone)), user_data)
+        user_data = render(
+            entrypoint=spec.entrypoint,
+            env=spec.env,
+            job_id=spec.job_id,
+            cluster=self._cluster,
+            request_id=request_id,
+            gang_size=spec.count,
+        )
+        return self._run_params(
+            spec,
+            request_id,
+            zone,
+            instance_type,
+            market,
+            self._ami(region_of_zone(CLOUD, zone)),
+            user_data,
+        )
 
-    def _run_params(self, spec: LaunchSpec, request_id: str, zone: str, instance_type: str,
-                    market: Market, image_id: str, user_data: str) -> RunInstancesRequestTypeDef:
+    def _run_params(
+        self,
+        spec: LaunchSpec,
+        request_id: str,
+        zone: str,
+        instance_type: str,
+        market: Market,
+        image_id: str,
+        user_data: str,
+    ) -> RunInstancesRequestTypeDef:
         tags: list[TagTypeDef] = [
             {"Key": TAG_CLUSTER, "Value": self._cluster},
             {"Key": TAG_JOB, "Value": spec.job_id},
@@ -469,8 +560,11 @@ class AwsProvider:
             "MaxCount": spec.count,
             "ClientToken": client_token(request_id),
             "Placement": {"AvailabilityZone": zone},
-            "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled",
-                                "HttpPutResponseHopLimit": METADATA_HOP_LIMIT},
+            "MetadataOptions": {
+                "HttpTokens": "required",
+                "HttpEndpoint": "enabled",
+                "HttpPutResponseHopLimit": METADATA_HOP_LIMIT,
+            },
             "UserData": user_data,
             "InstanceInitiatedShutdownBehavior": "terminate",
             "TagSpecifications": tag_specs,
@@ -479,8 +573,10 @@ class AwsProvider:
             tag_specs.append({"ResourceType": "spot-instances-request", "Tags": tags})
             params["InstanceMarketOptions"] = {
                 "MarketType": "spot",
-                "SpotOptions": {"SpotInstanceType": "one-time",
-                                "InstanceInterruptionBehavior": "terminate"},
+                "SpotOptions": {
+                    "SpotInstanceType": "one-time",
+                    "InstanceInterruptionBehavior": "terminate",
+                },
             }
         if self._instance_profile:
             params["IamInstanceProfile"] = {"Name": self._instance_profile}
@@ -504,21 +600,26 @@ class AwsProvider:
         if self._image_id is not None:
             ami = self._image_id.get(region)
             if ami is None:
-                raise AwsPermanentError(ProviderFailure(
-                    FailureKind.INVALID, f"no image_id configured for {region}"))
+                raise AwsPermanentError(
+                    ProviderFailure(FailureKind.INVALID, f"no image_id configured for {region}")
+                )
             return ami
         with self._lock:
             cached = self._amis.get(region)
         if cached is not None:
             return cached
         ssm = self._clients.ssm(region)
-        answer = self._retry(lambda: ssm.get_parameter(Name=self._ami_parameter),
-                             f"ssm:GetParameter {region}")
+        answer = self._retry(
+            lambda: ssm.get_parameter(Name=self._ami_parameter), f"ssm:GetParameter {region}"
+        )
         ami = str(answer.get("Parameter", {}).get("Value", ""))
         if not ami.startswith("ami-"):
-            raise AwsPermanentError(ProviderFailure(
-                FailureKind.INVALID, f"SSM parameter {self._ami_parameter} in {region} does not "
-                                     "name an AMI"))
+            raise AwsPermanentError(
+                ProviderFailure(
+                    FailureKind.INVALID,
+                    f"SSM parameter {self._ami_parameter} in {region} does not name an AMI",
+                )
+            )
         with self._lock:
             self._amis[region] = ami
         logger.info("AMI for %s: %s (from %s)", region, ami, self._ami_parameter)
@@ -528,28 +629,45 @@ class AwsProvider:
         found = self._describe(region, cluster=self._cluster, request_ids=[request_id])
         return leader(found) if found else None
 
-    def _describe(self, region: str, *, cluster: str, instance_ids: Sequence[str] = (),
-                  request_ids: Sequence[str] = ()) -> list[AwsInstance]:
+    def _describe(
+        self,
+        region: str,
+        *,
+        cluster: str,
+        instance_ids: Sequence[str] = (),
+        request_ids: Sequence[str] = (),
+    ) -> list[AwsInstance]:
         """Instances tagged with `cluster` (any state), optionally only the given ids or
         request tags. The tag is checked again on every answer: a filter is not trusted."""
         ec2 = self._clients.ec2(region)
         paginator = ec2.get_paginator("describe_instances")
-        base: list[FilterTypeDef] = [{"Name": f"tag:{TAG_CLUSTER}", "Values": [cluster]},
-                                     {"Name": "instance-state-name", "Values": list(ALL_STATES)}]
+        base: list[FilterTypeDef] = [
+            {"Name": f"tag:{TAG_CLUSTER}", "Values": [cluster]},
+            {"Name": "instance-state-name", "Values": list(ALL_STATES)},
+        ]
         batches: list[list[FilterTypeDef]] = []
         if instance_ids:
-            batches += [[*base, {"Name": "instance-id", "Values": c}]
-                        for c in _chunks(instance_ids, DESCRIBE_CHUNK)]
+            batches += [
+                [*base, {"Name": "instance-id", "Values": c}]
+                for c in _chunks(instance_ids, DESCRIBE_CHUNK)
+            ]
         if request_ids:
-            batches += [[*base, {"Name": f"tag:{TAG_REQUEST}", "Values": c}]
-                        for c in _chunks(request_ids, DESCRIBE_CHUNK)]
+            batches += [
+                [*base, {"Name": f"tag:{TAG_REQUEST}", "Values": c}]
+                for c in _chunks(request_ids, DESCRIBE_CHUNK)
+            ]
         if not instance_ids and not request_ids:
             batches = [base]
         found: dict[str, AwsInstance] = {}
         for filters in batches:
             pages = self._retry(
-                lambda filters=filters: list(paginator.paginate(  # type: ignore[misc]
-                    Filters=filters)), f"ec2:DescribeInstances {region}")
+                lambda filters=filters: list(
+                    paginator.paginate(  # type: ignore[misc]
+                        Filters=filters
+                    )
+                ),
+                f"ec2:DescribeInstances {region}",
+            )
             for page in pages:
                 for reservation in page.get("Reservations", []):
                     for raw in reservation.get("Instances", []):
@@ -561,15 +679,30 @@ class AwsProvider:
     def _spot_requests(self, region: str) -> list[SpotInstanceRequestTypeDef]:
         ec2 = self._clients.ec2(region)
         paginator = ec2.get_paginator("describe_spot_instance_requests")
-        pages = self._retry(lambda: list(paginator.paginate(
-            Filters=[{"Name": f"tag:{TAG_CLUSTER}", "Values": [self._cluster]}])),
-            f"ec2:DescribeSpotInstanceRequests {region}")
-        return [r for page in pages for r in page.get("SpotInstanceRequests", [])
-                if tags_of(r.get("Tags")).get(TAG_CLUSTER) == self._cluster]  # type: ignore[arg-type]
+        pages = self._retry(
+            lambda: list(
+                paginator.paginate(
+                    Filters=[{"Name": f"tag:{TAG_CLUSTER}", "Values": [self._cluster]}]
+                )
+            ),
+            f"ec2:DescribeSpotInstanceRequests {region}",
+        )
+        return [
+            r
+            for page in pages
+            for r in page.get("SpotInstanceRequests", [])
+            if tags_of(r.get("Tags")).get(TAG_CLUSTER) == self._cluster
+        ]  # type: ignore[arg-type]
 
-    def _spot_event(self, request: SpotInstanceRequestTypeDef,
-                    leader_of: Mapping[str, AwsInstance], ended_by_us: set[str], now_s: float,
-                    events: list[ProviderEvent], seen: set[str]) -> None:
+    def _spot_event(
+        self,
+        request: SpotInstanceRequestTypeDef,
+        leader_of: Mapping[str, AwsInstance],
+        ended_by_us: set[str],
+        now_s: float,
+        events: list[ProviderEvent],
+        seen: set[str],
+    ) -> None:
         status = request.get("Status", {})
         code = status.get("Code", "")
         kind = SPOT_STATUS_EVENTS.get(code)
@@ -579,7 +712,8 @@ class AwsProvider:
             return
         tags = tags_of(request.get("Tags"))  # type: ignore[arg-type]
         lead = leader_of.get(request.get("InstanceId", "")) or leader_of.get(
-            f"request:{tags.get(TAG_REQUEST, '')}")
+            f"request:{tags.get(TAG_REQUEST, '')}"
+        )
         if lead is not None and lead.id in ended_by_us:
             return
         detail = f"spot request {request_key}: {code}"
@@ -595,8 +729,14 @@ class AwsProvider:
             self._reported.add(key)
         events.append(ProviderEvent(kind, key[0], tags.get(TAG_JOB, ""), now_s, detail))
 
-    def _emit(self, events: list[ProviderEvent], kind: EventType, lead: AwsInstance,
-              now_s: float, detail: str) -> None:
+    def _emit(
+        self,
+        events: list[ProviderEvent],
+        kind: EventType,
+        lead: AwsInstance,
+        now_s: float,
+        detail: str,
+    ) -> None:
         key = (lead.id, kind)
         with self._lock:
             if key in self._reported:
@@ -614,8 +754,9 @@ class AwsProvider:
         on_demand = self._on_demand_prices(region, sorted(sold), now.timestamp())
         return offer_data.region_offers(region, sold, zones, spot, on_demand)
 
-    def _on_demand_prices(self, region: str, instance_types: Sequence[str],
-                          now_s: float) -> dict[str, tuple[float, str]]:
+    def _on_demand_prices(
+        self, region: str, instance_types: Sequence[str], now_s: float
+    ) -> dict[str, tuple[float, str]]:
         """{type: (price, source)}: the Pricing API (cached), else the catalog's list price.
         After one failed Pricing call the rest of this refresh uses the catalog."""
         prices: dict[str, tuple[float, str]] = {}
@@ -628,16 +769,23 @@ class AwsProvider:
                 usd = cached[0]
             elif pricing_ok:
                 try:
-                    usd = offer_data.fetch_on_demand(self._clients.pricing(self._pricing_region),
-                                                     self._retry, region, instance_type)
+                    usd = offer_data.fetch_on_demand(
+                        self._clients.pricing(self._pricing_region),
+                        self._retry,
+                        region,
+                        instance_type,
+                    )
                     self._on_demand[key] = (usd, now_s)
                 except Exception as exc:
                     if not is_aws_error(exc):
                         raise
                     pricing_ok = False
-                    logger.warning("Pricing API unavailable (%s); on-demand prices in %s come "
-                                   "from the catalog",
-                                   failure_of(exc, action="pricing:GetProducts").message, region)
+                    logger.warning(
+                        "Pricing API unavailable (%s); on-demand prices in %s come "
+                        "from the catalog",
+                        failure_of(exc, action="pricing:GetProducts").message,
+                        region,
+                    )
             if usd is not None:
                 prices[instance_type] = (usd, offer_data.SOURCE_PRICING)
                 continue

@@ -58,8 +58,13 @@ def build(a: AwsSettings, ctx: BuildContext) -> AwsProvider:
 
     for region in a.regions:
         if region not in catalog.regions(CLOUD):
-            raise InputError("clouds settings", "aws.regions", "AWS regions of the catalog",
-                             got=repr(region), fix="e.g. us-east-1 (docs/signals.md lists them)")
+            raise InputError(
+                "clouds settings",
+                "aws.regions",
+                "AWS regions of the catalog",
+                got=repr(region),
+                fix="e.g. us-east-1 (docs/signals.md lists them)",
+            )
     return AwsProvider(
         cluster=ctx.cluster,
         regions=a.regions,
@@ -95,7 +100,11 @@ SPEC: Final = CloudSpec(
     price_sources=("aws-spot-price", "aws-ondemand"),
     capacity_sources=("aws-placement-score", "aws-spot-advisor"),
     connection_id="aws_default",
-    secret_env=("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
-                "AWS_ACCESS_KEY_ID"),
+    secret_env=(
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_SECURITY_TOKEN",
+        "AWS_ACCESS_KEY_ID",
+    ),
     secret_patterns=(re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"),),
 )

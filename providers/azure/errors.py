@@ -107,9 +107,7 @@ def classify(
     text = message.lower()
     if found & CAPACITY_CODES:
         return FailureKind.CAPACITY
-    if found & QUOTA_CODES or (
-        ("OPERATIONNOTALLOWED" in found or not found) and "quota" in text
-    ):
+    if found & QUOTA_CODES or (("OPERATIONNOTALLOWED" in found or not found) and "quota" in text):
         return FailureKind.QUOTA
     if found & TRANSIENT_CODES or http_status == 429:
         return FailureKind.TRANSIENT

@@ -201,6 +201,7 @@ class RetailPriceCatalog:
                 logger.warning("retail prices: next page on another host; using list prices")
                 return None
             params = None  # the link carries the query
-        logger.warning("retail prices: more than %s pages for %s; using list prices", MAX_PAGES,
-                       region)
+        logger.warning(
+            "retail prices: more than %s pages for %s; using list prices", MAX_PAGES, region
+        )
         return None

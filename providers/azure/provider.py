@@ -166,14 +166,27 @@ class AzureProvider:
     ) -> None:
         where = "AzureProvider"
         if not cluster or len(cluster) > TAG_VALUE_MAX:
-            raise InputError(where, "cluster", f"1 to {TAG_VALUE_MAX} characters (an Azure tag)",
-                             got=repr(cluster))
+            raise InputError(
+                where,
+                "cluster",
+                f"1 to {TAG_VALUE_MAX} characters (an Azure tag)",
+                got=repr(cluster),
+            )
         if not subscription_id or not resource_group:
-            raise InputError(where, "subscription_id, resource_group", "both set",
-                             got=f"{subscription_id!r}, {resource_group!r}")
+            raise InputError(
+                where,
+                "subscription_id, resource_group",
+                "both set",
+                got=f"{subscription_id!r}, {resource_group!r}",
+            )
         if not regions:
-            raise InputError(where, "regions", "at least one Azure region", got="none",
-                             fix='e.g. regions=["eastus"]')
+            raise InputError(
+                where,
+                "regions",
+                "at least one Azure region",
+                got="none",
+                fix='e.g. regions=["eastus"]',
+            )
         self.cluster = cluster
         self.subscription_id = subscription_id
         self.resource_group = resource_group
@@ -187,7 +200,9 @@ class AzureProvider:
         self._max_attempts = max_attempts
         self._offers_ttl_s = offers_ttl_s
         self._prices = RetailPriceCatalog(
-            clock=self._clock, endpoint=prices_endpoint, ttl_s=prices_ttl_s,
+            clock=self._clock,
+            endpoint=prices_endpoint,
+            ttl_s=prices_ttl_s,
             session=prices_session,
         )
         self._client: ComputeManagementClient | None = None
@@ -198,8 +213,9 @@ class AzureProvider:
 
     # -- contract ------------------------------------------------------------------------
     def capabilities(self) -> frozenset[Capability]:
-        return frozenset({Capability.SPOT, Capability.ON_DEMAND, Capability.PREEMPTION_NOTICE,
-                          Capability.PRICES})
+        return frozenset(
+            {Capability.SPOT, Capability.ON_DEMAND, Capability.PREEMPTION_NOTICE, Capability.PRICES}
+        )
 
     def offers(self) -> Sequence[Offer]:
         """The GPU sizes the catalog knows that Resource SKUs says our subscription can
@@ -293,14 +309,23 @@ class AzureProvider:
         if failure is not None:
             logger.info(
                 "launch %s (%s x %s) refused: %s %s",
-                gang.instance_id, spec.count, spec.offer_id, failure.kind.value, failure.message,
+                gang.instance_id,
+                spec.count,
+                spec.offer_id,
+                failure.kind.value,
+                failure.message,
             )
             self._roll_back(gang, request_id)
             return LaunchOutcome(None, error=failure)
         self._known[gang.instance_id] = _Known(gang, spec.job_id, target.market is Market.SPOT)
         now_s = self._now_s()
-        logger.info("launched %s (%s x %s) for job %s", gang.instance_id, spec.count,
-                    spec.offer_id, spec.job_id)
+        logger.info(
+            "launched %s (%s x %s) for job %s",
+            gang.instance_id,
+            spec.count,
+            spec.offer_id,
+            spec.job_id,
+        )
         return LaunchOutcome(gang.instance_id, ready_at_s=now_s + spec.startup_s)
 
     def terminate(self, ids: Sequence[InstanceId], *, request_id: str) -> None:
@@ -314,8 +339,9 @@ class AzureProvider:
         for instance_id in ids:
             gang = naming.parse_instance_id(instance_id)
             if gang is None or gang.zone not in self.regions:
-                logger.warning("terminate: %r is not an Azure instance id of ours; skipped",
-                               instance_id)
+                logger.warning(
+                    "terminate: %r is not an Azure instance id of ours; skipped", instance_id
+                )
                 continue
             for member in gang.members:
                 try:
@@ -325,7 +351,8 @@ class AzureProvider:
                     if not self._owned(vm):
                         logger.warning(
                             "terminate: %s is not tagged for cluster %r; not deleting it",
-                            member, self.cluster,
+                            member,
+                            self.cluster,
                         )
                         continue
                     pending.append((member, self._api(partial(self._begin_delete, member))))
@@ -366,7 +393,10 @@ class AzureProvider:
             why = "spot VM evicted" if known.spot else "VM deleted outside Heliotrope"
             events.append(
                 ProviderEvent(
-                    EventType.PREEMPTED, gang_id, known.job_id, now_s,
+                    EventType.PREEMPTED,
+                    gang_id,
+                    known.job_id,
+                    now_s,
                     f"{why}: {gone} of {known.gang.count} gone"
                     + (", deleting" if "Deleting" in states else ""),
                 )
@@ -386,14 +416,25 @@ class AzureProvider:
             rows.append(("credentials", "fail", errors.failure_from_exception(exc).message))
             rows.append(("compute", "skip", "no usable Azure credentials (see above)"))
             return rows
-        rows.append(("credentials", "ok", f"a token for {ARM_SCOPE} "
-                                          f"({type(self._token_credential()).__name__})"))
+        rows.append(
+            (
+                "credentials",
+                "ok",
+                f"a token for {ARM_SCOPE} ({type(self._token_credential()).__name__})",
+            )
+        )
         reads: list[tuple[str, Callable[[], str]]] = [
-            ("Microsoft.Compute/skus/read",
-             lambda: f"{len(self.offers())} offers in {', '.join(self.regions)}"),
-            ("Microsoft.Compute/virtualMachines/read",
-             lambda: f"{len(self.list_instances(cluster=self.cluster))} instance(s) of cluster "
-                     f"{self.cluster} in resource group {self.resource_group}"),
+            (
+                "Microsoft.Compute/skus/read",
+                lambda: f"{len(self.offers())} offers in {', '.join(self.regions)}",
+            ),
+            (
+                "Microsoft.Compute/virtualMachines/read",
+                lambda: (
+                    f"{len(self.list_instances(cluster=self.cluster))} instance(s) of cluster "
+                    f"{self.cluster} in resource group {self.resource_group}"
+                ),
+            ),
         ]
         for check, run in reads:
             try:
@@ -402,10 +443,18 @@ class AzureProvider:
                 rows.append((check, "fail", str(exc)))
         group = f"/subscriptions/{self.subscription_id}/resourceGroups/{self.resource_group}"
         for name, scope, required, role in (
-            (f"permissions in resource group {self.resource_group}", group,
-             checks.GROUP_ACTIONS, "infra/azure/role.json"),
-            ("permissions in the subscription", f"/subscriptions/{self.subscription_id}",
-             checks.SUBSCRIPTION_ACTIONS, "infra/azure/role-subscription.json"),
+            (
+                f"permissions in resource group {self.resource_group}",
+                group,
+                checks.GROUP_ACTIONS,
+                "infra/azure/role.json",
+            ),
+            (
+                "permissions in the subscription",
+                f"/subscriptions/{self.subscription_id}",
+                checks.SUBSCRIPTION_ACTIONS,
+                "infra/azure/role-subscription.json",
+            ),
         ):
             try:
                 absent = checks.missing(required, self._effective_permissions(scope))
@@ -424,8 +473,13 @@ class AzureProvider:
             if SOURCE_RETAIL in sources:
                 rows.append(("retail prices", "ok", "prices from the Azure Retail Prices API"))
             else:
-                rows.append(("retail prices", "fail", "the Retail Prices API gave no price "
-                                                      "(see the log): list prices are used"))
+                rows.append(
+                    (
+                        "retail prices",
+                        "fail",
+                        "the Retail Prices API gave no price (see the log): list prices are used",
+                    )
+                )
         return rows
 
     def _effective_permissions(self, scope: str) -> list[dict[str, Any]]:
@@ -502,8 +556,9 @@ class AzureProvider:
                 if failure is not None:
                     return failure
                 if _provisioning_state(existing) in _BOOTING:
-                    logger.info("launch: %s is still being created (retried request %s)",
-                                member, request_id)
+                    logger.info(
+                        "launch: %s is still being created (retried request %s)", member, request_id
+                    )
                 continue
             body = self._vm_body(gang, member, rank, target, spec, request_id)
             try:
@@ -556,7 +611,12 @@ class AzureProvider:
         return None
 
     def _vm_body(
-        self, gang: Gang, member: str, rank: int, target: _Target, spec: LaunchSpec,
+        self,
+        gang: Gang,
+        member: str,
+        rank: int,
+        target: _Target,
+        spec: LaunchSpec,
         request_id: str,
     ) -> dict[str, Any]:
         """The VM in the shape of the REST reference ("Virtual Machines - Create Or Update")."""
@@ -584,7 +644,10 @@ class AzureProvider:
             "hardwareProfile": {"vmSize": target.size},
             "storageProfile": {
                 "imageReference": {
-                    "publisher": publisher, "offer": offer, "sku": sku, "version": version,
+                    "publisher": publisher,
+                    "offer": offer,
+                    "sku": sku,
+                    "version": version,
                 },
                 "osDisk": {
                     "createOption": "FromImage",
@@ -669,15 +732,17 @@ class AzureProvider:
                     continue
                 pending.append((member, self._api(partial(self._begin_delete, member))))
             except _call_errors() as exc:
-                logger.warning("could not roll back %s: %s", member,
-                               errors.failure_from_exception(exc).message)
+                logger.warning(
+                    "could not roll back %s: %s", member, errors.failure_from_exception(exc).message
+                )
         for member, poller in pending:
             try:
                 self._wait(poller, member)
                 logger.info("rolled back %s of failed launch %s", member, request_id)
             except _call_errors() as exc:
-                logger.warning("could not roll back %s: %s", member,
-                               errors.failure_from_exception(exc).message)
+                logger.warning(
+                    "could not roll back %s: %s", member, errors.failure_from_exception(exc).message
+                )
 
     # -- reading -------------------------------------------------------------------------
     def _list_ours(self) -> dict[Gang, list[VirtualMachine]]:
@@ -714,8 +779,11 @@ class AzureProvider:
             state = InstanceState.RUNNING
         else:
             state = InstanceState.BOOTING
-        created = [m.properties.time_created for m in members
-                   if m.properties is not None and m.properties.time_created is not None]
+        created = [
+            m.properties.time_created
+            for m in members
+            if m.properties is not None and m.properties.time_created is not None
+        ]
         launched_s = min(_epoch_s(c) for c in created) if created else self._now_s()
         try:
             startup_s = float(_tag(first, TAG_STARTUP_S) or "0")
@@ -723,8 +791,9 @@ class AzureProvider:
             startup_s = 0.0
         return InstanceInfo(
             id=gang.instance_id,
-            offer_id=Offer.make_id(CLOUD, gang.zone, size,
-                                   Market.SPOT if spot else Market.ON_DEMAND),
+            offer_id=Offer.make_id(
+                CLOUD, gang.zone, size, Market.SPOT if spot else Market.ON_DEMAND
+            ),
             job_id=_tag(first, TAG_JOB),
             state=state,
             launched_at_s=launched_s,

@@ -66,8 +66,12 @@ def _ssh_key(z: AzureSettings) -> str:
     try:
         return path.read_text().strip()
     except OSError as exc:
-        raise InputError("clouds settings", "azure.ssh_public_key_file", "a readable public key",
-                         got=f"{path}: {exc.strerror}") from None
+        raise InputError(
+            "clouds settings",
+            "azure.ssh_public_key_file",
+            "a readable public key",
+            got=f"{path}: {exc.strerror}",
+        ) from None
 
 
 def build(z: AzureSettings, ctx: BuildContext) -> AzureProvider:

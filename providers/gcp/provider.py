@@ -198,8 +198,9 @@ class GcpProvider:
 
     # -- contract ------------------------------------------------------------------------
     def capabilities(self) -> frozenset[Capability]:
-        return frozenset({Capability.SPOT, Capability.ON_DEMAND, Capability.PREEMPTION_NOTICE,
-                          Capability.PRICES})
+        return frozenset(
+            {Capability.SPOT, Capability.ON_DEMAND, Capability.PREEMPTION_NOTICE, Capability.PRICES}
+        )
 
     def offers(self) -> Sequence[Offer]:
         """A2, A3 and G2 machine types sold in our zones, each on both markets. Cached for

@@ -72,8 +72,9 @@ def build(g: GcpSettings, ctx: BuildContext) -> GcpProvider:
         "subnetwork": g.subnetwork,
         "service_account": g.service_account,
     }
-    config = GcpLaunchConfig(external_ip=g.external_ip,
-                             **{k: v for k, v in overrides.items() if v is not None})
+    config = GcpLaunchConfig(
+        external_ip=g.external_ip, **{k: v for k, v in overrides.items() if v is not None}
+    )
     return GcpProvider(
         cluster=ctx.cluster,
         project=g.project,
@@ -109,40 +110,63 @@ def check(provider: GcpProvider, g: GcpSettings, ctx: BuildContext) -> list[Chec
         try:
             creds, project = google.auth.default(scopes=[CLOUD_PLATFORM_SCOPE])
         except auth_exceptions.GoogleAuthError as exc:
-            add("credentials", "fail", f"no Application Default Credentials: "
-                                       f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
+            add(
+                "credentials",
+                "fail",
+                f"no Application Default Credentials: "
+                f"{type(exc).__name__}: {str(exc).splitlines()[0]}",
+            )
             add("compute", "skip", "no usable Google credentials (see above)")
             return out
         who = getattr(creds, "service_account_email", None) or ""
-        add("credentials", "ok", "application default credentials "
-                                 f"({type(creds).__name__}{', ' + who if who else ''}"
-                                 f"{', project ' + project if project else ''})")
+        add(
+            "credentials",
+            "ok",
+            "application default credentials "
+            f"({type(creds).__name__}{', ' + who if who else ''}"
+            f"{', project ' + project if project else ''})",
+        )
 
     zones = ", ".join(provider.zones)
     checks: list[tuple[str, Callable[[], str]]] = [
-        ("compute.machineTypes.list",
-         lambda: f"{len(provider.offers())} offers in {zones}"),
-        ("compute.instances.list",
-         lambda: f"{len(provider.list_instances(cluster=ctx.cluster))} instance(s) of "
-                 f"cluster {ctx.cluster} in project {g.project}"),
-        ("compute.zoneOperations.list",
-         lambda: f"preemption operations readable in {zones} "
-                 f"({len(provider.poll_events())} of ours)"),
+        ("compute.machineTypes.list", lambda: f"{len(provider.offers())} offers in {zones}"),
+        (
+            "compute.instances.list",
+            lambda: (
+                f"{len(provider.list_instances(cluster=ctx.cluster))} instance(s) of "
+                f"cluster {ctx.cluster} in project {g.project}"
+            ),
+        ),
+        (
+            "compute.zoneOperations.list",
+            lambda: (
+                f"preemption operations readable in {zones} ({len(provider.poll_events())} of ours)"
+            ),
+        ),
     ]
     for name, run in checks:
         try:
             add(name, "ok", run())
         except HeliotropeError as exc:
             add(name, "fail", str(exc))
-    add("compute.instances.create", "skip",
+    add(
+        "compute.instances.create",
+        "skip",
         "Compute Engine has no dry run; infra/gcp/role.yaml grants it and the first launch "
-        "reports AUTH if it is missing")
+        "reports AUTH if it is missing",
+    )
     if not g.billing_api_key_env:
-        add("cloudbilling.services.skus.list", "skip",
-            "no billing_api_key_env: list prices are used")
+        add(
+            "cloudbilling.services.skus.list",
+            "skip",
+            "no billing_api_key_env: list prices are used",
+        )
     elif billing_key(g) is None:
-        add("cloudbilling.services.skus.list", "fail",
-            f"${g.billing_api_key_env} is not set: list prices are used")
+        add(
+            "cloudbilling.services.skus.list",
+            "fail",
+            f"${g.billing_api_key_env} is not set: list prices are used",
+        )
     else:
         try:
             sources = {q.source for q in provider.prices().values()}
@@ -150,12 +174,16 @@ def check(provider: GcpProvider, g: GcpSettings, ctx: BuildContext) -> list[Chec
             add("cloudbilling.services.skus.list", "fail", str(exc))
         else:
             if SOURCE_BILLING in sources:
-                add("cloudbilling.services.skus.list", "ok", "prices from the Cloud Billing "
-                                                             "Catalog")
+                add(
+                    "cloudbilling.services.skus.list", "ok", "prices from the Cloud Billing Catalog"
+                )
             else:
-                add("cloudbilling.services.skus.list", "fail",
+                add(
+                    "cloudbilling.services.skus.list",
+                    "fail",
                     "the Cloud Billing Catalog gave no price (the key was refused or the API "
-                    "failed; see the log): list prices are used")
+                    "failed; see the log): list prices are used",
+                )
     return out
 
 

@@ -100,15 +100,30 @@ DISRUPTION_REASONS: Final = frozenset(
     }
 )
 _EVENT_REASONS: Final = frozenset(
-    {"Evicted", "Preempted", "Preempting", "FailedScheduling", "TaintManagerEviction",
-     "NodeNotReady", "Killing"}
+    {
+        "Evicted",
+        "Preempted",
+        "Preempting",
+        "FailedScheduling",
+        "TaintManagerEviction",
+        "NodeNotReady",
+        "Killing",
+    }
 )
 
 # What the adapter does, as RBAC (resource, verb): exactly infra/k8s/rbac.yaml's rules
 # (tests/providers/kubernetes/test_k8s_rbac.py keeps them equal).
 NAMESPACED_VERBS: Final = frozenset(
-    {("pods", "create"), ("pods", "get"), ("pods", "list"), ("pods", "delete"),
-     ("services", "create"), ("services", "get"), ("services", "delete"), ("events", "list")}
+    {
+        ("pods", "create"),
+        ("pods", "get"),
+        ("pods", "list"),
+        ("pods", "delete"),
+        ("services", "create"),
+        ("services", "get"),
+        ("services", "delete"),
+        ("events", "list"),
+    }
 )
 CLUSTER_VERBS: Final = frozenset({("nodes", "list")})
 
@@ -208,17 +223,30 @@ class KubernetesProvider:
             raise InputError(where, "regions", "at least one kubeconfig context", got="none")
         contexts = [r.context for r in regions]
         if len(set(contexts)) != len(contexts) or not all(contexts):
-            raise InputError(where, "regions", "each kubeconfig context once, by name",
-                             got=", ".join(map(repr, contexts)))
+            raise InputError(
+                where,
+                "regions",
+                "each kubeconfig context once, by name",
+                got=", ".join(map(repr, contexts)),
+            )
         for r in regions:
             if not r.namespace:
-                raise InputError(where, f"regions[{r.context}].namespace", "a namespace",
-                                 got=repr(r.namespace), fix="the default is heliotrope")
-            bad = {k: v for k, v in {**r.usd_per_gpu_hour, **r.spot_usd_per_gpu_hour}.items()
-                   if not v >= 0}
+                raise InputError(
+                    where,
+                    f"regions[{r.context}].namespace",
+                    "a namespace",
+                    got=repr(r.namespace),
+                    fix="the default is heliotrope",
+                )
+            bad = {
+                k: v
+                for k, v in {**r.usd_per_gpu_hour, **r.spot_usd_per_gpu_hour}.items()
+                if not v >= 0
+            }
             if bad:
-                raise InputError(where, f"regions[{r.context}] prices", "USD per GPU-hour >= 0",
-                                 got=bad)
+                raise InputError(
+                    where, f"regions[{r.context}] prices", "USD per GPU-hour >= 0", got=bad
+                )
         self.cluster = cluster
         self.regions = {r.context: r for r in regions}
         self._kubeconfig = kubeconfig
@@ -235,8 +263,12 @@ class KubernetesProvider:
 
     # -- contract ------------------------------------------------------------------------
     def capabilities(self) -> frozenset[Capability]:
-        caps = {Capability.ON_DEMAND, Capability.PREEMPTION_NOTICE, Capability.PRICES,
-                Capability.CAPACITY}
+        caps = {
+            Capability.ON_DEMAND,
+            Capability.PREEMPTION_NOTICE,
+            Capability.PRICES,
+            Capability.CAPACITY,
+        }
         if self._config.spot_labels:
             caps.add(Capability.SPOT)
         if self._config.checkpoint_pvc:
@@ -282,8 +314,11 @@ class KubernetesProvider:
     def quotes(self) -> dict[OfferId, Quote]:
         """`prices()` with their sources: `SOURCE_CONFIG` or `SOURCE_NODE_LABEL`."""
         offers = self.offers()
-        by_pool = {(p.region, p.gpu_type, p.market): p.label_usd_per_gpu_hour
-                   for pools in self._pools.values() for p in pools}
+        by_pool = {
+            (p.region, p.gpu_type, p.market): p.label_usd_per_gpu_hour
+            for pools in self._pools.values()
+            for p in pools
+        }
         quotes: dict[OfferId, Quote] = {}
         for offer in offers:
             region = self.regions[offer.region]
@@ -342,23 +377,37 @@ class KubernetesProvider:
         except errors.call_errors() as exc:
             return LaunchOutcome(None, error=errors.failure_from_exception(exc))
         if not retried and target.fits < spec.count:  # refused before anything is made
-            return LaunchOutcome(None, error=ProviderFailure(
-                FailureKind.CAPACITY,
-                f"{context}: room for {target.fits} pod(s) of {target.instance_type} on "
-                f"{target.pool.market.value} nodes now, the gang needs {spec.count}",
-            ))
+            return LaunchOutcome(
+                None,
+                error=ProviderFailure(
+                    FailureKind.CAPACITY,
+                    f"{context}: room for {target.fits} pod(s) of {target.instance_type} on "
+                    f"{target.pool.market.value} nodes now, the gang needs {spec.count}",
+                ),
+            )
         try:
             failure = self._launch_gang(gang, target, spec, request_id)
         except errors.call_errors() as exc:
             failure = errors.failure_from_exception(exc)
         if failure is not None:
-            logger.info("launch %s (%s x %s) refused: %s %s", gang.instance_id, spec.count,
-                        spec.offer_id, failure.kind.value, failure.message)
+            logger.info(
+                "launch %s (%s x %s) refused: %s %s",
+                gang.instance_id,
+                spec.count,
+                spec.offer_id,
+                failure.kind.value,
+                failure.message,
+            )
             self._delete_gang(gang, target.region, request_id, only_request=request_id)
             return LaunchOutcome(None, error=failure)
         self._known[gang.instance_id] = _Known(gang, spec.job_id, target.pool.market is Market.SPOT)
-        logger.info("launched %s (%s x %s) for job %s", gang.instance_id, spec.count,
-                    spec.offer_id, spec.job_id)
+        logger.info(
+            "launched %s (%s x %s) for job %s",
+            gang.instance_id,
+            spec.count,
+            spec.offer_id,
+            spec.job_id,
+        )
         return LaunchOutcome(gang.instance_id, ready_at_s=self._now_s() + spec.startup_s)
 
     def terminate(self, ids: Sequence[InstanceId], *, request_id: str) -> None:
@@ -369,8 +418,9 @@ class KubernetesProvider:
             gang = naming.parse_instance_id(instance_id)
             region = self.regions.get(gang.zone) if gang is not None else None
             if gang is None or region is None:
-                logger.warning("terminate: %r is not a Kubernetes instance id of ours; skipped",
-                               instance_id)
+                logger.warning(
+                    "terminate: %r is not a Kubernetes instance id of ours; skipped", instance_id
+                )
                 continue
             self._ended.add(gang.instance_id)  # what we end is not a preemption
             error = self._delete_gang(gang, region, request_id)
@@ -408,8 +458,13 @@ class KubernetesProvider:
                     self._delete_gang(known.gang, region, "unschedulable")
                 events.append(ProviderEvent(kind, gang_id, known.job_id, now_s, detail))
         for event in events:
-            logger.info("%s %s (job %s): %s", event.type.value, event.instance_id, event.job_id,
-                        event.detail)
+            logger.info(
+                "%s %s (job %s): %s",
+                event.type.value,
+                event.instance_id,
+                event.job_id,
+                event.detail,
+            )
         return events
 
     def check_permissions(self) -> list[CheckRow]:
@@ -421,13 +476,15 @@ class KubernetesProvider:
             try:
                 pools = self._read_pools(context)
             except Exception as exc:  # a bad kubeconfig raises the config loader's errors
-                rows.append((f"{context}: nodes", "fail",
-                             errors.failure_from_exception(exc).message))
+                rows.append(
+                    (f"{context}: nodes", "fail", errors.failure_from_exception(exc).message)
+                )
                 rows.append((f"{context}: rbac", "skip", "cannot reach the API server"))
                 continue
             gpus = sum(sum(p.free_gpus) for p in pools)
-            rows.append((f"{context}: nodes", "ok",
-                         f"{len(pools)} GPU pool(s), {gpus} free GPU(s)"))
+            rows.append(
+                (f"{context}: nodes", "ok", f"{len(pools)} GPU pool(s), {gpus} free GPU(s)")
+            )
             try:
                 denied = [
                     f"{resource} {verb}"
@@ -438,16 +495,29 @@ class KubernetesProvider:
                     if not self._allowed(context, resource, verb, namespace)
                 ]
             except errors.call_errors() as exc:
-                rows.append((f"{context}: rbac", "fail",
-                             errors.failure_from_exception(exc).message))
+                rows.append(
+                    (f"{context}: rbac", "fail", errors.failure_from_exception(exc).message)
+                )
                 continue
             if denied:
-                rows.append((f"{context}: rbac", "fail", f"not allowed: {', '.join(denied)} "
-                             f"(apply infra/k8s/rbac.yaml in namespace {region.namespace})"))
+                rows.append(
+                    (
+                        f"{context}: rbac",
+                        "fail",
+                        f"not allowed: {', '.join(denied)} "
+                        f"(apply infra/k8s/rbac.yaml in namespace {region.namespace})",
+                    )
+                )
             else:
                 count = len(NAMESPACED_VERBS) + len(CLUSTER_VERBS)
-                rows.append((f"{context}: rbac", "ok", f"all {count} verbs of "
-                             f"infra/k8s/rbac.yaml allowed (namespace {region.namespace})"))
+                rows.append(
+                    (
+                        f"{context}: rbac",
+                        "ok",
+                        f"all {count} verbs of "
+                        f"infra/k8s/rbac.yaml allowed (namespace {region.namespace})",
+                    )
+                )
         return rows
 
     def _allowed(self, context: str, resource: str, verb: str, namespace: str | None) -> bool:
@@ -456,11 +526,19 @@ class KubernetesProvider:
         attributes: dict[str, str] = {"group": "", "resource": resource, "verb": verb}
         if namespace is not None:
             attributes["namespace"] = namespace
-        body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-                "spec": {"resourceAttributes": attributes}}
+        body = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": attributes},
+        }
         api = client.AuthorizationV1Api(self._core_api(context).api_client)
-        review = self._api(partial(api.create_self_subject_access_review, body,
-                                   _request_timeout=self._config.request_timeout_s))
+        review = self._api(
+            partial(
+                api.create_self_subject_access_review,
+                body,
+                _request_timeout=self._config.request_timeout_s,
+            )
+        )
         return bool(review.status is not None and review.status.allowed)
 
     # -- offers ----------------------------------------------------------------------------
@@ -468,8 +546,11 @@ class KubernetesProvider:
         """The GPU pools of a context from its nodes; raises what the API raised."""
         core = self._core_api(context)
         cfg = self._config
-        nodes = self._api(partial(core.list_node, label_selector=cfg.gpu_label,
-                                  _request_timeout=cfg.request_timeout_s)).items
+        nodes = self._api(
+            partial(
+                core.list_node, label_selector=cfg.gpu_label, _request_timeout=cfg.request_timeout_s
+            )
+        ).items
         ours = self._fetch_ours(context)
         held: dict[str, int] = {}
         for pods in ours.values():
@@ -560,17 +641,23 @@ class KubernetesProvider:
         timeout = self._config.request_timeout_s
         if gang.count > 1:
             try:
-                self._api(partial(core.create_namespaced_service, namespace,
-                                  self._service_body(gang, spec, request_id),
-                                  _request_timeout=timeout))
+                self._api(
+                    partial(
+                        core.create_namespaced_service,
+                        namespace,
+                        self._service_body(gang, spec, request_id),
+                        _request_timeout=timeout,
+                    )
+                )
             except ApiException as exc:
                 if exc.status != 409:
                     raise
         for rank, member in enumerate(gang.members):
             body = self._pod_body(gang, member, rank, target, spec, request_id)
             try:
-                self._api(partial(core.create_namespaced_pod, namespace, body,
-                                  _request_timeout=timeout))
+                self._api(
+                    partial(core.create_namespaced_pod, namespace, body, _request_timeout=timeout)
+                )
             except ApiException as exc:
                 if exc.status != 409:
                     raise
@@ -592,8 +679,9 @@ class KubernetesProvider:
                         "once it is gone",
                         errors.TRANSIENT_RETRY_AFTER_S,
                     )
-                logger.info("launch: pod %s already exists (retried request %s)", member,
-                            request_id)
+                logger.info(
+                    "launch: pod %s already exists (retried request %s)", member, request_id
+                )
         return None
 
     def _labels(self, gang: Gang, spec: LaunchSpec, request_id: str) -> dict[str, str]:
@@ -631,7 +719,12 @@ class KubernetesProvider:
         }
 
     def _pod_body(
-        self, gang: Gang, member: str, rank: int, target: _Target, spec: LaunchSpec,
+        self,
+        gang: Gang,
+        member: str,
+        rank: int,
+        target: _Target,
+        spec: LaunchSpec,
         request_id: str,
     ) -> dict[str, Any]:
         cfg = self._config
@@ -674,9 +767,13 @@ class KubernetesProvider:
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": cfg.termination_grace_s,
             "automountServiceAccountToken": cfg.service_account is not None,
-            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": self._node_terms(target.pool),
-            }}},
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": self._node_terms(target.pool),
+                    }
+                }
+            },
             "tolerations": self._tolerations(target.pool),
             "containers": [container],
         }
@@ -687,8 +784,7 @@ class KubernetesProvider:
             pod_spec["serviceAccountName"] = cfg.service_account
         if cfg.checkpoint_pvc:
             pod_spec["volumes"] = [
-                {"name": "checkpoints",
-                 "persistentVolumeClaim": {"claimName": cfg.checkpoint_pvc}}
+                {"name": "checkpoints", "persistentVolumeClaim": {"claimName": cfg.checkpoint_pvc}}
             ]
             container["volumeMounts"] = [{"name": "checkpoints", "mountPath": CHECKPOINT_MOUNT}]
         return {
@@ -703,20 +799,23 @@ class KubernetesProvider:
         }
 
     def _node_terms(self, pool: _Pool) -> list[dict[str, Any]]:
-        gpu = {"key": self._config.gpu_label, "operator": "In",
-               "values": list(pool.product_values)}
+        gpu = {"key": self._config.gpu_label, "operator": "In", "values": list(pool.product_values)}
         spot = self._config.spot_labels
         if pool.market is Market.SPOT:  # terms are ORed: any spot label
-            return [{"matchExpressions": [gpu, {"key": k, "operator": "In", "values": [v]}]}
-                    for k, v in sorted(spot.items())]
+            return [
+                {"matchExpressions": [gpu, {"key": k, "operator": "In", "values": [v]}]}
+                for k, v in sorted(spot.items())
+            ]
         not_spot = [{"key": k, "operator": "NotIn", "values": [v]} for k, v in sorted(spot.items())]
         return [{"matchExpressions": [gpu, *not_spot]}]
 
     def _tolerations(self, pool: _Pool) -> list[dict[str, Any]]:
         tolerations = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
         if pool.market is Market.SPOT:  # GKE and AKS taint spot nodes with their label
-            tolerations += [{"key": k, "operator": "Equal", "value": v, "effect": "NoSchedule"}
-                            for k, v in sorted(self._config.spot_labels.items())]
+            tolerations += [
+                {"key": k, "operator": "Equal", "value": v, "effect": "NoSchedule"}
+                for k, v in sorted(self._config.spot_labels.items())
+            ]
         return tolerations
 
     def _delete_gang(
@@ -739,15 +838,21 @@ class KubernetesProvider:
                     only_request is not None
                     and _annotation(pod, ANNOTATION_REQUEST) != only_request
                 ):
-                    logger.warning("pod %s/%s is not ours to delete; not deleting it",
-                                   region.namespace, member)
+                    logger.warning(
+                        "pod %s/%s is not ours to delete; not deleting it", region.namespace, member
+                    )
                     continue
                 owned_any = True
-                self._api(partial(core.delete_namespaced_pod, member, region.namespace,
-                                  grace_period_seconds=self._config.termination_grace_s,
-                                  _request_timeout=timeout))
-                logger.info("deleted pod %s/%s (request %s)", region.namespace, member,
-                            request_id)
+                self._api(
+                    partial(
+                        core.delete_namespaced_pod,
+                        member,
+                        region.namespace,
+                        grace_period_seconds=self._config.termination_grace_s,
+                        _request_timeout=timeout,
+                    )
+                )
+                logger.info("deleted pod %s/%s (request %s)", region.namespace, member, request_id)
             except ApiException as exc:
                 if exc.status != 404:
                     first_error = first_error or errors.as_error(exc)
@@ -755,13 +860,25 @@ class KubernetesProvider:
                 first_error = first_error or errors.as_error(exc)
         if gang.count > 1:
             try:
-                service = self._api(partial(core.read_namespaced_service, gang.name,
-                                            region.namespace, _request_timeout=timeout))
+                service = self._api(
+                    partial(
+                        core.read_namespaced_service,
+                        gang.name,
+                        region.namespace,
+                        _request_timeout=timeout,
+                    )
+                )
                 if self._owned(service, service=True) and (
                     only_request is None or _annotation(service, ANNOTATION_REQUEST) == only_request
                 ):
-                    self._api(partial(core.delete_namespaced_service, gang.name,
-                                      region.namespace, _request_timeout=timeout))
+                    self._api(
+                        partial(
+                            core.delete_namespaced_service,
+                            gang.name,
+                            region.namespace,
+                            _request_timeout=timeout,
+                        )
+                    )
             except ApiException as exc:
                 if exc.status != 404:
                     first_error = first_error or errors.as_error(exc)
@@ -782,9 +899,14 @@ class KubernetesProvider:
     def _fetch_ours(self, context: str) -> dict[Gang, list[Any]]:
         region = self.regions[context]
         core = self._core_api(context)
-        pods = self._api(partial(core.list_namespaced_pod, region.namespace,
-                                 label_selector=f"{LABEL_CLUSTER}={self._cluster_label}",
-                                 _request_timeout=self._config.request_timeout_s)).items
+        pods = self._api(
+            partial(
+                core.list_namespaced_pod,
+                region.namespace,
+                label_selector=f"{LABEL_CLUSTER}={self._cluster_label}",
+                _request_timeout=self._config.request_timeout_s,
+            )
+        ).items
         by_gang: dict[Gang, list[Any]] = {}
         for pod in pods:
             if not self._owned(pod):
@@ -871,12 +993,18 @@ class KubernetesProvider:
         """The newest telling Event (eviction, preemption, scheduling) per pod name."""
         core = self._core_api(context)
         try:
-            found = self._api(partial(core.list_namespaced_event, region.namespace,
-                                      field_selector="involvedObject.kind=Pod",
-                                      _request_timeout=self._config.request_timeout_s)).items
+            found = self._api(
+                partial(
+                    core.list_namespaced_event,
+                    region.namespace,
+                    field_selector="involvedObject.kind=Pod",
+                    _request_timeout=self._config.request_timeout_s,
+                )
+            ).items
         except errors.call_errors() as exc:
-            logger.warning("cannot read events in %s: %s", context,
-                           errors.failure_from_exception(exc).message)
+            logger.warning(
+                "cannot read events in %s: %s", context, errors.failure_from_exception(exc).message
+            )
             return {}
         newest: dict[str, tuple[float, str]] = {}
         for event in found:
@@ -910,8 +1038,14 @@ class KubernetesProvider:
 
         core = self._core_api(region.context)
         try:
-            return self._api(partial(core.read_namespaced_pod, name, region.namespace,
-                                     _request_timeout=self._config.request_timeout_s))
+            return self._api(
+                partial(
+                    core.read_namespaced_pod,
+                    name,
+                    region.namespace,
+                    _request_timeout=self._config.request_timeout_s,
+                )
+            )
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -970,7 +1104,7 @@ def _price(text: str | None) -> float | None:
 def _times(quantity: str, n: int) -> str:
     """`n` times a Kubernetes quantity such as "64Gi"."""
     digits = "".join(c for c in quantity if c.isdigit())
-    unit = quantity[len(digits):]
+    unit = quantity[len(digits) :]
     return f"{int(digits or 0) * n}{unit}"
 
 
@@ -992,8 +1126,8 @@ def _pod_gpus(pod: Any) -> int:
 
 
 def _pod_market(pod: Any) -> Market:
-    return Market.SPOT if _annotation(pod, ANNOTATION_OFFER).endswith(":spot") else (
-        Market.ON_DEMAND
+    return (
+        Market.SPOT if _annotation(pod, ANNOTATION_OFFER).endswith(":spot") else (Market.ON_DEMAND)
     )
 
 
@@ -1005,14 +1139,21 @@ def _disruption(pod: Any) -> str | None:
 
 
 def _evicted(pod: Any) -> bool:
-    return pod.status.phase == "Failed" and pod.status.reason in ("Evicted", "Preempting",
-                                                                  "Terminated", "Shutdown")
+    return pod.status.phase == "Failed" and pod.status.reason in (
+        "Evicted",
+        "Preempting",
+        "Terminated",
+        "Shutdown",
+    )
 
 
 def _unschedulable(pod: Any) -> bool:
     for condition in pod.status.conditions or []:
-        if (condition.type == "PodScheduled" and condition.status == "False"
-                and condition.reason == "Unschedulable"):
+        if (
+            condition.type == "PodScheduled"
+            and condition.status == "False"
+            and condition.reason == "Unschedulable"
+        ):
             return True
     return False
 

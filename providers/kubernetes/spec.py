@@ -76,15 +76,31 @@ def build(k: KubeSettings, ctx: BuildContext) -> KubernetesProvider:
     from providers.kubernetes import KubeLaunchConfig, KubeRegion, KubernetesProvider
 
     access = ctx.access if isinstance(ctx.access, KubeAccess) else KubeAccess()
-    fields = ("image", "gpu_label", "spot_labels", "termination_grace_s", "cpu_per_gpu",
-              "memory_per_gpu", "checkpoint_pvc", "service_account", "unschedulable_timeout_s")
+    fields = (
+        "image",
+        "gpu_label",
+        "spot_labels",
+        "termination_grace_s",
+        "cpu_per_gpu",
+        "memory_per_gpu",
+        "checkpoint_pvc",
+        "service_account",
+        "unschedulable_timeout_s",
+    )
     config = {f: getattr(k, f) for f in fields if getattr(k, f) is not None}
     return KubernetesProvider(
         cluster=ctx.cluster,
-        regions=[KubeRegion(context=c.context, namespace=c.namespace, grid_zone=c.grid_zone,
-                            pue=c.pue, usd_per_gpu_hour=dict(c.usd_per_gpu_hour),
-                            spot_usd_per_gpu_hour=dict(c.spot_usd_per_gpu_hour))
-                 for c in k.contexts],
+        regions=[
+            KubeRegion(
+                context=c.context,
+                namespace=c.namespace,
+                grid_zone=c.grid_zone,
+                pue=c.pue,
+                usd_per_gpu_hour=dict(c.usd_per_gpu_hour),
+                spot_usd_per_gpu_hour=dict(c.spot_usd_per_gpu_hour),
+            )
+            for c in k.contexts
+        ],
         kubeconfig=k.kubeconfig,
         launch_config=KubeLaunchConfig(**config),
         api_clients=access.api_clients or None,

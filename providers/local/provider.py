@@ -144,12 +144,21 @@ class _Meta:
 
     def to_json(self) -> dict[str, object]:
         return {
-            "instance_id": self.instance_id, "cluster": self.cluster, "job_id": self.job_id,
-            "request_id": self.request_id, "offer_id": self.offer_id, "region": self.region,
-            "count": self.count, "entrypoint": list(self.entrypoint),
-            "launched_at_s": self.launched_at_s, "ready_at_s": self.ready_at_s,
-            "pid": self.pid, "start_ticks": self.start_ticks, "gpus": list(self.gpus),
-            "nproc": self.nproc, "master_port": self.master_port,
+            "instance_id": self.instance_id,
+            "cluster": self.cluster,
+            "job_id": self.job_id,
+            "request_id": self.request_id,
+            "offer_id": self.offer_id,
+            "region": self.region,
+            "count": self.count,
+            "entrypoint": list(self.entrypoint),
+            "launched_at_s": self.launched_at_s,
+            "ready_at_s": self.ready_at_s,
+            "pid": self.pid,
+            "start_ticks": self.start_ticks,
+            "gpus": list(self.gpus),
+            "nproc": self.nproc,
+            "master_port": self.master_port,
         }
 
     @staticmethod
@@ -158,8 +167,10 @@ class _Meta:
         if not isinstance(data, dict):
             return None
         try:
-            strings = {k: data[k] for k in ("instance_id", "cluster", "job_id", "request_id",
-                                              "offer_id", "region")}
+            strings = {
+                k: data[k]
+                for k in ("instance_id", "cluster", "job_id", "request_id", "offer_id", "region")
+            }
             entrypoint = data["entrypoint"]
             count, pid, ticks = data["count"], data.get("pid"), data.get("start_ticks")
             launched, ready = data["launched_at_s"], data["ready_at_s"]
@@ -170,7 +181,8 @@ class _Meta:
         if not isinstance(entrypoint, list) or not all(isinstance(a, str) for a in entrypoint):
             return None
         if not isinstance(count, int) or not all(
-                v is None or isinstance(v, int) for v in (pid, ticks)):
+            v is None or isinstance(v, int) for v in (pid, ticks)
+        ):
             return None
         if not all(isinstance(v, int | float) for v in (launched, ready)):
             return None
@@ -180,12 +192,21 @@ class _Meta:
         if not isinstance(nproc, int) or not (port is None or isinstance(port, int)):
             return None
         return _Meta(
-            instance_id=strings["instance_id"], cluster=strings["cluster"],
-            job_id=strings["job_id"], request_id=strings["request_id"],
-            offer_id=strings["offer_id"], region=strings["region"], count=count,
-            entrypoint=tuple(entrypoint), launched_at_s=float(launched),
-            ready_at_s=float(ready), pid=pid, start_ticks=ticks, gpus=tuple(gpus),
-            nproc=nproc, master_port=port,
+            instance_id=strings["instance_id"],
+            cluster=strings["cluster"],
+            job_id=strings["job_id"],
+            request_id=strings["request_id"],
+            offer_id=strings["offer_id"],
+            region=strings["region"],
+            count=count,
+            entrypoint=tuple(entrypoint),
+            launched_at_s=float(launched),
+            ready_at_s=float(ready),
+            pid=pid,
+            start_ticks=ticks,
+            gpus=tuple(gpus),
+            nproc=nproc,
+            master_port=port,
         )
 
 
@@ -237,8 +258,10 @@ class LocalProvider:
                 raise ValueError(f"capacity of local region {region!r} must be >= 0, got {slots}")
         missing = sorted({o.region for o in offers} - set(capacity))
         if missing:
-            raise ValueError(f"no capacity given for local regions {missing}: "
-                             "add them to `capacity` (instances at once per region)")
+            raise ValueError(
+                f"no capacity given for local regions {missing}: "
+                "add them to `capacity` (instances at once per region)"
+            )
         self._root = root.expanduser().resolve()
         self._cluster = cluster
         self._offers = tuple(offers)
@@ -253,8 +276,15 @@ class LocalProvider:
 
     # -- contract -------------------------------------------------------------------------
     def capabilities(self) -> frozenset[Capability]:
-        return frozenset({Capability.ON_DEMAND, Capability.SPOT, Capability.PREEMPTION_NOTICE,
-                          Capability.PREEMPT, Capability.ACKNOWLEDGE})
+        return frozenset(
+            {
+                Capability.ON_DEMAND,
+                Capability.SPOT,
+                Capability.PREEMPTION_NOTICE,
+                Capability.PREEMPT,
+                Capability.ACKNOWLEDGE,
+            }
+        )
 
     def offers(self) -> Sequence[Offer]:
         return self._offers
@@ -282,14 +312,21 @@ class LocalProvider:
                 life, existing = self._life(existing, locked=True)
                 if life is not _Life.NOT_STARTED or self._ended(existing.dir) is not None:
                     if existing.meta.offer_id != spec.offer_id:
-                        logger.warning("launch request %s repeated with offer %s; instance %s "
-                                       "was launched on %s", request_id, spec.offer_id,
-                                       instance_id, existing.meta.offer_id)
+                        logger.warning(
+                            "launch request %s repeated with offer %s; instance %s "
+                            "was launched on %s",
+                            request_id,
+                            spec.offer_id,
+                            instance_id,
+                            existing.meta.offer_id,
+                        )
                     return LaunchOutcome(instance_id, ready_at_s=existing.meta.ready_at_s)
-                logger.info("finishing the interrupted launch of %s (request %s)",
-                            instance_id, request_id)
-                refusal = self._check_capacity(existing.meta.region, existing.meta.count,
-                                               exclude=instance_id)
+                logger.info(
+                    "finishing the interrupted launch of %s (request %s)", instance_id, request_id
+                )
+                refusal = self._check_capacity(
+                    existing.meta.region, existing.meta.count, exclude=instance_id
+                )
                 if refusal is not None:
                     return LaunchOutcome(None, error=refusal)
                 return self._start(existing, spec.env)
@@ -303,16 +340,29 @@ class LocalProvider:
             nproc = offer.gpu_count * spec.count
             gpus = self._free_gpus(nproc) if self._gpus else ()
             if gpus is None:
-                return LaunchOutcome(None, error=ProviderFailure(
-                    FailureKind.CAPACITY, f"local GPUs: fewer than {nproc} of "
-                    f"{len(self._gpus)} free for {spec.count} x {offer.gpu_count}"))
+                return LaunchOutcome(
+                    None,
+                    error=ProviderFailure(
+                        FailureKind.CAPACITY,
+                        f"local GPUs: fewer than {nproc} of "
+                        f"{len(self._gpus)} free for {spec.count} x {offer.gpu_count}",
+                    ),
+                )
             now_s = self._clock.now().timestamp()
             meta = _Meta(
-                instance_id=instance_id, cluster=self._cluster, job_id=spec.job_id,
-                request_id=request_id, offer_id=offer.id, region=offer.region,
-                count=spec.count, entrypoint=tuple(spec.entrypoint),
-                launched_at_s=now_s, ready_at_s=now_s,  # the job restores itself
-                gpus=gpus, nproc=nproc, master_port=_free_port(),
+                instance_id=instance_id,
+                cluster=self._cluster,
+                job_id=spec.job_id,
+                request_id=request_id,
+                offer_id=offer.id,
+                region=offer.region,
+                count=spec.count,
+                entrypoint=tuple(spec.entrypoint),
+                launched_at_s=now_s,
+                ready_at_s=now_s,  # the job restores itself
+                gpus=gpus,
+                nproc=nproc,
+                master_port=_free_port(),
             )
             inst_dir = self._root / offer.region / "instances" / instance_id
             inst_dir.mkdir(parents=True, exist_ok=True)
@@ -325,8 +375,12 @@ class LocalProvider:
         for instance_id in ids:
             inst = self._find(instance_id)
             if inst is None or inst.meta.cluster != self._cluster:
-                logger.warning("terminate %s (request %s): not an instance of cluster %s; "
-                               "ignored", instance_id, request_id, self._cluster)
+                logger.warning(
+                    "terminate %s (request %s): not an instance of cluster %s; ignored",
+                    instance_id,
+                    request_id,
+                    self._cluster,
+                )
                 continue
             self._stop(inst, _Ended.TERMINATED, request_id, notice_s=0.0)
 
@@ -356,9 +410,16 @@ class LocalProvider:
                 progress = _read_progress(inst.dir)
                 if progress is not None and progress != reported.progress:
                     fraction, step = progress
-                    events.append(ProviderEvent(
-                        EventType.PROGRESS, inst.id, inst.meta.job_id, now_s,
-                        "" if step is None else f"step {step}", value=fraction))
+                    events.append(
+                        ProviderEvent(
+                            EventType.PROGRESS,
+                            inst.id,
+                            inst.meta.job_id,
+                            now_s,
+                            "" if step is None else f"step {step}",
+                            value=fraction,
+                        )
+                    )
                     new = replace(new, progress=progress)
             if life is _Life.EXITED:
                 final = self._final_event(inst, ended, now_s)
@@ -391,8 +452,9 @@ class LocalProvider:
         not a running instance of this cluster."""
         inst = self._find(instance_id)
         if inst is None or inst.meta.cluster != self._cluster:
-            logger.warning("preempt %s: not an instance of cluster %s; ignored",
-                           instance_id, self._cluster)
+            logger.warning(
+                "preempt %s: not an instance of cluster %s; ignored", instance_id, self._cluster
+            )
             return False
         life, inst = self._life(inst)
         if life is not _Life.ALIVE:
@@ -421,8 +483,10 @@ class LocalProvider:
     # -- launching ------------------------------------------------------------------------
     def _invalid(self, spec: LaunchSpec) -> str | None:
         if spec.cluster != self._cluster:
-            return (f"launch spec names cluster {spec.cluster!r}, this provider manages "
-                    f"{self._cluster!r}")
+            return (
+                f"launch spec names cluster {spec.cluster!r}, this provider manages "
+                f"{self._cluster!r}"
+            )
         if spec.offer_id not in self._offer_by_id:
             return f"unknown offer {spec.offer_id!r}"
         if not spec.entrypoint or not spec.entrypoint[0]:
@@ -443,7 +507,8 @@ class LocalProvider:
         if used + count > slots:
             return ProviderFailure(
                 FailureKind.CAPACITY,
-                f"local region {region}: {used} of {slots} instances in use, {count} requested")
+                f"local region {region}: {used} of {slots} instances in use, {count} requested",
+            )
         return None
 
     def _free_gpus(self, n: int) -> tuple[str, ...] | None:
@@ -466,36 +531,60 @@ class LocalProvider:
             with (inst.dir / STDOUT).open("ab") as log:
                 proc = subprocess.Popen(
                     ["/bin/sh", "-c", _WRAPPER, "heliotrope-job", *meta.entrypoint],
-                    cwd=inst.dir, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                    stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+                    cwd=inst.dir,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    close_fds=True,
                 )
         except OSError as exc:
             logger.warning("launch of %s failed to start: %s", meta.instance_id, exc)
-            return LaunchOutcome(None, error=ProviderFailure(
-                FailureKind.TRANSIENT, f"could not start the job's process: {exc}"))
+            return LaunchOutcome(
+                None,
+                error=ProviderFailure(
+                    FailureKind.TRANSIENT, f"could not start the job's process: {exc}"
+                ),
+            )
         _proc.register_child(proc)
         st = _proc.proc_stat(proc.pid)  # our unreaped child: /proc/<pid> exists even if it exited
         meta = replace(meta, pid=proc.pid, start_ticks=None if st is None else st.start_ticks)
         _write_json(inst.dir / META, meta.to_json())
-        logger.info("launched %s (job %s, offer %s, pid %s) in %s", meta.instance_id,
-                    meta.job_id, meta.offer_id, proc.pid, inst.dir)
+        logger.info(
+            "launched %s (job %s, offer %s, pid %s) in %s",
+            meta.instance_id,
+            meta.job_id,
+            meta.offer_id,
+            proc.pid,
+            inst.dir,
+        )
         return LaunchOutcome(meta.instance_id, ready_at_s=meta.ready_at_s)
 
     def _environment(self, inst: _Instance, spec_env: Mapping[str, str]) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(_DROPPED_PREFIXES) and not _SECRET_NAME.search(k)}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(_DROPPED_PREFIXES) and not _SECRET_NAME.search(k)
+        }
         env["PYTHONUNBUFFERED"] = "1"  # so stdout.log (and a FAILED event's detail) is current
         env["HELIOTROPE_JOB_ID"] = inst.meta.job_id
         env.update(spec_env)
-        env.update({
-            "HELIOTROPE_INSTANCE_ID": inst.id,
-            "HELIOTROPE_REGION": inst.meta.region,
-            "HELIOTROPE_PROGRESS_FILE": str(inst.dir / PROGRESS),
-            "HELIOTROPE_PREEMPT_FILE": str(inst.dir / PREEMPT),
-            "HELIOTROPE_NOTICE_SOURCE": NOTICE_SOURCE,
-        })
-        gang = {"MASTER_ADDR": "127.0.0.1", "NNODES": "1", "NODE_RANK": "0",
-                "NPROC_PER_NODE": str(inst.meta.nproc)}
+        env.update(
+            {
+                "HELIOTROPE_INSTANCE_ID": inst.id,
+                "HELIOTROPE_REGION": inst.meta.region,
+                "HELIOTROPE_PROGRESS_FILE": str(inst.dir / PROGRESS),
+                "HELIOTROPE_PREEMPT_FILE": str(inst.dir / PREEMPT),
+                "HELIOTROPE_NOTICE_SOURCE": NOTICE_SOURCE,
+            }
+        )
+        gang = {
+            "MASTER_ADDR": "127.0.0.1",
+            "NNODES": "1",
+            "NODE_RANK": "0",
+            "NPROC_PER_NODE": str(inst.meta.nproc),
+        }
         if inst.meta.master_port is not None:
             gang["MASTER_PORT"] = str(inst.meta.master_port)
         env.update(gang)
@@ -541,28 +630,47 @@ class LocalProvider:
         if life is _Life.EXITED and already is None:
             return  # it ended by itself before we asked: poll_events reports how
         if already is None:
-            _write_json(inst.dir / ENDED, {"reason": why.value, "request_id": request_id,
-                                           "time_s": self._clock.now().timestamp()})
+            _write_json(
+                inst.dir / ENDED,
+                {
+                    "reason": why.value,
+                    "request_id": request_id,
+                    "time_s": self._clock.now().timestamp(),
+                },
+            )
         if life is not _Life.ALIVE or inst.meta.pid is None:
             return  # never started (and now never will), or already gone
         pgid = inst.meta.pid
         if why is _Ended.PREEMPTED:
-            _write_json(inst.dir / PREEMPT, {"reason": "preempted", "notice_s": notice_s,
-                                             "time_s": self._clock.now().timestamp()})
+            _write_json(
+                inst.dir / PREEMPT,
+                {
+                    "reason": "preempted",
+                    "notice_s": notice_s,
+                    "time_s": self._clock.now().timestamp(),
+                },
+            )
             logger.info("preempt %s: notice given, %.1f s before SIGTERM", inst.id, notice_s)
             if self._wait_gone(pgid, notice_s):
                 return
-        logger.info("stop %s (%s, request %s): SIGTERM to process group %s", inst.id,
-                    why.value, request_id, pgid)
+        logger.info(
+            "stop %s (%s, request %s): SIGTERM to process group %s",
+            inst.id,
+            why.value,
+            request_id,
+            pgid,
+        )
         _proc.signal_group(pgid, signal.SIGTERM)
         if self._wait_gone(pgid, self._grace_s):
             return
-        logger.warning("stop %s: still running %.1f s after SIGTERM; SIGKILL", inst.id,
-                       self._grace_s)
+        logger.warning(
+            "stop %s: still running %.1f s after SIGTERM; SIGKILL", inst.id, self._grace_s
+        )
         _proc.signal_group(pgid, signal.SIGKILL)
         if not self._wait_gone(pgid, KILL_WAIT_S):
-            logger.error("stop %s: process group %s survived SIGKILL for %.0f s", inst.id,
-                         pgid, KILL_WAIT_S)
+            logger.error(
+                "stop %s: process group %s survived SIGKILL for %.0f s", inst.id, pgid, KILL_WAIT_S
+            )
 
     @staticmethod
     def _wait_gone(pgid: int, timeout_s: float) -> bool:
@@ -603,8 +711,12 @@ class LocalProvider:
         if meta.pid is None:
             # Instance ids repeat across roots (they hash cluster and request id), so the
             # process must also name this instance's directory.
-            st = _proc.find_by_environ([f"HELIOTROPE_INSTANCE_ID={meta.instance_id}",
-                                        f"HELIOTROPE_PROGRESS_FILE={inst.dir / PROGRESS}"])
+            st = _proc.find_by_environ(
+                [
+                    f"HELIOTROPE_INSTANCE_ID={meta.instance_id}",
+                    f"HELIOTROPE_PROGRESS_FILE={inst.dir / PROGRESS}",
+                ]
+            )
             if st is None:
                 booting = not locked and self._launch_in_progress()
                 return (_Life.BOOTING if booting else _Life.NOT_STARTED), inst
@@ -636,25 +748,40 @@ class LocalProvider:
 
     def _info(self, inst: _Instance, life: _Life) -> InstanceInfo:
         return InstanceInfo(
-            id=inst.id, offer_id=inst.meta.offer_id, job_id=inst.meta.job_id,
+            id=inst.id,
+            offer_id=inst.meta.offer_id,
+            job_id=inst.meta.job_id,
             state=InstanceState.BOOTING if life is _Life.BOOTING else InstanceState.RUNNING,
-            launched_at_s=inst.meta.launched_at_s, ready_at_s=inst.meta.ready_at_s)
+            launched_at_s=inst.meta.launched_at_s,
+            ready_at_s=inst.meta.ready_at_s,
+        )
 
-    def _final_event(self, inst: _Instance, ended: _Ended | None,
-                     now_s: float) -> ProviderEvent | None:
+    def _final_event(
+        self, inst: _Instance, ended: _Ended | None, now_s: float
+    ) -> ProviderEvent | None:
         job = inst.meta.job_id
         if ended is _Ended.TERMINATED:
             return None
         if ended is _Ended.PREEMPTED:
-            return ProviderEvent(EventType.PREEMPTED, inst.id, job, now_s,
-                                 f"local preemption of {inst.meta.offer_id}")
+            return ProviderEvent(
+                EventType.PREEMPTED,
+                inst.id,
+                job,
+                now_s,
+                f"local preemption of {inst.meta.offer_id}",
+            )
         code = _read_exit_code(inst.dir)
         if code == 0:
             return ProviderEvent(EventType.COMPLETED, inst.id, job, now_s, "exit status 0")
         status = "killed without an exit status" if code is None else f"exit status {code}"
         tail = _tail(inst.dir / STDOUT, FAILED_DETAIL_LINES)
-        return ProviderEvent(EventType.FAILED, inst.id, job, now_s,
-                             f"{status}; last output:\n{tail}" if tail else status)
+        return ProviderEvent(
+            EventType.FAILED,
+            inst.id,
+            job,
+            now_s,
+            f"{status}; last output:\n{tail}" if tail else status,
+        )
 
 
 def machine_gpus() -> tuple[str, ...]:
@@ -662,8 +789,9 @@ def machine_gpus() -> tuple[str, ...]:
     CUDA_VISIBLE_DEVICES if set, else one index per /proc/driver/nvidia/gpus entry."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
-        return tuple(g.strip() for g in visible.split(",")
-                     if g.strip() and not g.strip().startswith("-"))
+        return tuple(
+            g.strip() for g in visible.split(",") if g.strip() and not g.strip().startswith("-")
+        )
     try:
         return tuple(str(i) for i in range(len(os.listdir("/proc/driver/nvidia/gpus"))))
     except OSError:

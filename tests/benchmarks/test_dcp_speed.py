@@ -43,22 +43,36 @@ WORLD = 4
 TENSORS = 16
 
 
-def _run_workers(tmp: Path, mode: str, *, durable: bool = True,
-                 timeout_s: float = 900.0) -> dict[str, Any]:
+def _run_workers(
+    tmp: Path, mode: str, *, durable: bool = True, timeout_s: float = 900.0
+) -> dict[str, Any]:
     from tests.training.gang_jobs import REPO, free_port
 
     port = free_port()
     out = tmp / f"{mode}.json"
     procs = []
     for rank in range(WORLD):
-        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-               "RANK": str(rank), "WORLD_SIZE": str(WORLD), "LOCAL_RANK": str(rank),
-               "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
-               "BENCH_OUT": str(out), "BENCH_TMP": str(tmp),
-               "BENCH_DURABLE": "1" if durable else "0"}
-        procs.append(subprocess.Popen([sys.executable, "-m", "tests.benchmarks.test_dcp_speed",
-                                       mode], cwd=REPO, env=env,
-                                      stderr=(tmp / f"{mode}-{rank}.err").open("wb")))
+        env = {
+            **os.environ,
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "RANK": str(rank),
+            "WORLD_SIZE": str(WORLD),
+            "LOCAL_RANK": str(rank),
+            "PYTHONPATH": str(REPO),
+            "OMP_NUM_THREADS": "1",
+            "BENCH_OUT": str(out),
+            "BENCH_TMP": str(tmp),
+            "BENCH_DURABLE": "1" if durable else "0",
+        }
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "tests.benchmarks.test_dcp_speed", mode],
+                cwd=REPO,
+                env=env,
+                stderr=(tmp / f"{mode}-{rank}.err").open("wb"),
+            )
+        )
     try:
         codes = [p.wait(timeout=timeout_s) for p in procs]
     finally:
@@ -75,23 +89,34 @@ def _run_workers(tmp: Path, mode: str, *, durable: bool = True,
 def test_dcp_through_the_store_against_raw_files(tmp_path: Path, durable: bool) -> None:
     r = _run_workers(tmp_path, "dcp", durable=durable)
     gib = r["bytes"] / (1 << 30)
-    regime = ("durable: raw fsyncs its file; the store fsyncs every file (write-behind "
-              "fdatasync every 64 MiB), the manifest and its directories" if durable else
-              "page cache: no fsync on either side")
-    print(f"\nsharded state {gib:.2f} GiB over {WORLD} processes, {r['rounds']} rounds, "
-          f"best of each; {regime}:")
+    regime = (
+        "durable: raw fsyncs its file; the store fsyncs every file (write-behind "
+        "fdatasync every 64 MiB), the manifest and its directories"
+        if durable
+        else "page cache: no fsync on either side"
+    )
+    print(
+        f"\nsharded state {gib:.2f} GiB over {WORLD} processes, {r['rounds']} rounds, "
+        f"best of each; {regime}:"
+    )
     for key in ("raw_write", "dcp_save", "raw_read", "dcp_load", "sha256"):
         print(f"  {key:<10} {r[key]:.3f} s   {gib / r[key]:.2f} GiB/s")
-    print(f"  save: raw/DCP = {r['raw_write'] / r['dcp_save']:.2f}x   "
-          f"load: raw/DCP = {r['raw_read'] / r['dcp_load']:.2f}x   (target >= 0.8)")
-    print(f"  sha256 of the same bytes alone (every process at once, one thread each): "
-          f"{r['sha256']:.3f} s = {r['sha256'] / r['raw_write']:.2f}x a raw write; the store "
-          f"hashes every byte once when writing and once when reading, on "
-          f"{os.cpu_count()} CPUs here")
+    print(
+        f"  save: raw/DCP = {r['raw_write'] / r['dcp_save']:.2f}x   "
+        f"load: raw/DCP = {r['raw_read'] / r['dcp_load']:.2f}x   (target >= 0.8)"
+    )
+    print(
+        f"  sha256 of the same bytes alone (every process at once, one thread each): "
+        f"{r['sha256']:.3f} s = {r['sha256'] / r['raw_write']:.2f}x a raw write; the store "
+        f"hashes every byte once when writing and once when reading, on "
+        f"{os.cpu_count()} CPUs here"
+    )
     bound_save = r["raw_write"] / (r["raw_write"] + r["sha256"])
     bound_load = r["raw_read"] / (r["raw_read"] + r["sha256"])
-    print(f"  where hashing cannot overlap the I/O (CPUs all busy), the best a verified store "
-          f"can do is raw/(raw + sha256): save {bound_save:.2f}x, load {bound_load:.2f}x")
+    print(
+        f"  where hashing cannot overlap the I/O (CPUs all busy), the best a verified store "
+        f"can do is raw/(raw + sha256): save {bound_save:.2f}x, load {bound_load:.2f}x"
+    )
     assert r["verified"]
 
 
@@ -99,23 +124,34 @@ def test_notice_agreement_cost_per_step(tmp_path: Path) -> None:
     r = _run_workers(tmp_path, "notice")
     base = r["block_s"]["without"]
     step = r["step_s"]["without"]
-    print(f"\nexamples/train_ddp.py model, DDP on {WORLD} gloo ranks, blocks of {r['steps']} "
-          "steps interleaved; medians per step, best block:")
-    print(f"  {'':<26} {'step_done/agree':>15} {'of a step':>10} {'block/step':>11} "
-          f"{'vs none':>8}")
-    names = {"without": "no ResumableRun", "default": "agree ~1/s (default)",
-             "every_step": "agree every step", "blocking": "blocking agree every step"}
+    print(
+        f"\nexamples/train_ddp.py model, DDP on {WORLD} gloo ranks, blocks of {r['steps']} "
+        "steps interleaved; medians per step, best block:"
+    )
+    print(f"  {'':<26} {'step_done/agree':>15} {'of a step':>10} {'block/step':>11} {'vs none':>8}")
+    names = {
+        "without": "no ResumableRun",
+        "default": "agree ~1/s (default)",
+        "every_step": "agree every step",
+        "blocking": "blocking agree every step",
+    }
     for key, name in names.items():
         call = r["call_s"].get(key)
-        call_txt = f"{call * 1e6:12.1f} us {call / step:10.2%}" if call is not None else (
-            f"{'-':>15} {'-':>10}")
-        print(f"  {name:<26} {call_txt} {r['block_s'][key] * 1e3:8.2f} ms "
-              f"{r['block_s'][key] / base - 1:+8.2%}   (train step {r['step_s'][key] * 1e3:.2f}"
-              f" ms, mean call {r['call_mean_s'].get(key, 0.0) * 1e6:.0f} us)")
+        call_txt = (
+            f"{call * 1e6:12.1f} us {call / step:10.2%}"
+            if call is not None
+            else (f"{'-':>15} {'-':>10}")
+        )
+        print(
+            f"  {name:<26} {call_txt} {r['block_s'][key] * 1e3:8.2f} ms "
+            f"{r['block_s'][key] / base - 1:+8.2%}   (train step {r['step_s'][key] * 1e3:.2f}"
+            f" ms, mean call {r['call_mean_s'].get(key, 0.0) * 1e6:.0f} us)"
+        )
     print(f"  (a training step alone: {step * 1e3:.2f} ms; target: agreement <= 1% of it)")
 
 
 # -- the workers (one process per rank) ----------------------------------------------------
+
 
 def _dcp_worker() -> None:
     import torch
@@ -141,10 +177,10 @@ def _dcp_worker() -> None:
     rows -= rows % WORLD
     gen = torch.Generator().manual_seed(rank)
     local = [torch.rand(rows // WORLD, 4096, generator=gen) for _ in range(TENSORS)]
-    state = {f"layers.{i}.weight": DTensor.from_local(t, mesh, [Shard(0)])
-             for i, t in enumerate(local)}
-    store = CheckpointStore(f"file://{tmp}/store",
-                            durable=os.environ["BENCH_DURABLE"] == "1")
+    state = {
+        f"layers.{i}.weight": DTensor.from_local(t, mesh, [Shard(0)]) for i, t in enumerate(local)
+    }
+    store = CheckpointStore(f"file://{tmp}/store", durable=os.environ["BENCH_DURABLE"] == "1")
     local_bytes = sum(t.numel() * t.element_size() for t in local)
     best: dict[str, float] = {}
     rounds = 3
@@ -199,8 +235,10 @@ def _dcp_worker() -> None:
             if name.endswith(f"r{rank:05d}"):
                 drop(tmp / "store" / "bench" / f"step-{step:012d}" / name)
         targets = [torch.empty_like(t) for t in local]
-        loaded = {f"layers.{i}.weight": DTensor.from_local(t, mesh, [Shard(0)])
-                  for i, t in enumerate(targets)}
+        loaded = {
+            f"layers.{i}.weight": DTensor.from_local(t, mesh, [Shard(0)])
+            for i, t in enumerate(targets)
+        }
 
         def raw_read(path: Path = raw) -> None:
             back = [torch.empty_like(t) for t in local]
@@ -212,22 +250,26 @@ def _dcp_worker() -> None:
                         got += f.readinto(view[got:])
 
         def dcp_read(ref: Any = ref, loaded: Any = loaded) -> None:
-            dcp_load(loaded, storage_reader=StoreReader(store, ref),
-                     planner=SafeLoadPlanner(), process_group=gang.group)
+            dcp_load(
+                loaded,
+                storage_reader=StoreReader(store, ref),
+                planner=SafeLoadPlanner(),
+                process_group=gang.group,
+            )
 
         reads = [("raw_read", raw_read), ("dcp_load", dcp_read)]
         for label, fn in reads if rnd % 2 == 0 else reads[::-1]:
             timed(label, fn)
-        verified = verified and all(torch.equal(a, b) for a, b in zip(targets, local,
-                                                                       strict=True))
+        verified = verified and all(torch.equal(a, b) for a, b in zip(targets, local, strict=True))
         raw.unlink()
         if rank == 0:
             store.retain("bench", keep=1)  # disk space: one checkpoint at a time
         gang.barrier()
     ok = all(gang.gather(verified))
     if rank == 0:
-        Path(os.environ["BENCH_OUT"]).write_text(json.dumps(
-            {**best, "bytes": local_bytes * WORLD, "rounds": rounds, "verified": ok}))
+        Path(os.environ["BENCH_OUT"]).write_text(
+            json.dumps({**best, "bytes": local_bytes * WORLD, "rounds": rounds, "verified": ok})
+        )
     dist.destroy_process_group()
 
 
@@ -253,16 +295,24 @@ def _notice_worker() -> None:
     rank = dist.get_rank()
     tmp = Path(os.environ["BENCH_TMP"])
     torch.manual_seed(0)
-    model = nn.parallel.DistributedDataParallel(example.Net(64, 0.1),
-                                                find_unused_parameters=True)
+    model = nn.parallel.DistributedDataParallel(example.Net(64, 0.1), find_unused_parameters=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     store = CheckpointStore(f"file://{tmp}/notice-store")
     notice = tmp / f"no-notice-{rank}"  # polled every step, never written
     env = {"HELIOTROPE_NOTICE_SOURCE": "local", "HELIOTROPE_PREEMPT_FILE": str(notice)}
-    runs = {label: ResumableRun(model, optimizer, job_id="bench", store=store,
-                                every_steps=10**9, handle_signals=False, environ=env,
-                                agree_every_steps=every)
-            for label, every in (("default", None), ("every_step", 1))}
+    runs = {
+        label: ResumableRun(
+            model,
+            optimizer,
+            job_id="bench",
+            store=store,
+            every_steps=10**9,
+            handle_signals=False,
+            environ=env,
+            agree_every_steps=every,
+        )
+        for label, every in (("default", None), ("every_step", 1))
+    }
     for run in runs.values():
         run.restore()
     from orchestrator.training.gang import Gang
@@ -270,8 +320,12 @@ def _notice_worker() -> None:
     gang = Gang.current()  # a gloo group like the one a run agrees on
     assert gang is not None
     steps, blocks = 200, 3
-    step_s: dict[str, list[float]] = {"without": [], "default": [], "every_step": [],
-                                      "blocking": []}
+    step_s: dict[str, list[float]] = {
+        "without": [],
+        "default": [],
+        "every_step": [],
+        "blocking": [],
+    }
     call_s: dict[str, list[float]] = {"default": [], "every_step": [], "blocking": []}
     block_s: dict[str, list[float]] = {k: [] for k in step_s}
     counter = 0
@@ -304,11 +358,13 @@ def _notice_worker() -> None:
             block_s[label].append((time.perf_counter() - start) / steps)
     for run in runs.values():
         run.close()
-    result = {"steps": steps,
-              "step_s": {k: statistics.median(v) for k, v in step_s.items()},
-              "call_s": {k: statistics.median(v) for k, v in call_s.items()},
-              "call_mean_s": {k: statistics.fmean(v) for k, v in call_s.items()},
-              "block_s": {k: min(v) for k, v in block_s.items()}}
+    result = {
+        "steps": steps,
+        "step_s": {k: statistics.median(v) for k, v in step_s.items()},
+        "call_s": {k: statistics.median(v) for k, v in call_s.items()},
+        "call_mean_s": {k: statistics.fmean(v) for k, v in call_s.items()},
+        "block_s": {k: min(v) for k, v in block_s.items()},
+    }
     if rank == 0:
         Path(os.environ["BENCH_OUT"]).write_text(json.dumps(result))
     dist.destroy_process_group()

@@ -71,6 +71,8 @@ def test_published_forecasts_beside_seasonal_naive() -> None:
         pytest.skip(f"no forecast with a later observation in {what}")
     print(f"\npublished carbon forecasts vs seasonal naive, same issue times and hours, {what}")
     for s in skills:
-        print(f"  {s.source:16s} {s.metric:27s} zones {','.join(s.zones):14s} "
-              f"issues {s.issues:4d} n {s.n:6d}  MAE {s.mae_source:7.2f}  "
-              f"seasonal naive {s.mae_seasonal_naive:7.2f}  x{s.ratio:5.3f}")
+        print(
+            f"  {s.source:16s} {s.metric:27s} zones {','.join(s.zones):14s} "
+            f"issues {s.issues:4d} n {s.n:6d}  MAE {s.mae_source:7.2f}  "
+            f"seasonal naive {s.mae_seasonal_naive:7.2f}  x{s.ratio:5.3f}"
+        )

@@ -41,21 +41,42 @@ def samples(offers, days: int) -> list[SignalSample]:  # type: ignore[no-untyped
         t = T0 + timedelta(hours=h)
         for o in offers:
             m = o.market.value
-            out.append(SignalSample(time=t, key=price_key(o.cloud, o.region, o.zone,
-                                                          o.instance_type, m),
-                                    kind=SignalKind.PRICE, value=float(rng.uniform(1, 30)),
-                                    unit="usd_per_hour", source="bench", observed_at=t,
-                                    valid_until=t + timedelta(hours=2)))
+            out.append(
+                SignalSample(
+                    time=t,
+                    key=price_key(o.cloud, o.region, o.zone, o.instance_type, m),
+                    kind=SignalKind.PRICE,
+                    value=float(rng.uniform(1, 30)),
+                    unit="usd_per_hour",
+                    source="bench",
+                    observed_at=t,
+                    valid_until=t + timedelta(hours=2),
+                )
+            )
             if o.market is Market.SPOT:
-                out.append(SignalSample(time=t, key=spot_key(o.cloud, o.region, o.zone,
-                                                             o.instance_type),
-                                        kind=SignalKind.SPOT_AVAILABILITY,
-                                        value=float(rng.integers(1, 11)),
-                                        unit="placement_score", source="bench", observed_at=t))
+                out.append(
+                    SignalSample(
+                        time=t,
+                        key=spot_key(o.cloud, o.region, o.zone, o.instance_type),
+                        kind=SignalKind.SPOT_AVAILABILITY,
+                        value=float(rng.integers(1, 11)),
+                        unit="placement_score",
+                        source="bench",
+                        observed_at=t,
+                    )
+                )
         for z in zones:
-            out.append(SignalSample(time=t, key=z, kind=SignalKind.CARBON,
-                                    value=float(rng.uniform(20, 700)), unit="g_co2_per_kwh",
-                                    source="bench", observed_at=t))
+            out.append(
+                SignalSample(
+                    time=t,
+                    key=z,
+                    kind=SignalKind.CARBON,
+                    value=float(rng.uniform(20, 700)),
+                    unit="g_co2_per_kwh",
+                    source="bench",
+                    observed_at=t,
+                )
+            )
     return out
 
 
@@ -63,8 +84,12 @@ def time_view(store: object, offers: tuple[Offer, ...], now_s: float) -> tuple[f
     """(cold, warm) seconds of one frame: a new view, and one that framed the tick before."""
 
     def view() -> StoreSignalView:
-        return StoreSignalView(store, offers, tick_s=TICK_S,  # type: ignore[arg-type]
-                               priors=list_priors(offers, 4.0))
+        return StoreSignalView(
+            store,
+            offers,
+            tick_s=TICK_S,  # type: ignore[arg-type]
+            priors=list_priors(offers, 4.0),
+        )
 
     cold_s = best_of(2, lambda: view().frame(now_s))
     warm = view()
@@ -94,11 +119,19 @@ def test_live_row_vs_decision() -> None:
 
     rng = np.random.default_rng(1)
     regions = sorted({o.region for o in offers})
-    jobs = [JobSpec(id=f"j{i}", work_gpu_hours=float(rng.uniform(10, 500)), gpus=1, start=T0,
-                    deadline=T0 + timedelta(hours=float(rng.uniform(48, 200))),
-                    checkpoint_size_gb=50.0, cold_start_h=0.1,
-                    home_region=regions[i % len(regions)])
-             for i in range(1000)]
+    jobs = [
+        JobSpec(
+            id=f"j{i}",
+            work_gpu_hours=float(rng.uniform(10, 500)),
+            gpus=1,
+            start=T0,
+            deadline=T0 + timedelta(hours=float(rng.uniform(48, 200))),
+            checkpoint_size_gb=50.0,
+            cold_start_h=0.1,
+            home_region=regions[i % len(regions)],
+        )
+        for i in range(1000)
+    ]
     now = T0 + timedelta(days=DAYS)
     policy = make_policy("heliotrope")
     clock = FakeClock(T0)
@@ -110,14 +143,18 @@ def test_live_row_vs_decision() -> None:
     snapshot = controller._snapshot(grid.time_of(150), grid.time_of(150).timestamp(), frame0)
     decision_s = best_of(3, lambda: policy(snapshot))
     ref = reference_workload_s()
-    print(f"\nlive signal row: {len(offers)} offers, {DAYS} days of samples ({len(rows):,}); "
-          f"heliotrope decision for 1,000 jobs {decision_s * 1000:.1f} ms; reference "
-          f"workload {ref:.3f} s")
+    print(
+        f"\nlive signal row: {len(offers)} offers, {DAYS} days of samples ({len(rows):,}); "
+        f"heliotrope decision for 1,000 jobs {decision_s * 1000:.1f} ms; reference "
+        f"workload {ref:.3f} s"
+    )
     for name, store in stores.items():
         cold_s, warm_s = time_view(store, offers, now.timestamp())
-        print(f"  {name:10s} warm {warm_s * 1000:7.1f} ms ({warm_s / decision_s:5.2f}x the "
-              f"decision)  cold {cold_s * 1000:8.1f} ms ({cold_s / decision_s:5.2f}x)  "
-              f"x{warm_s / ref:.3f} of reference")
+        print(
+            f"  {name:10s} warm {warm_s * 1000:7.1f} ms ({warm_s / decision_s:5.2f}x the "
+            f"decision)  cold {cold_s * 1000:8.1f} ms ({cold_s / decision_s:5.2f}x)  "
+            f"x{warm_s / ref:.3f} of reference"
+        )
     pg_store = stores.get("postgresql")
     if pg_store is not None:
         with pg_store.engine.begin() as conn:  # type: ignore[attr-defined]

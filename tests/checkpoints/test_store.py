@@ -74,16 +74,28 @@ def flip_byte(store: CheckpointStore, ref: CheckpointRef, name: str, offset: int
 
 
 def write_n(store: CheckpointStore, n: int, job: str = JOB) -> list[CheckpointRef]:
-    return [store.write(job, step, {"state": f"state {step}".encode() * 100, "extra/meta.json":
-                                    b"{}"}, now_s=1000.0 + step) for step in range(1, n + 1)]
+    return [
+        store.write(
+            job,
+            step,
+            {"state": f"state {step}".encode() * 100, "extra/meta.json": b"{}"},
+            now_s=1000.0 + step,
+        )
+        for step in range(1, n + 1)
+    ]
 
 
 # -- write, list, read ------------------------------------------------------------------
 
 
 def test_write_then_list_and_read(store: CheckpointStore) -> None:
-    a = store.write(JOB, 10, {"model": BIG, "opt/adam.bin": b"x" * 7}, now_s=123.5,
-                    metadata={"reason": "periodic"})
+    a = store.write(
+        JOB,
+        10,
+        {"model": BIG, "opt/adam.bin": b"x" * 7},
+        now_s=123.5,
+        metadata={"reason": "periodic"},
+    )
 
     def stream(open_file: WriteFn) -> None:
         with open_file("model") as f:
@@ -115,15 +127,19 @@ def test_manifest_lists_sizes_and_sha256_and_is_written_last(store: CheckpointSt
             with open_file(name) as f:
                 f.write(name.encode() * 10)
             seen_manifest_while_writing.append(
-                store._fs.exists(f"{store._dir_path(JOB, 1)}/manifest.json"))
+                store._fs.exists(f"{store._dir_path(JOB, 1)}/manifest.json")
+            )
             assert store.list(JOB) == []
 
     ref = store.write(JOB, 1, stream, now_s=5.0)
     assert seen_manifest_while_writing == [False, False]
     body = json.loads(store._fs.cat_file(f"{store._ref_dir(ref)}/manifest.json"))
     assert (body["format"], body["version"]) == ("heliotrope-checkpoint", 2)
-    assert body["files"]["a"] == {"size_bytes": 10, "chunk_bytes": 16 << 20,
-                                  "sha256": [hashlib.sha256(b"a" * 10).hexdigest()]}
+    assert body["files"]["a"] == {
+        "size_bytes": 10,
+        "chunk_bytes": 16 << 20,
+        "sha256": [hashlib.sha256(b"a" * 10).hexdigest()],
+    }
     assert (body["job_id"], body["step"], body["created_at_s"]) == (JOB, 1, 5.0)
 
 
@@ -245,9 +261,11 @@ def test_a_ref_of_another_store_is_refused(store: CheckpointStore, other: Checkp
 
 
 def test_backends_are_imported_only_when_used() -> None:
-    code = ("import sys, orchestrator.checkpoints as c; "
-            "bad = [m for m in ('torch', 's3fs', 'gcsfs', 'boto3', 'pandas') if m in sys.modules];"
-            "assert not bad, bad")
+    code = (
+        "import sys, orchestrator.checkpoints as c; "
+        "bad = [m for m in ('torch', 's3fs', 'gcsfs', 'boto3', 'pandas') if m in sys.modules];"
+        "assert not bad, bad"
+    )
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
 
 
@@ -273,8 +291,10 @@ def test_verify_catches_one_flipped_byte_and_latest_falls_back(
     assert str(info.value).startswith(f"{new.uri}/state: sha256 differs")
     with caplog.at_level(logging.WARNING):
         assert store.latest(JOB) == old
-    assert any("step-000000000002" in r.getMessage() and "corrupt" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        "step-000000000002" in r.getMessage() and "corrupt" in r.getMessage()
+        for r in caplog.records
+    )
     assert store.latest(JOB, verify=False) == new
     with pytest.raises(CorruptCheckpoint):
         store.read(new)
@@ -326,11 +346,16 @@ def test_copy_streams_verifies_and_keeps_the_identity(
     ref = store.write(JOB, 7, {"state": BIG * 3, "opt/x": b"opt"}, now_s=77.0)
     before = snapshot_tree(store)
     seen: list[tuple[int, int]] = []
-    copy = store.copy(ref, other, request_id="mig-1/copy",
-                      progress=lambda done, total: seen.append((done, total)))
+    copy = store.copy(
+        ref, other, request_id="mig-1/copy", progress=lambda done, total: seen.append((done, total))
+    )
     assert copy.uri == f"{other.root_uri}/{JOB}/step-000000000007"
     assert (copy.manifest_sha256, copy.created_at_s, copy.size_bytes, copy.step) == (
-        ref.manifest_sha256, 77.0, ref.size_bytes, 7)
+        ref.manifest_sha256,
+        77.0,
+        ref.size_bytes,
+        7,
+    )
     other.verify(copy)
     assert other.read(copy) == store.read(ref)
     assert len(seen) > 3 and seen[-1] == (ref.size_bytes, ref.size_bytes)
@@ -489,7 +514,8 @@ def test_the_manifest_has_the_sha256_of_every_chunk(chunked: CheckpointStore) ->
     ref = chunked.write(JOB, 1, stream, now_s=1.0)
     body = json.loads(chunked._fs.cat_file(f"{chunked._ref_dir(ref)}/manifest.json"))
     assert body["files"]["state"] == {
-        "size_bytes": len(BIG), "chunk_bytes": CHUNK,
+        "size_bytes": len(BIG),
+        "chunk_bytes": CHUNK,
         "sha256": [sha(BIG[i : i + CHUNK]) for i in range(0, len(BIG), CHUNK)],
     }
     assert len(body["files"]["state"]["sha256"]) == 10
@@ -520,9 +546,7 @@ def test_one_flipped_byte_in_any_chunk_is_caught_by_every_read(
     assert chunked.latest(JOB) is None
 
 
-def test_version_1_manifests_are_still_read(
-    store: CheckpointStore, other: CheckpointStore
-) -> None:
+def test_version_1_manifests_are_still_read(store: CheckpointStore, other: CheckpointStore) -> None:
     files = {"state": BIG, "b": b"bb"}
     ref = store.write(JOB, 1, files, now_s=1.0)
     mpath = fs_path(store, ref, "manifest.json")

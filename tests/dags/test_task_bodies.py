@@ -394,5 +394,6 @@ def test_a_poll_without_network_is_skipped_with_the_reason(
         port = sock.getsockname()[1]
     monkeypatch.setenv("HELIOTROPE_UK_CARBON_URL", f"http://127.0.0.1:{port}")
     with pytest.raises(at.Skip, match="no network to uk-carbon"):
-        at.poll_signals(settings(home, sources=["uk-carbon"]), family="carbon",
-                        region="gcp:europe-west2")
+        at.poll_signals(
+            settings(home, sources=["uk-carbon"]), family="carbon", region="gcp:europe-west2"
+        )

@@ -37,10 +37,18 @@ def spot_history(usd: float) -> Any:
     def handler(params: dict[str, Any]) -> dict[str, Any]:
         if "g6.xlarge" not in params.get("InstanceTypes", []):
             return {"SpotPriceHistory": [], "NextToken": ""}
-        return {"SpotPriceHistory": [{
-            "AvailabilityZone": "us-east-1a", "InstanceType": "g6.xlarge",
-            "ProductDescription": "Linux/UNIX", "SpotPrice": f"{usd:.6f}",
-            "Timestamp": datetime.now(UTC) - timedelta(hours=1)}], "NextToken": ""}
+        return {
+            "SpotPriceHistory": [
+                {
+                    "AvailabilityZone": "us-east-1a",
+                    "InstanceType": "g6.xlarge",
+                    "ProductDescription": "Linux/UNIX",
+                    "SpotPrice": f"{usd:.6f}",
+                    "Timestamp": datetime.now(UTC) - timedelta(hours=1),
+                }
+            ],
+            "NextToken": "",
+        }
 
     return handler
 
@@ -52,18 +60,40 @@ def place(fakes: CloudFakes, home: Path, polled_usd: float) -> str:
     from orchestrator.live.commands import submit
 
     home.mkdir(parents=True, exist_ok=True)
-    (home / "config.yaml").write_text(yaml.safe_dump({
-        "world": "clouds", "policy": "spot-failover", "db_url": f"sqlite:///{home}/h.db",
-        "clouds": {k: v for k, v in fakes.settings_doc().items() if k != "policy"},
-    }))
-    settings = at.task_settings({"home": str(home), "regions": ["aws:us-east-1"],
-                                 "sources": ["aws-spot-price"]})
+    (home / "config.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "world": "clouds",
+                "policy": "spot-failover",
+                "db_url": f"sqlite:///{home}/h.db",
+                "clouds": {k: v for k, v in fakes.settings_doc().items() if k != "policy"},
+            }
+        )
+    )
+    settings = at.task_settings(
+        {"home": str(home), "regions": ["aws:us-east-1"], "sources": ["aws-spot-price"]}
+    )
     jobs = home / "jobs.yaml"
-    jobs.write_text(yaml.safe_dump({"jobs": [{
-        "name": "lm", "work_gpu_hours": 4.0, "gpus": 1, "gpu_types": ["L4"],
-        "throughput": {"L4": 1.0}, "start_offset_h": 0, "deadline_h": 48,
-        "home_region": "us-east-1", "checkpoint_size_gb": 0.01,
-        "command": [sys.executable, "train.py"]}]}))
+    jobs.write_text(
+        yaml.safe_dump(
+            {
+                "jobs": [
+                    {
+                        "name": "lm",
+                        "work_gpu_hours": 4.0,
+                        "gpus": 1,
+                        "gpu_types": ["L4"],
+                        "throughput": {"L4": 1.0},
+                        "start_offset_h": 0,
+                        "deadline_h": 48,
+                        "home_region": "us-east-1",
+                        "checkpoint_size_gb": 0.01,
+                        "command": [sys.executable, "train.py"],
+                    }
+                ]
+            }
+        )
+    )
     with at.heliotrope_home(settings):
         assert submit(jobs) == ["lm"]
     quote = fakes.hooks  # the provider's own quotes keep answering 0.20 (the prior)
@@ -79,13 +109,15 @@ def place(fakes: CloudFakes, home: Path, polled_usd: float) -> str:
 
 @pytest.mark.timeout(180)
 def test_the_polled_spot_price_decides_where_the_job_launches(
-        fakes: CloudFakes, tmp_path: Path) -> None:
+    fakes: CloudFakes, tmp_path: Path
+) -> None:
     assert place(fakes, tmp_path / "cheap", polled_usd=0.20) == AWS_SPOT_L4
     assert place(fakes, tmp_path / "dear", polled_usd=0.50) == GCP_SPOT_L4
 
 
-def carbon_move(fakes: CloudFakes, home: Path, server: Any, monkeypatch: pytest.MonkeyPatch,
-                bpat_later: float) -> list[dict[str, Any]]:
+def carbon_move(
+    fakes: CloudFakes, home: Path, server: Any, monkeypatch: pytest.MonkeyPatch, bpat_later: float
+) -> list[dict[str, Any]]:
     """On the clouds world with `carbon-greedy`: the signals task polls Electricity Maps for
     every region, the rebalance task places the L4 job; the poller then reads `bpat_later`
     for us-west-2's grid and the next rebalance tick acts on it. The second tick's events."""
@@ -97,29 +129,49 @@ def carbon_move(fakes: CloudFakes, home: Path, server: Any, monkeypatch: pytest.
     monkeypatch.setenv("HELIOTROPE_ELECTRICITYMAPS_URL", server.url)
     monkeypatch.setenv("ELECTRICITYMAPS_TOKEN", CREDS["ELECTRICITYMAPS_TOKEN"])
     home.mkdir(parents=True, exist_ok=True)
-    (home / "config.yaml").write_text(yaml.safe_dump({
-        "world": "clouds", "policy": "carbon-greedy", "db_url": f"sqlite:///{home}/h.db",
-        "clouds": {k: v for k, v in fakes.settings_doc().items() if k != "policy"},
-    }))
+    (home / "config.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "world": "clouds",
+                "policy": "carbon-greedy",
+                "db_url": f"sqlite:///{home}/h.db",
+                "clouds": {k: v for k, v in fakes.settings_doc().items() if k != "policy"},
+            }
+        )
+    )
     regions = ["aws:us-east-1", "aws:us-west-2", "gcp:us-central1", "gcp:europe-west4"]
-    settings = at.task_settings({"home": str(home), "regions": regions,
-                                 "sources": ["electricitymaps"]})
+    settings = at.task_settings(
+        {"home": str(home), "regions": regions, "sources": ["electricitymaps"]}
+    )
     jobs = home / "jobs.yaml"
-    jobs.write_text(yaml.safe_dump({"jobs": [{
-        "name": "lm", "work_gpu_hours": 4.0, "gpus": 1, "gpu_types": ["L4"],
-        "throughput": {"L4": 1.0}, "start_offset_h": 0, "deadline_h": 48,
-        "home_region": "us-east-1", "checkpoint_size_gb": 0.01,
-        "command": [sys.executable, "train.py"]}]}))
+    jobs.write_text(
+        yaml.safe_dump(
+            {
+                "jobs": [
+                    {
+                        "name": "lm",
+                        "work_gpu_hours": 4.0,
+                        "gpus": 1,
+                        "gpu_types": ["L4"],
+                        "throughput": {"L4": 1.0},
+                        "start_offset_h": 0,
+                        "deadline_h": 48,
+                        "home_region": "us-east-1",
+                        "checkpoint_size_gb": 0.01,
+                        "command": [sys.executable, "train.py"],
+                    }
+                ]
+            }
+        )
+    )
     with at.heliotrope_home(settings):
         assert submit(jobs) == ["lm"]
 
     def poll(bpat: float) -> None:
         carbon = {"US-NW-BPAT": bpat, "NL": 100.0, "US-MIDA-PJM": 400.0, "US-MIDW-MISO": 500.0}
         server.reset()
-        server.add(r"/carbon-intensity/history$",
-                   handler=em_history(carbon, datetime.now(UTC)))
-        server.add(r"/carbon-intensity/forecast$",
-                   handler=em_zone_handler("em_forecast_DE.json"))
+        server.add(r"/carbon-intensity/history$", handler=em_history(carbon, datetime.now(UTC)))
+        server.add(r"/carbon-intensity/forecast$", handler=em_zone_handler("em_forecast_DE.json"))
         for region in regions:
             assert at.poll_signals(settings, family="carbon", region=region)["rows"] > 0
 
@@ -134,7 +186,8 @@ def carbon_move(fakes: CloudFakes, home: Path, server: Any, monkeypatch: pytest.
 
 @pytest.mark.timeout(240)
 def test_a_polled_carbon_rise_moves_the_job_on_the_clouds_world(
-        fakes: CloudFakes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fakes: CloudFakes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from tests.signals.server import serve
 
     for server in serve():

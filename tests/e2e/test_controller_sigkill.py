@@ -76,8 +76,13 @@ class Home:
         self.root = root
         self.db_url = f"sqlite:///{root / 'heliotrope.db'}"
         self.settings = LiveSettings(
-            db_url=self.db_url, policy="on-demand", speed=SPEED, interval_s=INTERVAL_S,
-            capacity=1, days=1, signals="scenario",
+            db_url=self.db_url,
+            policy="on-demand",
+            speed=SPEED,
+            interval_s=INTERVAL_S,
+            capacity=1,
+            days=1,
+            signals="scenario",
         )
         root.mkdir(parents=True)
         (root / "config.yaml").write_text(
@@ -90,8 +95,9 @@ class Home:
         self.env.pop("PYTHONDONTWRITEBYTECODE", None)
         self.env["PYTHONPYCACHEPREFIX"] = str(pycache)
 
-    def popen(self, *argv: str, failpoint: str | None, log: str,
-              failpoints: str | None = None) -> subprocess.Popen[bytes]:
+    def popen(
+        self, *argv: str, failpoint: str | None, log: str, failpoints: str | None = None
+    ) -> subprocess.Popen[bytes]:
         env = dict(self.env)
         if failpoint is not None:
             env["HELIOTROPE_FAILPOINTS"] = f"migration.after={failpoint}"
@@ -100,7 +106,10 @@ class Home:
         with (self.root / f"{log}.log").open("wb") as out:
             return subprocess.Popen(
                 [sys.executable, "-m", "orchestrator.cli", *argv],
-                cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
+                cwd=REPO,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
             )
 
     def log(self, name: str) -> str:
@@ -152,7 +161,7 @@ def _running(pid: int) -> bool:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return False
-    return stat[stat.rfind(")") + 2:].split()[0] not in ("Z", "X", "x")
+    return stat[stat.rfind(")") + 2 :].split()[0] not in ("Z", "X", "x")
 
 
 def wait_for(what: str, until: object, timeout_s: float, *procs: subprocess.Popen[bytes]) -> None:
@@ -180,14 +189,33 @@ def home(tmp_path: Path, pycache: Path) -> Iterator[Home]:
 
 
 def submit(home: Home, steps: int) -> None:
-    command = [sys.executable, str(REPO / "tests" / "e2e" / "count_job.py"), "--steps",
-               str(steps), "--every", str(EVERY), "--sleep-s", str(SLEEP_S)]
-    doc = {"jobs": [{
-        "name": JOB, "work_gpu_hours": 1.0, "gpus": 1, "gpu_types": ["L4"],
-        "throughput": {"L4": 1.0}, "start_offset_h": 0, "deadline_h": 20,
-        "home_region": "us-east-1", "checkpoint_size_gb": 0.001, "cold_start_h": 0.01,
-        "command": command,
-    }]}
+    command = [
+        sys.executable,
+        str(REPO / "tests" / "e2e" / "count_job.py"),
+        "--steps",
+        str(steps),
+        "--every",
+        str(EVERY),
+        "--sleep-s",
+        str(SLEEP_S),
+    ]
+    doc = {
+        "jobs": [
+            {
+                "name": JOB,
+                "work_gpu_hours": 1.0,
+                "gpus": 1,
+                "gpu_types": ["L4"],
+                "throughput": {"L4": 1.0},
+                "start_offset_h": 0,
+                "deadline_h": 20,
+                "home_region": "us-east-1",
+                "checkpoint_size_gb": 0.001,
+                "cold_start_h": 0.01,
+                "command": command,
+            }
+        ]
+    }
     store = open_store(home.db_url)
     try:
         store.submit(parse_jobs(doc, trace_start=home.settings.start))
@@ -199,13 +227,24 @@ def block(home: Home, region: str, monkeypatch: pytest.MonkeyPatch) -> LocalProv
     """Fill `region`'s one slot with an instance of another cluster."""
     monkeypatch.setenv("HELIOTROPE_HOME", str(home.root))
     world = local_world(home.settings)
-    other = LocalProvider(home.root / "local", cluster="blocker", offers=world.grid.offers,
-                          capacity={r: 1 for r, _ in LOCAL_REGIONS}, clock=world.clock,
-                          grace_s=1.0)
+    other = LocalProvider(
+        home.root / "local",
+        cluster="blocker",
+        offers=world.grid.offers,
+        capacity={r: 1 for r, _ in LOCAL_REGIONS},
+        clock=world.clock,
+        grace_s=1.0,
+    )
     offer = next(o for o in world.grid.offers if o.region == region)
     out = other.launch(
-        LaunchSpec(job_id="blocker", offer_id=offer.id, cluster="blocker", startup_s=0.0,
-                   count=1, entrypoint=(sys.executable, "-c", "import time; time.sleep(300)")),
+        LaunchSpec(
+            job_id="blocker",
+            offer_id=offer.id,
+            cluster="blocker",
+            startup_s=0.0,
+            count=1,
+            entrypoint=(sys.executable, "-c", "import time; time.sleep(300)"),
+        ),
         request_id="blocker",
     )
     assert out.instance_id is not None, out.error
@@ -222,8 +261,14 @@ def test_controller_sigkilled_after_each_transition(
     steps = STEPS * 5 // 2 if phase == "planned" else STEPS
     submit(home, steps)
     procs: list[subprocess.Popen[bytes]] = []
-    a = home.popen("controller", "run", "--interval", str(INTERVAL_S),
-                   failpoint=None if phase == "planned" else phase, log="a")
+    a = home.popen(
+        "controller",
+        "run",
+        "--interval",
+        str(INTERVAL_S),
+        failpoint=None if phase == "planned" else phase,
+        log="a",
+    )
     procs.append(a)
     blocker: LocalProvider | None = None
     try:
@@ -265,8 +310,15 @@ def test_controller_sigkilled_after_each_transition(
             wait_for("the job to finish", lambda: not home.live_instances(), 30)
 
         # B adopts what A left running and finishes the move and the job.
-        b = home.popen("controller", "run", "--interval", str(INTERVAL_S), "--until-done",
-                       failpoint=None, log="b")
+        b = home.popen(
+            "controller",
+            "run",
+            "--interval",
+            str(INTERVAL_S),
+            "--until-done",
+            failpoint=None,
+            log="b",
+        )
         procs.append(b)
         deadline = time.monotonic() + 60
         while b.poll() is None:
@@ -282,8 +334,7 @@ def test_controller_sigkilled_after_each_transition(
                 proc.kill()
                 proc.wait()
         if blocker is not None:
-            blocker.terminate(list(blocker.list_instances(cluster="blocker")),
-                              request_id="unblock")
+            blocker.terminate(list(blocker.list_instances(cluster="blocker")), request_id="unblock")
 
     # No orphan: nothing is left of the instances A started (`orphans`), nor of any other.
     assert home.live_instances() == {}, "a process of the job outlived the run"
@@ -319,8 +370,15 @@ def test_controller_sigkilled_right_after_a_launch_never_launches_twice(home: Ho
     provider with the same request id (the job's launch count, not the tick) and adopts the
     instance A made: one instance ever, recorded, and the job finishes on it."""
     submit(home, STEPS)
-    a = home.popen("controller", "run", "--interval", str(INTERVAL_S), failpoint=None,
-                   failpoints=f"launch.after={JOB}", log="a")
+    a = home.popen(
+        "controller",
+        "run",
+        "--interval",
+        str(INTERVAL_S),
+        failpoint=None,
+        failpoints=f"launch.after={JOB}",
+        log="a",
+    )
     assert a.wait(30) == -signal.SIGKILL, home.log("a")
     assert f"failpoint launch.after={JOB}: SIGKILL" in home.log("a")
     store = open_store(home.db_url)
@@ -330,8 +388,9 @@ def test_controller_sigkilled_right_after_a_launch_never_launches_twice(home: Ho
         store.close()
     assert len(home.launched()) == 1
     time.sleep(1.5)  # scenario time moves on: B ticks in a later tick than A
-    b = home.popen("controller", "run", "--interval", str(INTERVAL_S), "--until-done",
-                   failpoint=None, log="b")
+    b = home.popen(
+        "controller", "run", "--interval", str(INTERVAL_S), "--until-done", failpoint=None, log="b"
+    )
     try:
         deadline = time.monotonic() + 60
         while b.poll() is None:

@@ -60,8 +60,9 @@ def fakes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[CloudFake
 def clouds(fakes: CloudFakes) -> LiveSettings:
     """config.yaml of the clouds world: the fakes' clouds and the failover policy."""
     doc = fakes.settings_doc()
-    return LiveSettings(world="clouds", cluster=doc.pop("cluster"), policy=doc.pop("policy"),
-                        clouds=doc)
+    return LiveSettings(
+        world="clouds", cluster=doc.pop("cluster"), policy=doc.pop("policy"), clouds=doc
+    )
 
 
 def job_doc() -> dict[str, object]:
@@ -97,8 +98,9 @@ def test_spot_job_preempted_on_aws_moves_to_gcp_with_its_checkpoint(
     # moto stamps LaunchTime with the real time: start the fake clock there.
     now_s = datetime.now(UTC).timestamp()
     clock = FakeClock(datetime.fromtimestamp(now_s - now_s % TICK_S, UTC))
-    world: World = configured_world(clouds(fakes), clock=clock,
-                                    access=fakes.access(sleep=clock.sleep))
+    world: World = configured_world(
+        clouds(fakes), clock=clock, access=fakes.access(sleep=clock.sleep)
+    )
     offers = {o.id: o for o in world.offers}
     assert {AWS_SPOT_L4, GCP_SPOT_L4} <= set(offers)
     assert {o.cloud for o in offers.values()} == {"aws", "gcp"}
@@ -124,8 +126,12 @@ def test_spot_job_preempted_on_aws_moves_to_gcp_with_its_checkpoint(
     assert c.fleet.progress_gpu_h[0] > 0  # modelled progress
 
     # 2. The job checkpoints into its region's store, as it would.
-    ref = src_store.write(JOB, STEP, {"model.pt": b"weights" * 1000, "optim.pt": b"adam" * 500},
-                          now_s=clock.now().timestamp())
+    ref = src_store.write(
+        JOB,
+        STEP,
+        {"model.pt": b"weights" * 1000, "optim.pt": b"adam" * 500},
+        now_s=clock.now().timestamp(),
+    )
 
     # 3. AWS reclaims the spot instance, behind the adapter's back.
     tagged = fakes.raw.tags(aws_instance)
@@ -166,8 +172,13 @@ def test_spot_job_preempted_on_aws_moves_to_gcp_with_its_checkpoint(
 
     history = store.history(JOB)
     steps = [e.detail for e in history if e.kind is EventKind.MIGRATION]
-    for phase in ("planned -> copying", "copying -> provisioning", "provisioning -> restoring",
-                  "restoring -> running", "running -> done"):
+    for phase in (
+        "planned -> copying",
+        "copying -> provisioning",
+        "provisioning -> restoring",
+        "restoring -> running",
+        "running -> done",
+    ):
         assert any(phase in s for s in steps), (phase, steps)
     launches = [e.offer_id for e in history if e.kind is EventKind.LAUNCHED]
     assert launches == [AWS_SPOT_L4, GCP_SPOT_L4]
@@ -198,9 +209,19 @@ def test_multi_provider_routes_each_instance_to_its_cloud_and_leaves_others_alon
     hour = clock.now().replace(minute=0, second=0, microsecond=0)
     world = configured_world(clouds(fakes), clock=clock, access=access)
     store = MemoryStateStore(clock=clock)
-    store.append_samples([SignalSample(time=hour, key="US-MIDA-PJM", kind=SignalKind.CARBON,
-                                       value=123.0, unit="g_co2_per_kwh", source="test",
-                                       observed_at=clock.now())])
+    store.append_samples(
+        [
+            SignalSample(
+                time=hour,
+                key="US-MIDA-PJM",
+                kind=SignalKind.CARBON,
+                value=123.0,
+                unit="g_co2_per_kwh",
+                source="test",
+                observed_at=clock.now(),
+            )
+        ]
+    )
     frame = world.view(store).frame(clock.now().timestamp())
     multi = world.provider
     o = [o.id for o in world.offers].index(AWS_SPOT_L4)
@@ -222,13 +243,14 @@ def test_multi_provider_routes_each_instance_to_its_cloud_and_leaves_others_alon
 
     # Instances that are not ours, in both clouds, with ids that look like ours.
     untagged = fakes.raw.run(instance_type="g6.xlarge")[0]
-    other = fakes.raw.run(tags={"heliotrope:cluster": "someone-else"},
-                          instance_type="g6.xlarge")[0]
-    foreign = naming.gang_for(project=PROJECT, cluster="other-team", request_id="x",
-                              zone="us-central1-a", count=1)
+    other = fakes.raw.run(tags={"heliotrope:cluster": "someone-else"}, instance_type="g6.xlarge")[0]
+    foreign = naming.gang_for(
+        project=PROJECT, cluster="other-team", request_id="x", zone="us-central1-a", count=1
+    )
     fakes.compute.add_instance("us-central1-a", "instance_other_cluster.json", foreign.name)
-    multi.terminate([untagged, other, foreign.instance_id, "i-0123456789abcdef0"],
-                    request_id="t-foreign")
+    multi.terminate(
+        [untagged, other, foreign.instance_id, "i-0123456789abcdef0"], request_id="t-foreign"
+    )
     assert fakes.aws_ops("ec2:TerminateInstances") == []
     assert fakes.gcp_ops("compute.instances.delete") == []
     assert multi.list_instances(cluster=CLUSTER).keys() == {aws_id, gcp_id}
@@ -259,8 +281,9 @@ A100_JOB = "lm-a100"
 def a100_job_doc() -> dict[str, object]:
     doc = job_doc()
     [job] = doc["jobs"]  # type: ignore[misc]
-    job.update(name=A100_JOB, gpu_types=["A100-80GB"], throughput={"A100-80GB": 1.0},
-               home_region="eastus")
+    job.update(
+        name=A100_JOB, gpu_types=["A100-80GB"], throughput={"A100-80GB": 1.0}, home_region="eastus"
+    )
     return doc
 
 
@@ -280,12 +303,18 @@ def test_spot_job_evicted_on_azure_moves_to_a_kubernetes_spot_pool_with_its_chec
         k8s = new.k8s_section()
         k8s["contexts"][0]["spot_usd_per_gpu_hour"] = {"A100-80GB": 0.78}
         clock = FakeClock(datetime(2024, 5, 1, 17, 0, tzinfo=UTC))
-        live_settings = LiveSettings(world="clouds", cluster=CLUSTER, policy="spot-failover",
-                                     clouds={
-            "providers": ["azure", "k8s"], "azure": new.azure_section(), "k8s": k8s,
-            "checkpoints": {"default": f"file://{tmp_path}/checkpoints/{{cloud}}/{{region}}"}})
-        world = configured_world(live_settings, clock=clock,
-                                 access=new.access(sleep=clock.sleep))
+        live_settings = LiveSettings(
+            world="clouds",
+            cluster=CLUSTER,
+            policy="spot-failover",
+            clouds={
+                "providers": ["azure", "k8s"],
+                "azure": new.azure_section(),
+                "k8s": k8s,
+                "checkpoints": {"default": f"file://{tmp_path}/checkpoints/{{cloud}}/{{region}}"},
+            },
+        )
+        world = configured_world(live_settings, clock=clock, access=new.access(sleep=clock.sleep))
         offers = {o.id: o for o in world.offers}
         assert {AZURE_SPOT_A100, K8S_SPOT_A100} <= set(offers)
         src_store = CheckpointStore(world.store_uri(offers[AZURE_SPOT_A100]), durable=False)
@@ -298,15 +327,19 @@ def test_spot_job_evicted_on_azure_moves_to_a_kubernetes_spot_pool_with_its_chec
         assert EventKind.LAUNCHED in [e.kind for e in live.tick()]
         c = live.controller
         assert c is not None and c.offers[int(c.fleet.offer[0])].id == AZURE_SPOT_A100
-        [put] = [call for call in new.arm.calls if call.method == "PUT"
-                 and call.action == "Microsoft.Compute/virtualMachines/write"]
+        [put] = [
+            call
+            for call in new.arm.calls
+            if call.method == "PUT" and call.action == "Microsoft.Compute/virtualMachines/write"
+        ]
         assert put.body["properties"]["priority"] == "Spot"
         assert put.body["properties"]["evictionPolicy"] == "Delete"
         [vm_name] = list(new.arm.vms)
         for _ in range(2):
             tick(live, clock)
-        ref = src_store.write(A100_JOB, STEP, {"model.pt": b"w" * 4000},
-                              now_s=clock.now().timestamp())
+        ref = src_store.write(
+            A100_JOB, STEP, {"model.pt": b"w" * 4000}, now_s=clock.now().timestamp()
+        )
 
         # 2. Azure evicts the VM: it is gone (eviction policy Delete).
         new.arm.evict(vm_name)
@@ -339,11 +372,22 @@ def test_spot_job_evicted_on_azure_moves_to_a_kubernetes_spot_pool_with_its_chec
         assert onprem.pods == {}  # deleted once the job finished
         history = store.history(A100_JOB)
         assert [e.offer_id for e in history if e.kind is EventKind.LAUNCHED] == [
-            AZURE_SPOT_A100, K8S_SPOT_A100]
+            AZURE_SPOT_A100,
+            K8S_SPOT_A100,
+        ]
         assert [e.offer_id for e in history if e.kind is EventKind.FINISHED] == [K8S_SPOT_A100]
         # Nothing else bought: one VM create at Azure, one pod, and no VM left there.
-        assert len([call for call in new.arm.calls if call.method == "PUT" and
-                    call.action == "Microsoft.Compute/virtualMachines/write"]) == 1
+        assert (
+            len(
+                [
+                    call
+                    for call in new.arm.calls
+                    if call.method == "PUT"
+                    and call.action == "Microsoft.Compute/virtualMachines/write"
+                ]
+            )
+            == 1
+        )
         assert new.arm.vms == {}
 
 
@@ -368,9 +412,12 @@ def test_spot_job_reclaimed_on_aws_moves_to_a_kubernetes_spot_pool(
         now_s = datetime.now(UTC).timestamp()
         clock = FakeClock(datetime.fromtimestamp(now_s - now_s % TICK_S, UTC))
         world = configured_world(
-            LiveSettings(world="clouds", cluster=doc.pop("cluster"), policy=doc.pop("policy"),
-                         clouds=doc),
-            clock=clock, access=fakes.access(sleep=clock.sleep))
+            LiveSettings(
+                world="clouds", cluster=doc.pop("cluster"), policy=doc.pop("policy"), clouds=doc
+            ),
+            clock=clock,
+            access=fakes.access(sleep=clock.sleep),
+        )
         offers = {o.id: o for o in world.offers}
         assert {AWS_SPOT_L4, K8S_SPOT_L4} <= set(offers)
         src_store = CheckpointStore(world.store_uri(offers[AWS_SPOT_L4]), durable=False)
@@ -385,12 +432,14 @@ def test_spot_job_reclaimed_on_aws_moves_to_a_kubernetes_spot_pool(
         aws_instance = c.instance_of[0]
         assert aws_instance is not None
         tick(live, clock)
-        ref = src_store.write(JOB, STEP, {"model.pt": b"weights" * 1000},
-                              now_s=clock.now().timestamp())
+        ref = src_store.write(
+            JOB, STEP, {"model.pt": b"weights" * 1000}, now_s=clock.now().timestamp()
+        )
         tagged = fakes.raw.tags(aws_instance)
         fakes.raw.terminate(aws_instance)
-        fakes.answer_spot_reclaimed(aws_instance, job_id=JOB,
-                                    request_id=tagged["heliotrope:request"])
+        fakes.answer_spot_reclaimed(
+            aws_instance, job_id=JOB, request_id=tagged["heliotrope:request"]
+        )
         kinds = tick(live, clock)
         assert EventKind.PREEMPTED in kinds and EventKind.MIGRATION in kinds
         [planned] = store.open_migrations()
@@ -430,11 +479,21 @@ def test_spot_pod_preempted_on_kubernetes_moves_to_azure_with_its_checkpoint(
         k8s = new.k8s_section()
         k8s["contexts"][0]["spot_usd_per_gpu_hour"] = {"A100-80GB": 0.50}
         clock = FakeClock(datetime(2024, 5, 1, 17, 0, tzinfo=UTC))
-        world = configured_world(LiveSettings(
-            world="clouds", cluster=CLUSTER, policy="spot-failover", clouds={
-                "providers": ["k8s", "azure"], "k8s": k8s, "azure": new.azure_section(),
-                "checkpoints": {"default": f"file://{tmp_path}/ckpt/{{cloud}}/{{region}}"}}),
-            clock=clock, access=new.access(sleep=clock.sleep))
+        world = configured_world(
+            LiveSettings(
+                world="clouds",
+                cluster=CLUSTER,
+                policy="spot-failover",
+                clouds={
+                    "providers": ["k8s", "azure"],
+                    "k8s": k8s,
+                    "azure": new.azure_section(),
+                    "checkpoints": {"default": f"file://{tmp_path}/ckpt/{{cloud}}/{{region}}"},
+                },
+            ),
+            clock=clock,
+            access=new.access(sleep=clock.sleep),
+        )
         offers = {o.id: o for o in world.offers}
         src_store = CheckpointStore(world.store_uri(offers[K8S_SPOT_A100]), durable=False)
         dst_store = CheckpointStore(world.store_uri(offers[AZURE_SPOT_A100]), durable=False)
@@ -448,8 +507,9 @@ def test_spot_pod_preempted_on_kubernetes_moves_to_azure_with_its_checkpoint(
         onprem = new.kube["onprem"]
         [pod_name] = list(onprem.pods)
         tick(live, clock)
-        ref = src_store.write(A100_JOB, STEP, {"model.pt": b"w" * 4000},
-                              now_s=clock.now().timestamp())
+        ref = src_store.write(
+            A100_JOB, STEP, {"model.pt": b"w" * 4000}, now_s=clock.now().timestamp()
+        )
 
         # The scheduler preempts the pod: first the notice, then it is gone.
         onprem.disrupt(pod_name, reason="PreemptionByScheduler", message="preempted")
@@ -470,12 +530,18 @@ def test_spot_pod_preempted_on_kubernetes_moves_to_azure_with_its_checkpoint(
         dst_store.verify(copied)
         history = store.history(A100_JOB)
         assert [e.offer_id for e in history if e.kind is EventKind.LAUNCHED] == [
-            K8S_SPOT_A100, AZURE_SPOT_A100]
-        [put] = [call for call in new.arm.calls if call.method == "PUT"
-                 and call.action == "Microsoft.Compute/virtualMachines/write"]
+            K8S_SPOT_A100,
+            AZURE_SPOT_A100,
+        ]
+        [put] = [
+            call
+            for call in new.arm.calls
+            if call.method == "PUT" and call.action == "Microsoft.Compute/virtualMachines/write"
+        ]
         assert put.body["properties"]["priority"] == "Spot"
         custom = put.body["properties"]["osProfile"]["customData"]
-        assert f"HELIOTROPE_CHECKPOINT_URI={dst_store.root_uri}" in base64.b64decode(
-            custom).decode()
+        assert (
+            f"HELIOTROPE_CHECKPOINT_URI={dst_store.root_uri}" in base64.b64decode(custom).decode()
+        )
         assert new.arm.vms == {} and onprem.pods == {}  # the VM deleted once done
         assert len(onprem.requests_for("pods", "create")) == 1

@@ -16,16 +16,19 @@ from orchestrator.cli import main
 from orchestrator.live.world import configured_world
 
 COUNT_JOB = Path(__file__).resolve().parent / "count_job.py"
-PRINTER = ("import time\nfor i in range(100000):\n    print(f'line {i}', flush=True)\n"
-           "    time.sleep(0.05)\n")
+PRINTER = (
+    "import time\nfor i in range(100000):\n    print(f'line {i}', flush=True)\n"
+    "    time.sleep(0.05)\n"
+)
 
 
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     home = tmp_path / "home"
     home.mkdir()
-    (home / "config.yaml").write_text(yaml.safe_dump(
-        {"signals": "scenario", "policy": "on-demand", "days": 3, "speed": 60}))
+    (home / "config.yaml").write_text(
+        yaml.safe_dump({"signals": "scenario", "policy": "on-demand", "days": 3, "speed": 60})
+    )
     monkeypatch.setenv("HELIOTROPE_HOME", str(home))
     yield tmp_path
     world = configured_world()
@@ -34,11 +37,23 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-un
 
 
 def submit(tmp_path: Path, command: list[str]) -> None:
-    doc = {"jobs": [{
-        "name": "lm", "work_gpu_hours": 50.0, "gpus": 1, "gpu_types": ["L4"],
-        "throughput": {"L4": 1.0}, "start_offset_h": 0, "deadline_h": 200,
-        "home_region": "us-east-1", "checkpoint_size_gb": 0.01, "cold_start_h": 0.01,
-        "command": command}]}
+    doc = {
+        "jobs": [
+            {
+                "name": "lm",
+                "work_gpu_hours": 50.0,
+                "gpus": 1,
+                "gpu_types": ["L4"],
+                "throughput": {"L4": 1.0},
+                "start_offset_h": 0,
+                "deadline_h": 200,
+                "home_region": "us-east-1",
+                "checkpoint_size_gb": 0.01,
+                "cold_start_h": 0.01,
+                "command": command,
+            }
+        ]
+    }
     path = tmp_path / "jobs.yaml"
     path.write_text(yaml.safe_dump(doc))
     assert main(["jobs", "submit", str(path)]) == 0
@@ -56,8 +71,10 @@ def status(capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
 def test_cancel_stops_the_job_keeps_its_checkpoints_and_it_stays_cancelled(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    submit(home, [sys.executable, str(COUNT_JOB), "--steps", "100000", "--every", "5",
-                  "--sleep-s", "0.01"])
+    submit(
+        home,
+        [sys.executable, str(COUNT_JOB), "--steps", "100000", "--every", "5", "--sleep-s", "0.01"],
+    )
     assert main(["controller", "run", "--once"]) == 0
     row = status(capsys)
     assert row["where"] and row["phase"] in ("starting", "running")
@@ -122,8 +139,8 @@ def test_logs_on_clouds_say_where_to_look(home: Path) -> None:
 
     local = configured_world()
     clouds = dataclasses.replace(  # a world whose provider is not this machine's
-        local, settings=local.settings.model_copy(update={"world": "clouds"}),
-        provider=object())  # type: ignore[arg-type]
+        local, settings=local.settings.model_copy(update={"world": "clouds"}), provider=object()
+    )  # type: ignore[arg-type]
     with pytest.raises(InputError, match=r"get-console-output.*get-serial-port-output"):
         log_file(clouds, local.open_store(), "lm")
 

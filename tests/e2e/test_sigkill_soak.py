@@ -59,8 +59,9 @@ def test_random_sigkills_lose_nothing_and_launch_nothing_twice(
     submit(home, STEPS)
     most_live = kills = moves = 0
     for i in range(KILLS):
-        proc = home.popen("controller", "run", "--interval", str(INTERVAL_S), failpoint=None,
-                          log=f"run-{i}")
+        proc = home.popen(
+            "controller", "run", "--interval", str(INTERVAL_S), failpoint=None, log=f"run-{i}"
+        )
         until = time.monotonic() + rng.uniform(1.5, 4.5)  # a start takes some 1.5 s
         while time.monotonic() < until and proc.poll() is None:
             most_live = max(most_live, len(home.live_instances()))
@@ -76,14 +77,22 @@ def test_random_sigkills_lose_nothing_and_launch_nothing_twice(
                 env.setenv("HELIOTROPE_HOME", str(home.root))
                 # refused with a reason when moving, done or already there
                 with contextlib.suppress(HeliotropeError):
-                    moves += bool(migrate(JOB, region, market=None, dry_run=False,
-                                          force=True)["started"])
+                    moves += bool(
+                        migrate(JOB, region, market=None, dry_run=False, force=True)["started"]
+                    )
         launched, finished, _ = recorded(home)
         assert len(home.launched()) == launched, "an instance was launched but not recorded"
         assert finished <= 1
 
-    last = home.popen("controller", "run", "--interval", str(INTERVAL_S), "--until-done",
-                      failpoint=None, log="last")
+    last = home.popen(
+        "controller",
+        "run",
+        "--interval",
+        str(INTERVAL_S),
+        "--until-done",
+        failpoint=None,
+        log="last",
+    )
     deadline = time.monotonic() + 600
     while last.poll() is None:
         assert len(home.live_instances()) <= 1
@@ -92,9 +101,11 @@ def test_random_sigkills_lose_nothing_and_launch_nothing_twice(
     assert last.returncode == 0, home.log("last")
     launched, finished, phase = recorded(home)
     duplicates = len(home.launched()) - launched
-    print(f"\nsoak: {kills} SIGKILLs survived, {moves} manual moves, {launched} launches, "
-          f"{duplicates} duplicates, {1 - finished} lost completions, at most {most_live} "
-          "live instance(s)")
+    print(
+        f"\nsoak: {kills} SIGKILLs survived, {moves} manual moves, {launched} launches, "
+        f"{duplicates} duplicates, {1 - finished} lost completions, at most {most_live} "
+        "live instance(s)"
+    )
     assert duplicates == 0 and finished == 1 and phase == Phase.DONE
     assert home.live_instances() == {}
     where = None
@@ -107,5 +118,7 @@ def test_random_sigkills_lose_nothing_and_launch_nothing_twice(
     ref = where.latest(JOB)
     assert ref is not None
     where.verify(ref)
-    assert json.loads(where.read(ref)[STATE]) == {"step": STEPS,
-                                                   "digest": expected_digest(JOB, STEPS)}
+    assert json.loads(where.read(ref)[STATE]) == {
+        "step": STEPS,
+        "digest": expected_digest(JOB, STEPS),
+    }

@@ -25,27 +25,51 @@ class RacedStore(MemoryStateStore):
 
     race = False
 
-    def commit(self, events: Sequence[Event], rows: Mapping[str, JobRow], *,
-               expected_version: int, migrations: Sequence[MigrationRecord] = (),
-               accrued_until_s: float | None = None) -> int:
+    def commit(
+        self,
+        events: Sequence[Event],
+        rows: Mapping[str, JobRow],
+        *,
+        expected_version: int,
+        migrations: Sequence[MigrationRecord] = (),
+        accrued_until_s: float | None = None,
+    ) -> int:
         if self.race:
             self.race = False
             super().commit([], {}, expected_version=self.version())
-        return super().commit(events, rows, expected_version=expected_version,
-                              migrations=migrations, accrued_until_s=accrued_until_s)
+        return super().commit(
+            events,
+            rows,
+            expected_version=expected_version,
+            migrations=migrations,
+            accrued_until_s=accrued_until_s,
+        )
 
 
 def job_doc(command: list[str]) -> dict[str, object]:
-    return {"jobs": [{
-        "name": "quick", "work_gpu_hours": 1.0, "gpus": 1, "gpu_types": ["L4"],
-        "throughput": {"L4": 1.0}, "start_offset_h": 0, "deadline_h": 48,
-        "home_region": "us-east-1", "checkpoint_size_gb": 0.01, "cold_start_h": 0.1,
-        "command": command}]}
+    return {
+        "jobs": [
+            {
+                "name": "quick",
+                "work_gpu_hours": 1.0,
+                "gpus": 1,
+                "gpu_types": ["L4"],
+                "throughput": {"L4": 1.0},
+                "start_offset_h": 0,
+                "deadline_h": 48,
+                "home_region": "us-east-1",
+                "checkpoint_size_gb": 0.01,
+                "cold_start_h": 0.1,
+                "command": command,
+            }
+        ]
+    }
 
 
 @pytest.mark.timeout(60)
 def test_a_completion_seen_in_a_refused_tick_is_not_lost(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("HELIOTROPE_HOME", str(tmp_path / "home"))
     settings = LiveSettings(days=2, signals="scenario")
     clock = FakeClock(settings.start)
@@ -85,7 +109,8 @@ def test_a_completion_seen_in_a_refused_tick_is_not_lost(
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("one_shot", [False, True], ids=["continuous", "one-shot ticks"])
 def test_a_job_that_fails_at_start_backs_off(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, one_shot: bool) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, one_shot: bool
+) -> None:
     """A job whose command fails at once is relaunched after 1, 2, 4, 8 ... minutes, not
     every tick; a new controller each tick (Airflow) backs off the same, from the history."""
     monkeypatch.setenv("HELIOTROPE_HOME", str(tmp_path / "home"))
@@ -93,8 +118,11 @@ def test_a_job_that_fails_at_start_backs_off(
     clock = FakeClock(settings.start)
     world = local_world(settings, clock=clock)
     store = world.open_store()
-    store.submit(parse_jobs(job_doc([sys.executable, "-c", "import sys; sys.exit(3)"]),
-                            trace_start=clock.now()))
+    store.submit(
+        parse_jobs(
+            job_doc([sys.executable, "-c", "import sys; sys.exit(3)"]), trace_start=clock.now()
+        )
+    )
     live = live_controller(world, store, policy=make_policy("on-demand"))
     local = world.local
     assert local is not None

@@ -32,23 +32,47 @@ class Wants:
     name: str = "wants"
 
     def __call__(self, snapshot: Snapshot) -> Decision:
-        return Decision({j: Intent(self.offer, "test: wants it there")
-                         for j in range(len(snapshot.jobs))
-                         if snapshot.fleet.phase[j] not in (Phase.PENDING, Phase.DONE)})
+        return Decision(
+            {
+                j: Intent(self.offer, "test: wants it there")
+                for j in range(len(snapshot.jobs))
+                if snapshot.fleet.phase[j] not in (Phase.PENDING, Phase.DONE)
+            }
+        )
 
 
 def job_doc() -> dict[str, object]:
-    return {"jobs": [{
-        "name": "lm", "work_gpu_hours": 50.0, "gpus": 1, "gpu_types": ["L4"],
-        "throughput": {"L4": 1.0}, "start_offset_h": 0, "deadline_h": 200,
-        "home_region": "us-east-1", "checkpoint_size_gb": 0.01, "cold_start_h": 0.1,
-        "command": [sys.executable, str(COUNT_JOB), "--steps", "100000", "--every", "5",
-                    "--sleep-s", "0.01"],
-    }]}
+    return {
+        "jobs": [
+            {
+                "name": "lm",
+                "work_gpu_hours": 50.0,
+                "gpus": 1,
+                "gpu_types": ["L4"],
+                "throughput": {"L4": 1.0},
+                "start_offset_h": 0,
+                "deadline_h": 200,
+                "home_region": "us-east-1",
+                "checkpoint_size_gb": 0.01,
+                "cold_start_h": 0.1,
+                "command": [
+                    sys.executable,
+                    str(COUNT_JOB),
+                    "--steps",
+                    "100000",
+                    "--every",
+                    "5",
+                    "--sleep-s",
+                    "0.01",
+                ],
+            }
+        ]
+    }
 
 
-def drive(live: LiveController, clock: FakeClock, until: Callable[[], bool],
-          ticks: int = 40) -> None:
+def drive(
+    live: LiveController, clock: FakeClock, until: Callable[[], bool], ticks: int = 40
+) -> None:
     for _ in range(ticks):
         if until():
             return
@@ -70,8 +94,11 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-u
 
 
 def on_demand(world, region: str) -> int:  # type: ignore[no-untyped-def]
-    return next(k for k, o in enumerate(world.grid.offers)
-                if o.region == region and o.market is Market.ON_DEMAND)
+    return next(
+        k
+        for k, o in enumerate(world.grid.offers)
+        if o.region == region and o.market is Market.ON_DEMAND
+    )
 
 
 @pytest.mark.timeout(240)
@@ -86,8 +113,12 @@ def test_a_held_job_stays_until_released(world) -> None:  # type: ignore[no-unty
 
     def running_on(k: int) -> bool:
         c = live.controller
-        return (c is not None and int(c.fleet.offer[0]) == k and not store.open_migrations()
-                and c.fleet.phase[0] == Phase.RUNNING)
+        return (
+            c is not None
+            and int(c.fleet.offer[0]) == k
+            and not store.open_migrations()
+            and c.fleet.phase[0] == Phase.RUNNING
+        )
 
     drive(live, clock, lambda: running_on(east))
     until = hold("lm", None, store=store, now_s=clock.now().timestamp())
@@ -99,8 +130,9 @@ def test_a_held_job_stays_until_released(world) -> None:  # type: ignore[no-unty
         clock.advance(600)
         live.tick()
     new = store.history("lm")[before:]
-    assert not [e for e in new if e.kind in (EventKind.MIGRATION, EventKind.TERMINATED,
-                                             EventKind.REJECTED)], new
+    assert not [
+        e for e in new if e.kind in (EventKind.MIGRATION, EventKind.TERMINATED, EventKind.REJECTED)
+    ], new
     assert running_on(east)
 
     # A hold that has ended lets the policy act again.
@@ -121,8 +153,11 @@ def test_a_cancelled_job_is_stopped_by_the_next_tick_and_never_placed_again(
     east = on_demand(world, "us-east-1")
     live = live_controller(world, store, policy=Wants(east))
     live.reclaim_spot = False
-    drive(live, clock, lambda: live.controller is not None
-          and live.controller.fleet.phase[0] == Phase.RUNNING)
+    drive(
+        live,
+        clock,
+        lambda: live.controller is not None and live.controller.fleet.phase[0] == Phase.RUNNING,
+    )
     time.sleep(1.0)  # a few checkpoints
 
     # What `jobs cancel` stores first: a running controller (this one) stops the job itself.

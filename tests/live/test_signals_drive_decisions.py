@@ -64,9 +64,12 @@ class BootingSim(SimProvider):
 
     def list_instances(self, *, cluster: str) -> Mapping[InstanceId, InstanceInfo]:
         now = self._clock.now().timestamp()
-        return {i: dataclasses.replace(info, state=InstanceState.RUNNING)
-                if info.state is InstanceState.BOOTING and now >= info.ready_at_s else info
-                for i, info in super().list_instances(cluster=cluster).items()}
+        return {
+            i: dataclasses.replace(info, state=InstanceState.RUNNING)
+            if info.state is InstanceState.BOOTING and now >= info.ready_at_s
+            else info
+            for i, info in super().list_instances(cluster=cluster).items()
+        }
 
 
 @pytest.fixture
@@ -122,14 +125,27 @@ class Run:
         return [e.offer_id for e in self.store.history("j0") if e.kind is kind]
 
 
-def make_run(policy: str, *, carbon_usd_per_tonne: float = 0.0, deadline_h: float = 200.0,
-             markets: tuple[Market, ...] = (Market.ON_DEMAND, Market.SPOT),
-             reclaim_spot: bool = False, cold_start_h: float = 0.1) -> Run:
-    job = JobSpec(id="j0", work_gpu_hours=40.0, gpus=1, start=NOW,
-                  deadline=NOW + timedelta(hours=deadline_h), checkpoint_size_gb=1.0,
-                  cold_start_h=cold_start_h, home_region="us-east-1",
-                  gpu_types=frozenset({"V100", "A100-80GB"}),
-                  throughput={"V100": 1.0, "A100-80GB": 1.0})
+def make_run(
+    policy: str,
+    *,
+    carbon_usd_per_tonne: float = 0.0,
+    deadline_h: float = 200.0,
+    markets: tuple[Market, ...] = (Market.ON_DEMAND, Market.SPOT),
+    reclaim_spot: bool = False,
+    cold_start_h: float = 0.1,
+) -> Run:
+    job = JobSpec(
+        id="j0",
+        work_gpu_hours=40.0,
+        gpus=1,
+        start=NOW,
+        deadline=NOW + timedelta(hours=deadline_h),
+        checkpoint_size_gb=1.0,
+        cold_start_h=cold_start_h,
+        home_region="us-east-1",
+        gpu_types=frozenset({"V100", "A100-80GB"}),
+        throughput={"V100": 1.0, "A100-80GB": 1.0},
+    )
     trace = tiny_trace()
     grid = build_grid(trace, [job], TICK_S, 0)
     offers = tuple(o for o in grid.offers if o.market in markets)
@@ -137,15 +153,25 @@ def make_run(policy: str, *, carbon_usd_per_tonne: float = 0.0, deadline_h: floa
     store = MemoryStateStore(clock=clock)
     store.submit([job])
     cloud = BootingSim(grid, clock, cluster=CLUSTER)
-    view = StoreSignalView(store, offers, tick_s=TICK_S, priors=list_priors(offers, 4.0),
-                           lookback_s=6 * 3600.0)
+    view = StoreSignalView(
+        store, offers, tick_s=TICK_S, priors=list_priors(offers, 4.0), lookback_s=6 * 3600.0
+    )
     root = f"memory://signals-{uuid.uuid4().hex[:8]}"
     live = LiveController(
-        store=store, provider=cloud, policy=make_policy(policy), grid=view, clock=clock,
+        store=store,
+        provider=cloud,
+        policy=make_policy(policy),
+        grid=view,
+        clock=clock,
         store_uri=lambda o: f"{root}/{o.region}",
-        options=LoopOptions(cluster=CLUSTER, reconcile=True,
-                            settings=CostSettings(carbon_usd_per_tonne=carbon_usd_per_tonne)),
-        capacity_backoff_s=1800.0, reclaim_spot=reclaim_spot)
+        options=LoopOptions(
+            cluster=CLUSTER,
+            reconcile=True,
+            settings=CostSettings(carbon_usd_per_tonne=carbon_usd_per_tonne),
+        ),
+        capacity_backoff_s=1800.0,
+        reclaim_spot=reclaim_spot,
+    )
     return Run(store, clock, cloud, live, offers, root)
 
 
@@ -153,16 +179,24 @@ def poll_carbon(server: FixtureServer, run: Run, carbon: dict[str, float]) -> No
     server.reset()
     server.add(r"/carbon-intensity/history$", handler=em_history(carbon, run.clock.now()))
     server.add(r"/carbon-intensity/forecast$", handler=em_zone_handler("em_forecast_DE.json"))
-    report = poll(["electricitymaps"], None, now=run.clock.now(), store=run.store,
-                  regions=[("aws", "us-east-1"), ("gcp", "europe-west4")],
-                  credentials=CREDS, base_urls={"electricitymaps": server.url}, env={},
-                  sleep=lambda s: None)
+    report = poll(
+        ["electricitymaps"],
+        None,
+        now=run.clock.now(),
+        store=run.store,
+        regions=[("aws", "us-east-1"), ("gcp", "europe-west4")],
+        credentials=CREDS,
+        base_urls={"electricitymaps": server.url},
+        env={},
+        sleep=lambda s: None,
+    )
     assert report.result("electricitymaps").status == "ok", report.table()
 
 
 def checkpoint(run: Run, offer: Offer, step: int) -> None:
     CheckpointStore(f"{run.root}/{offer.region}").write(
-        "j0", step, {"model.bin": b"weights"}, now_s=run.clock.now().timestamp())
+        "j0", step, {"model.bin": b"weights"}, now_s=run.clock.now().timestamp()
+    )
 
 
 def carbon_case(server: FixtureServer, nl_later: float, **run: Any) -> Run:
@@ -183,10 +217,14 @@ def carbon_case(server: FixtureServer, nl_later: float, **run: Any) -> Run:
 
 
 def test_a_polled_carbon_rise_moves_the_job_and_the_same_run_without_it_stays(
-        server: FixtureServer) -> None:
+    server: FixtureServer,
+) -> None:
     moved = carbon_case(server, nl_later=900.0)
-    planned = [e for e in moved.store.history("j0")
-               if e.kind is EventKind.MIGRATION and "planned" in e.detail.lower()]
+    planned = [
+        e
+        for e in moved.store.history("j0")
+        if e.kind is EventKind.MIGRATION and "planned" in e.detail.lower()
+    ]
     assert planned, [e.detail for e in moved.store.history("j0")]
     assert planned[0].offer_id.startswith("aws:")
     assert planned[0].data["src_g_co2_per_kwh"] == 900.0  # what was polled, not a scenario
@@ -203,13 +241,22 @@ def test_a_polled_carbon_rise_moves_the_job_and_the_same_run_without_it_stays(
 
 def price_samples(run: Run, usd: dict[str, float]) -> None:
     now = run.clock.now()
-    run.store.append_samples([
-        SignalSample(time=now, key=price_key(o.cloud, o.region, "", o.instance_type,
-                                             o.market.value),
-                     kind=SignalKind.PRICE, value=usd[o.cloud], unit="usd_per_hour",
-                     source="aws-spot-price" if o.cloud == "aws" else "gcp-billing",
-                     observed_at=now, valid_until=now + timedelta(hours=2))
-        for o in run.offers if o.market is Market.SPOT])
+    run.store.append_samples(
+        [
+            SignalSample(
+                time=now,
+                key=price_key(o.cloud, o.region, "", o.instance_type, o.market.value),
+                kind=SignalKind.PRICE,
+                value=usd[o.cloud],
+                unit="usd_per_hour",
+                source="aws-spot-price" if o.cloud == "aws" else "gcp-billing",
+                observed_at=now,
+                valid_until=now + timedelta(hours=2),
+            )
+            for o in run.offers
+            if o.market is Market.SPOT
+        ]
+    )
 
 
 def price_case(spot_aws_later: float) -> Run:
@@ -228,16 +275,18 @@ def price_case(spot_aws_later: float) -> Run:
 
 def test_a_polled_spot_price_rise_moves_the_job_and_without_it_it_stays() -> None:
     moved = price_case(spot_aws_later=6.0)
-    planned = [e for e in moved.store.history("j0")
-               if e.kind is EventKind.MIGRATION and "planned" in e.detail.lower()]
+    planned = [
+        e
+        for e in moved.store.history("j0")
+        if e.kind is EventKind.MIGRATION and "planned" in e.detail.lower()
+    ]
     assert planned and planned[0].offer_id.startswith("gcp:")
     assert planned[0].data["src_usd_per_hour"] == 6.0
     stayed = price_case(spot_aws_later=0.9)
     assert not [e for e in stayed.store.history("j0") if e.kind is EventKind.MIGRATION]
 
 
-def test_stale_signals_hold_with_the_reason_and_accrue_all_the_same(
-        server: FixtureServer) -> None:
+def test_stale_signals_hold_with_the_reason_and_accrue_all_the_same(server: FixtureServer) -> None:
     run = make_run("carbon-greedy", markets=(Market.ON_DEMAND,))
     poll_carbon(server, run, {"NL": 300.0, "US-MIDA-PJM": 400.0})
     run.live.tick()
@@ -254,10 +303,19 @@ def test_a_refused_spot_launch_backs_off_that_offer_through_the_store() -> None:
     price_samples(run, {"aws": 0.9, "gcp": 1.6})
     aws = next(o for o in run.offers if o.cloud == "aws")
     # The cloud refuses: what the controller records is read back as no capacity there.
-    run.live._observed([dataclasses.replace(  # the event a refused launch produces
-        __import__("orchestrator.model", fromlist=["Event"]).Event(
-            run.clock.now().timestamp(), "j0", EventKind.REJECTED, aws.id,
-            "capacity: InsufficientInstanceCapacity"))])
+    run.live._observed(
+        [
+            dataclasses.replace(  # the event a refused launch produces
+                __import__("orchestrator.model", fromlist=["Event"]).Event(
+                    run.clock.now().timestamp(),
+                    "j0",
+                    EventKind.REJECTED,
+                    aws.id,
+                    "capacity: InsufficientInstanceCapacity",
+                )
+            )
+        ]
+    )
     (sample,) = [s for s in run.store.observed_samples(0, 2e9) if s.source == OBSERVED_SOURCE]
     assert sample.key == spot_key(aws.cloud, aws.region, aws.zone, aws.instance_type)
     run.live.tick()
@@ -296,12 +354,20 @@ def test_one_shot_ticks_accrue_what_a_continuous_controller_accrues() -> None:
             price_samples(run, {"aws": 0.9, "gcp": 1.6})
             if one_shot:  # a new controller each tick, as Airflow's rebalance builds one
                 run.live = LiveController(
-                    store=run.store, provider=run.cloud, policy=make_policy("spot-failover"),
-                    grid=StoreSignalView(run.store, run.offers, tick_s=TICK_S,
-                                         priors=list_priors(run.offers, 4.0),
-                                         lookback_s=6 * 3600.0),
-                    clock=run.clock, store_uri=run.live.store_uri,
-                    options=run.live.options)
+                    store=run.store,
+                    provider=run.cloud,
+                    policy=make_policy("spot-failover"),
+                    grid=StoreSignalView(
+                        run.store,
+                        run.offers,
+                        tick_s=TICK_S,
+                        priors=list_priors(run.offers, 4.0),
+                        lookback_s=6 * 3600.0,
+                    ),
+                    clock=run.clock,
+                    store_uri=run.live.store_uri,
+                    options=run.live.options,
+                )
             run.live.tick()
             run.clock.advance(900)
         row = run.store.load()[0].rows["j0"]
@@ -322,8 +388,13 @@ def test_history_rows_are_the_same_cold_or_warm() -> None:
         warm.frame(run.clock.now().timestamp())
         run.clock.advance(TICK_S)
     now = run.clock.now().timestamp()
-    cold = StoreSignalView(run.store, run.offers, tick_s=TICK_S,
-                           priors=list_priors(run.offers, 4.0), lookback_s=6 * 3600.0)
+    cold = StoreSignalView(
+        run.store,
+        run.offers,
+        tick_s=TICK_S,
+        priors=list_priors(run.offers, 4.0),
+        lookback_s=6 * 3600.0,
+    )
     a, b = warm.frame(now), cold.frame(now)
     assert (a.grid.usd_per_hour == b.grid.usd_per_hour).all()
     assert datetime.fromtimestamp(now, UTC) == a.grid.time_of(a.k)
@@ -342,10 +413,20 @@ def test_explain_says_which_signal_moved_the_job(server: FixtureServer) -> None:
 
 def placement(run: Run, offer: Offer, score: float) -> None:
     now = run.clock.now()
-    run.store.append_samples([SignalSample(
-        time=now, key=spot_key(offer.cloud, offer.region, offer.zone, offer.instance_type),
-        kind=SignalKind.SPOT_AVAILABILITY, value=score, unit="placement_score",
-        source="aws-placement-score", observed_at=now, valid_until=now + timedelta(hours=1))])
+    run.store.append_samples(
+        [
+            SignalSample(
+                time=now,
+                key=spot_key(offer.cloud, offer.region, offer.zone, offer.instance_type),
+                kind=SignalKind.SPOT_AVAILABILITY,
+                value=score,
+                unit="placement_score",
+                source="aws-placement-score",
+                observed_at=now,
+                valid_until=now + timedelta(hours=1),
+            )
+        ]
+    )
 
 
 def capacity_case(score_later: float) -> Run:
@@ -376,10 +457,20 @@ def test_polled_spot_capacity_vanishing_moves_the_job_and_without_it_it_stays() 
 
 def power_price(run: Run, zone: str, usd_per_mwh: float) -> None:
     now = run.clock.now()
-    run.store.append_samples([SignalSample(
-        time=now.replace(minute=0, second=0, microsecond=0), key=zone,
-        kind=SignalKind.POWER_PRICE, value=usd_per_mwh, unit="usd_per_mwh",
-        source="pjm-prices", observed_at=now, valid_until=now + timedelta(hours=1))])
+    run.store.append_samples(
+        [
+            SignalSample(
+                time=now.replace(minute=0, second=0, microsecond=0),
+                key=zone,
+                kind=SignalKind.POWER_PRICE,
+                value=usd_per_mwh,
+                unit="usd_per_mwh",
+                source="pjm-prices",
+                observed_at=now,
+                valid_until=now + timedelta(hours=1),
+            )
+        ]
+    )
 
 
 def curtailment_case(server: FixtureServer, pjm_usd_per_mwh: float) -> Run:
@@ -400,14 +491,19 @@ def curtailment_case(server: FixtureServer, pjm_usd_per_mwh: float) -> Run:
 
 def test_a_curtailment_window_opening_elsewhere_moves_the_job(server: FixtureServer) -> None:
     moved = curtailment_case(server, pjm_usd_per_mwh=-12.0)  # a negative day-ahead price
-    planned = [e for e in moved.store.history("j0")
-               if e.kind is EventKind.MIGRATION and "planned" in e.detail.lower()]
+    planned = [
+        e
+        for e in moved.store.history("j0")
+        if e.kind is EventKind.MIGRATION and "planned" in e.detail.lower()
+    ]
     assert planned and planned[0].offer_id.startswith("aws:")
     assert planned[0].data["dst_curtailing"] == 1.0
     stayed = curtailment_case(server, pjm_usd_per_mwh=35.0)
-    assert not [e for e in stayed.store.history("j0")
-                if e.kind in (EventKind.MIGRATION, EventKind.LAUNCHED)
-                and e.offer_id.startswith("aws:")]
+    assert not [
+        e
+        for e in stayed.store.history("j0")
+        if e.kind in (EventKind.MIGRATION, EventKind.LAUNCHED) and e.offer_id.startswith("aws:")
+    ]
 
 
 def test_a_replay_of_the_polled_samples_places_the_job_as_the_live_controller_did() -> None:
@@ -427,18 +523,25 @@ def test_a_replay_of_the_polled_samples_places_the_job_as_the_live_controller_di
         run.live.tick()
         if i == 0:
             checkpoint(run, aws, 5)
-    live = [(e.time_s, e.offer_id) for e in run.store.history("j0")
-            if e.kind in (EventKind.LAUNCHED, EventKind.PREEMPTED)]
+    live = [
+        (e.time_s, e.offer_id)
+        for e in run.store.history("j0")
+        if e.kind in (EventKind.LAUNCHED, EventKind.PREEMPTED)
+    ]
     assert len(live) >= 3, live
 
     jobs = run.store.load()[0].jobs
     samples = run.store.observed_samples(0, 2e9)
     grid = replay_grid(tiny_trace(), jobs, TICK_S, 0, samples=samples)
     grid = grid.select([k for k, o in enumerate(grid.offers) if o.market is Market.SPOT])
-    replayed = run_policy(make_policy("spot-failover"), jobs, grid,
-                          options=LoopOptions(cluster="replay"))
-    again = [(e.time_s, e.offer_id) for e in replayed.events
-             if e.kind in (EventKind.LAUNCHED, EventKind.PREEMPTED)]
+    replayed = run_policy(
+        make_policy("spot-failover"), jobs, grid, options=LoopOptions(cluster="replay")
+    )
+    again = [
+        (e.time_s, e.offer_id)
+        for e in replayed.events
+        if e.kind in (EventKind.LAUNCHED, EventKind.PREEMPTED)
+    ]
     # The same placements, in the same order. Their times differ by design: the simulated
     # cloud reclaims a spot instance during the tick before the row that shows no capacity
     # (live, the controller learns it at the tick it is polled), and a replayed move is
@@ -450,16 +553,25 @@ def test_a_replay_of_the_polled_samples_places_the_job_as_the_live_controller_di
 def test_signals_of_places_the_world_does_not_use_never_make_it_stale() -> None:
     run = make_run("spot-failover", markets=(Market.SPOT,))
     now = run.clock.now()
-    run.store.append_samples([SignalSample(time=now, key="GB", kind=SignalKind.CARBON,
-                                           value=150.0, unit="g_co2_per_kwh", source="uk-carbon",
-                                           observed_at=now - timedelta(hours=5))])
+    run.store.append_samples(
+        [
+            SignalSample(
+                time=now,
+                key="GB",
+                kind=SignalKind.CARBON,
+                value=150.0,
+                unit="g_co2_per_kwh",
+                source="uk-carbon",
+                observed_at=now - timedelta(hours=5),
+            )
+        ]
+    )
     frame = run.live.view.frame(now.timestamp())
     assert frame.stale == ()
     assert frame.basis is not None and frame.basis.fallbacks()  # on priors, and it says so
 
 
-def test_a_move_that_would_miss_the_deadline_holds_with_the_reason(
-        server: FixtureServer) -> None:
+def test_a_move_that_would_miss_the_deadline_holds_with_the_reason(server: FixtureServer) -> None:
     """The same carbon rise as above, but the job's slack is less than a new cold start:
     it stays, and its events say why."""
     held = carbon_case(server, nl_later=900.0, cold_start_h=2.0, deadline_h=42.1)

@@ -78,9 +78,13 @@ class CloudFakes:
         from providers.aws.spec import AwsAccess
         from providers.gcp.spec import GcpAccess
 
-        return CloudAccess({"aws": AwsAccess(session_factory=self.aws_session),
-                            "gcp": GcpAccess(credentials=AnonymousCredentials())},
-                           sleep=sleep or (lambda s: None))
+        return CloudAccess(
+            {
+                "aws": AwsAccess(session_factory=self.aws_session),
+                "gcp": GcpAccess(credentials=AnonymousCredentials()),
+            },
+            sleep=sleep or (lambda s: None),
+        )
 
     def settings_doc(self, **overrides: Any) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -126,13 +130,18 @@ class CloudFakes:
         import google.auth
         from google.auth.credentials import AnonymousCredentials
 
-        monkeypatch.setattr(botocore.handlers, "BUILTIN_HANDLERS", [
-            *botocore.handlers.BUILTIN_HANDLERS,
-            ("provide-client-params", capture_params),
-            ("before-call", self.hooks.dispatch),
-        ])
-        monkeypatch.setattr(google.auth, "default",
-                            lambda *a, **k: (AnonymousCredentials(), PROJECT))
+        monkeypatch.setattr(
+            botocore.handlers,
+            "BUILTIN_HANDLERS",
+            [
+                *botocore.handlers.BUILTIN_HANDLERS,
+                ("provide-client-params", capture_params),
+                ("before-call", self.hooks.dispatch),
+            ],
+        )
+        monkeypatch.setattr(
+            google.auth, "default", lambda *a, **k: (AnonymousCredentials(), PROJECT)
+        )
 
     def answer_spot_reclaimed(self, instance_id: str, *, job_id: str, request_id: str) -> None:
         """From now on EC2 says AWS took the spot instance back (the status codes moto does
@@ -143,19 +152,25 @@ class CloudFakes:
             "SpotInstanceRequestId": "sir-reclaimed1",
             "State": "closed",
             "Type": "one-time",
-            "Status": {"Code": "instance-terminated-by-price",
-                       "Message": "Your Spot Instance was terminated because the Spot price "
-                                  "rose above your maximum price.",
-                       "UpdateTime": datetime.now(UTC)},
+            "Status": {
+                "Code": "instance-terminated-by-price",
+                "Message": "Your Spot Instance was terminated because the Spot price "
+                "rose above your maximum price.",
+                "UpdateTime": datetime.now(UTC),
+            },
             "InstanceId": instance_id,
             "LaunchedAvailabilityZone": "us-east-1a",
             "ProductDescription": "Linux/UNIX",
             "InstanceInterruptionBehavior": "terminate",
-            "Tags": [{"Key": TAG_CLUSTER, "Value": CLUSTER}, {"Key": TAG_JOB, "Value": job_id},
-                     {"Key": TAG_REQUEST, "Value": request_id}],
+            "Tags": [
+                {"Key": TAG_CLUSTER, "Value": CLUSTER},
+                {"Key": TAG_JOB, "Value": job_id},
+                {"Key": TAG_REQUEST, "Value": request_id},
+            ],
         }
-        self.hooks.on("ec2:DescribeSpotInstanceRequests",
-                      lambda params: {"SpotInstanceRequests": [entry]})
+        self.hooks.on(
+            "ec2:DescribeSpotInstanceRequests", lambda params: {"SpotInstanceRequests": [entry]}
+        )
 
 
 @contextlib.contextmanager
@@ -163,9 +178,16 @@ def open_cloud_fakes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterato
     """moto (in process) and the fake Compute Engine endpoint, with fake credentials only."""
     from moto import mock_aws
 
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_ROLE_ARN",
-                 "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ENDPOINT_URL", "HELIOTROPE_DB_URL",
-                 "GOOGLE_APPLICATION_CREDENTIALS"):
+    for name in (
+        "AWS_PROFILE",
+        "AWS_SESSION_TOKEN",
+        "AWS_SECURITY_TOKEN",
+        "AWS_ROLE_ARN",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_ENDPOINT_URL",
+        "HELIOTROPE_DB_URL",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", AWS_KEY_ID)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", AWS_SECRET)
@@ -181,8 +203,9 @@ def open_cloud_fakes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterato
     hooks.on("ec2:DescribeSpotPriceHistory", spot_price_history(AWS_SPOT_USD))
     hooks.on("pricing:GetProducts", pricing_products())
     hooks.on("ssm:GetParameter", dlami_parameter)
-    compute = FakeCompute(PROJECT, cluster_label=label_value(CLUSTER),
-                          record_globally=False).start()
+    compute = FakeCompute(
+        PROJECT, cluster_label=label_value(CLUSTER), record_globally=False
+    ).start()
     try:
         with mock_aws():
             yield CloudFakes(hooks, compute, Raw(), tmp_path)
@@ -219,33 +242,48 @@ class NewCloudFakes:
         from tests.providers.azure.support import REGIONS, RESOURCE_GROUP, SSH_KEY, SUBNETS
         from tests.providers.azure.support import SUBSCRIPTION as AZURE_SUBSCRIPTION
 
-        return {"subscription_id": AZURE_SUBSCRIPTION, "resource_group": RESOURCE_GROUP,
-                "regions": list(REGIONS), "subnet_ids": dict(SUBNETS),
-                "ssh_public_key": SSH_KEY, "prices_endpoint": self.arm.url,
-                "poll_interval_s": 0.0}
+        return {
+            "subscription_id": AZURE_SUBSCRIPTION,
+            "resource_group": RESOURCE_GROUP,
+            "regions": list(REGIONS),
+            "subnet_ids": dict(SUBNETS),
+            "ssh_public_key": SSH_KEY,
+            "prices_endpoint": self.arm.url,
+            "poll_interval_s": 0.0,
+        }
 
     def k8s_section(self) -> dict[str, Any]:
         return {
             "kubeconfig": str(self.kubeconfig),
             "image": "registry.example/trainer:1",
             "contexts": [
-                {"context": "onprem", "grid_zone": "DE",
-                 "usd_per_gpu_hour": {"A100-80GB": 1.10, "L4": 0.35}},
-                {"context": "gpucloud", "grid_zone": "US-MIDA-PJM", "pue": 1.25,
-                 "usd_per_gpu_hour": {"H100": 2.49}, "spot_usd_per_gpu_hour": {"H100": 1.25}},
+                {
+                    "context": "onprem",
+                    "grid_zone": "DE",
+                    "usd_per_gpu_hour": {"A100-80GB": 1.10, "L4": 0.35},
+                },
+                {
+                    "context": "gpucloud",
+                    "grid_zone": "US-MIDA-PJM",
+                    "pue": 1.25,
+                    "usd_per_gpu_hour": {"H100": 2.49},
+                    "spot_usd_per_gpu_hour": {"H100": 1.25},
+                },
             ],
         }
 
-    def access(self, base: CloudAccess | None = None,
-               sleep: Callable[[float], None] | None = None) -> CloudAccess:
+    def access(
+        self, base: CloudAccess | None = None, sleep: Callable[[float], None] | None = None
+    ) -> CloudAccess:
         """`base`'s access (AWS, GCP) plus Azure's credential and transport."""
         from providers.azure.spec import AzureAccess
         from tests.providers.azure.fake_arm import FakeCredential
 
         clouds = dict(base.clouds) if base is not None else {}
         clouds["azure"] = AzureAccess(credential=FakeCredential(), transport=self.arm.transport())
-        return CloudAccess(clouds, sleep=sleep or (base.sleep if base else None)
-                           or (lambda s: None))
+        return CloudAccess(
+            clouds, sleep=sleep or (base.sleep if base else None) or (lambda s: None)
+        )
 
     def label_spot(self, context: str, node: str, *, value: str = "spot") -> None:
         """The cluster's part: node `node` of `context` is in a spot node pool now."""
@@ -255,8 +293,9 @@ class NewCloudFakes:
         """The cluster's part: the kubelet of `node` reports Ready again."""
         for condition in self._node(context, node)["status"]["conditions"]:
             if condition["type"] == "Ready":
-                condition.update(status="True", reason="KubeletReady",
-                                 message="kubelet is posting ready status")
+                condition.update(
+                    status="True", reason="KubeletReady", message="kubelet is posting ready status"
+                )
 
     def _node(self, context: str, node: str) -> dict[str, Any]:
         [found] = [n for n in self.kube[context].nodes if n["metadata"]["name"] == node]
@@ -273,9 +312,12 @@ def open_new_cloud_fakes(tmp_path: Path) -> Iterator[NewCloudFakes]:
     from tests.providers.kubernetes.support import write_kubeconfig
 
     arm = FakeArm(AZURE_SUBSCRIPTION, RESOURCE_GROUP, record_globally=False).start()
-    kube = {"onprem": FakeKube("nodes_onprem.json", record_globally=False).start(),
-            "gpucloud": FakeKube("nodes_gpucloud.json", token="other-cluster-token",
-                                 record_globally=False).start()}
+    kube = {
+        "onprem": FakeKube("nodes_onprem.json", record_globally=False).start(),
+        "gpucloud": FakeKube(
+            "nodes_gpucloud.json", token="other-cluster-token", record_globally=False
+        ).start(),
+    }
     try:
         yield NewCloudFakes(arm, kube, write_kubeconfig(tmp_path / "kubeconfig", kube))
     finally:

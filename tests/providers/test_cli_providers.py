@@ -44,8 +44,9 @@ def results(rows: list[dict[str, str]]) -> dict[tuple[str, str], str]:
 
 def launch_aws(fakes: CloudFakes) -> str:
     """An instance of the cluster, as the controller would have launched it."""
-    [provider] = make_providers(fakes.settings(), clock=_clock(), access=fakes.access(),
-                                clouds=["aws"]).values()
+    [provider] = make_providers(
+        fakes.settings(), clock=_clock(), access=fakes.access(), clouds=["aws"]
+    ).values()
     outcome = provider.launch(
         LaunchSpec(job_id="job-1", offer_id=AWS_SPOT_L4, cluster=CLUSTER, entrypoint=("train",)),
         request_id="req-1",
@@ -80,8 +81,12 @@ def test_check_passes_with_dry_runs_and_prints_no_secret(
     assert got[("aws", "ec2:TerminateInstances dry run us-east-1")] == "ok"
     assert got[("aws", "ec2:TerminateInstances dry run us-west-2")] == "skip"  # nothing there
     assert got[("gcp", "credentials")] == "ok"
-    for check in ("compute.machineTypes.list", "compute.instances.list",
-                  "compute.zoneOperations.list", "cloudbilling.services.skus.list"):
+    for check in (
+        "compute.machineTypes.list",
+        "compute.instances.list",
+        "compute.zoneOperations.list",
+        "cloudbilling.services.skus.list",
+    ):
         assert got[("gcp", check)] == "ok", check
     assert got[("gcp", "compute.instances.create")] == "skip"  # no dry run on Compute Engine
     reasons = {r["check"]: r["reason"] for r in rows}
@@ -110,9 +115,18 @@ def test_check_fails_with_the_reason_and_exit_1(
 ) -> None:
     cloud_fakes.use_standard_credential_chains(monkeypatch)
     cloud_fakes.hooks.fail("ec2:RunInstances", "UnauthorizedOperation")
-    cloud_fakes.compute.script("compute.machineTypes.list", (403, recorded(
-        "error_403_permission_denied.json", project=PROJECT, zone="us-central1-a",
-        instance="x")))
+    cloud_fakes.compute.script(
+        "compute.machineTypes.list",
+        (
+            403,
+            recorded(
+                "error_403_permission_denied.json",
+                project=PROJECT,
+                zone="us-central1-a",
+                instance="x",
+            ),
+        ),
+    )
     config = cloud_fakes.write_settings()
 
     code, rows, _ = run_cli(capsys, "providers", "check", "--config", str(config), "--json")
@@ -125,11 +139,11 @@ def test_check_fails_with_the_reason_and_exit_1(
     reasons = {(r["provider"], r["check"]): r["reason"] for r in rows}
     assert "UnauthorizedOperation" in reasons[("aws", "ec2:RunInstances dry run us-east-1")]
     assert "compute.machineTypes.list" in reasons[("gcp", "compute.machineTypes.list")] or (
-        "permission" in reasons[("gcp", "compute.machineTypes.list")].lower())
+        "permission" in reasons[("gcp", "compute.machineTypes.list")].lower()
+    )
 
     # the table form says the same, for one cloud only
-    code, text, _ = run_cli(capsys, "providers", "check", "--config", str(config),
-                            "--cloud", "aws")
+    code, text, _ = run_cli(capsys, "providers", "check", "--config", str(config), "--cloud", "aws")
     assert code == 1 and "fail" in text and "gcp" not in text
 
 
@@ -165,17 +179,30 @@ def test_check_refuses_an_unknown_cloud(
     cloud_fakes: CloudFakes, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = cloud_fakes.write_settings(providers=["gcp"])
-    code, _, err = run_cli(capsys, "providers", "check", "--config", str(config),
-                           "--cloud", "aws")
+    code, _, err = run_cli(capsys, "providers", "check", "--config", str(config), "--cloud", "aws")
     assert code == 2 and "--cloud" in err
 
 
 def carbon_trace(path: Path, *, hour: datetime) -> Path:
     """A trace with one hourly carbon sample for AWS us-east-1's grid zone (PJM)."""
-    grid = pd.DataFrame([{"time": hour, "grid_zone": "US-MIDA-PJM",
-                          "metric": "carbon_avg_g_per_kwh", "value": 321.0, "source": "test"}])
-    trace = Trace(offers=empty_frame("offers"), prices=empty_frame("prices"),
-                  spot=empty_frame("spot"), grid=grid, manifest=make_manifest(generator="test"))
+    grid = pd.DataFrame(
+        [
+            {
+                "time": hour,
+                "grid_zone": "US-MIDA-PJM",
+                "metric": "carbon_avg_g_per_kwh",
+                "value": 321.0,
+                "source": "test",
+            }
+        ]
+    )
+    trace = Trace(
+        offers=empty_frame("offers"),
+        prices=empty_frame("prices"),
+        spot=empty_frame("spot"),
+        grid=grid,
+        manifest=make_manifest(generator="test"),
+    )
     return write_trace(trace, path)
 
 
@@ -186,8 +213,9 @@ def test_offers_across_clouds_cheapest_first_with_carbon(
     hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)
     config = cloud_fakes.write_settings(traces=str(carbon_trace(cloud_fakes.tmp / "t", hour=hour)))
 
-    code, rows, _ = run_cli(capsys, "offers", "--config", str(config), "--gpu", "L4",
-                            "--market", "spot", "--json")
+    code, rows, _ = run_cli(
+        capsys, "offers", "--config", str(config), "--gpu", "L4", "--market", "spot", "--json"
+    )
 
     assert code == 0
     assert {r["gpu"] for r in rows} == {"L4"} and {r["market"] for r in rows} == {"spot"}
@@ -206,25 +234,29 @@ def test_offers_across_clouds_cheapest_first_with_carbon(
     assert "scenario" in second["carbon_source"] and second["g_co2_per_kwh"] > 0
     big = next(r for r in rows if r["instance_type"] == "g2-standard-48")
     assert big["gpus"] == 4 and big["usd_per_gpu_hour"] == pytest.approx(
-        big["usd_per_hour"] / 4, abs=1e-4)
+        big["usd_per_hour"] / 4, abs=1e-4
+    )
 
     # `--gpu A100` means both A100 sizes; `--cloud gcp` asks AWS nothing
     calls = len(cloud_fakes.hooks.calls)
-    code, rows, _ = run_cli(capsys, "offers", "--config", str(config), "--gpu", "A100",
-                            "--cloud", "gcp", "--json")
+    code, rows, _ = run_cli(
+        capsys, "offers", "--config", str(config), "--gpu", "A100", "--cloud", "gcp", "--json"
+    )
     assert code == 0 and {r["gpu"] for r in rows} == {"A100-40GB", "A100-80GB"}
     assert {r["cloud"] for r in rows} == {"gcp"}
     assert len(cloud_fakes.hooks.calls) == calls
 
     # the table form
-    code, text, _ = run_cli(capsys, "offers", "--config", str(config), "--gpu", "L4",
-                            "--market", "spot")
+    code, text, _ = run_cli(
+        capsys, "offers", "--config", str(config), "--gpu", "L4", "--market", "spot"
+    )
     assert code == 0 and "g6.xlarge" in text and "g2-standard-4" in text
 
 
 def test_offers_refuses_an_unknown_gpu(
     cloud_fakes: CloudFakes, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, _, err = run_cli(capsys, "offers", "--config", str(cloud_fakes.write_settings()),
-                           "--gpu", "Z9000")
+    code, _, err = run_cli(
+        capsys, "offers", "--config", str(cloud_fakes.write_settings()), "--gpu", "Z9000"
+    )
     assert code == 2 and "--gpu" in err

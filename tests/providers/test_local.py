@@ -41,10 +41,17 @@ def py(code: str) -> list[str]:
     return [sys.executable, "-c", code]
 
 
-def spec(code: str, *, offer: str = OD_WEST, job: str = "job-1", count: int = 1,
-         env: dict[str, str] | None = None) -> LaunchSpec:
-    return LaunchSpec(job_id=job, offer_id=offer, cluster=CLUSTER, count=count,
-                      entrypoint=py(code), env=env or {})
+def spec(
+    code: str,
+    *,
+    offer: str = OD_WEST,
+    job: str = "job-1",
+    count: int = 1,
+    env: dict[str, str] | None = None,
+) -> LaunchSpec:
+    return LaunchSpec(
+        job_id=job, offer_id=offer, cluster=CLUSTER, count=count, entrypoint=py(code), env=env or {}
+    )
 
 
 def wait_for(cond: Callable[[], bool], timeout_s: float = 10.0) -> None:
@@ -61,22 +68,25 @@ def proc_stat(pid: int) -> tuple[str, int, int] | None:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    rest = text[text.rfind(")") + 2:].split()
+    rest = text[text.rfind(")") + 2 :].split()
     return rest[0], int(rest[2]), int(rest[19])
 
 
 def live_members(pgid: int) -> list[int]:
     pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
-    return [p for p in pids
-            if (st := proc_stat(p)) is not None and st[1] == pgid and st[0] not in "ZXx"]
+    return [
+        p for p in pids if (st := proc_stat(p)) is not None and st[1] == pgid and st[0] not in "ZXx"
+    ]
 
 
 def leaders_of(provider: LocalProvider, instance_id: str) -> list[int]:
     """Live group leaders started for this instance (by its environment): one per start."""
     inst_dir = provider.instance_dir(instance_id)
     assert inst_dir is not None
-    entries = {f"HELIOTROPE_INSTANCE_ID={instance_id}".encode(),
-               f"HELIOTROPE_PROGRESS_FILE={inst_dir / 'progress.json'}".encode()}
+    entries = {
+        f"HELIOTROPE_INSTANCE_ID={instance_id}".encode(),
+        f"HELIOTROPE_PROGRESS_FILE={inst_dir / 'progress.json'}".encode(),
+    }
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -99,8 +109,9 @@ def meta(provider: LocalProvider, instance_id: str) -> dict[str, object]:
     return data
 
 
-def poll_until(provider: LocalProvider, types: set[EventType],
-               timeout_s: float = 10.0) -> list[ProviderEvent]:
+def poll_until(
+    provider: LocalProvider, types: set[EventType], timeout_s: float = 10.0
+) -> list[ProviderEvent]:
     """Poll until an event of one of `types` arrives; every event seen on the way."""
     seen: list[ProviderEvent] = []
 
@@ -116,11 +127,17 @@ def poll_until(provider: LocalProvider, types: set[EventType],
 def make(tmp_path: Path) -> Iterator[Factory]:
     clock = FakeClock(T0)
 
-    def factory(*, cluster: str = CLUSTER, capacity: dict[str, int] | None = None,
-                grace_s: float = 5.0) -> LocalProvider:
-        return LocalProvider(tmp_path, cluster=cluster, offers=OFFERS,
-                             capacity=capacity or {"west": 4, "north": 4}, clock=clock,
-                             grace_s=grace_s)
+    def factory(
+        *, cluster: str = CLUSTER, capacity: dict[str, int] | None = None, grace_s: float = 5.0
+    ) -> LocalProvider:
+        return LocalProvider(
+            tmp_path,
+            cluster=cluster,
+            offers=OFFERS,
+            capacity=capacity or {"west": 4, "north": 4},
+            clock=clock,
+            grace_s=grace_s,
+        )
 
     yield factory
     for meta_file in tmp_path.glob("*/instances/*/meta.json"):  # leave nothing running
@@ -138,14 +155,16 @@ SLEEP = "import time\ntime.sleep(60)\n"
 
 
 def test_launch_runs_the_entrypoint_with_its_environment(
-        make: Factory, monkeypatch: pytest.MonkeyPatch) -> None:
+    make: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "do-not-pass")
     monkeypatch.setenv("MY_API_TOKEN", "do-not-pass")
     monkeypatch.setenv("HELIOTROPE_DB_URL", "postgresql://user:pw@db/x")
     monkeypatch.setenv("HARMLESS_SETTING", "kept")
     provider = make()
-    outcome = provider.launch(spec(WRITE_ENV, env={"HELIOTROPE_CHECKPOINT_URI": "file:///c"}),
-                              request_id="r1")
+    outcome = provider.launch(
+        spec(WRITE_ENV, env={"HELIOTROPE_CHECKPOINT_URI": "file:///c"}), request_id="r1"
+    )
     assert outcome.ok and outcome.error is None
     assert outcome.instance_id == instance_id_for(CLUSTER, "r1")
     assert outcome.ready_at_s == T0.timestamp()
@@ -191,8 +210,7 @@ def test_same_request_id_starts_one_process_even_after_a_restart(make: Factory) 
     assert list(restarted.list_instances(cluster=CLUSTER)) == [instance_id]
     other = restarted.launch(spec(SLEEP), request_id="launch-2")
     assert other.instance_id not in (None, instance_id)
-    assert set(restarted.list_instances(cluster=CLUSTER)) == {instance_id,
-                                                               other.instance_id}
+    assert set(restarted.list_instances(cluster=CLUSTER)) == {instance_id, other.instance_id}
 
 
 def test_an_interrupted_launch_is_finished_by_the_same_request(make: Factory) -> None:
@@ -201,22 +219,35 @@ def test_an_interrupted_launch_is_finished_by_the_same_request(make: Factory) ->
     instance_id = instance_id_for(CLUSTER, "crashed")
     inst_dir = provider.root / "west" / "instances" / instance_id
     inst_dir.mkdir(parents=True)
-    (inst_dir / "meta.json").write_text(json.dumps({
-        "instance_id": instance_id, "cluster": CLUSTER, "job_id": "job-1",
-        "request_id": "crashed", "offer_id": OD_WEST, "region": "west", "count": 1,
-        "entrypoint": py(SLEEP), "launched_at_s": 1.0, "ready_at_s": 1.0,
-        "pid": None, "start_ticks": None}))
+    (inst_dir / "meta.json").write_text(
+        json.dumps(
+            {
+                "instance_id": instance_id,
+                "cluster": CLUSTER,
+                "job_id": "job-1",
+                "request_id": "crashed",
+                "offer_id": OD_WEST,
+                "region": "west",
+                "count": 1,
+                "entrypoint": py(SLEEP),
+                "launched_at_s": 1.0,
+                "ready_at_s": 1.0,
+                "pid": None,
+                "start_ticks": None,
+            }
+        )
+    )
     assert provider.list_instances(cluster=CLUSTER) == {}
     outcome = provider.launch(spec(SLEEP), request_id="crashed")
     assert outcome.instance_id == instance_id and outcome.ready_at_s == 1.0
     assert list(provider.list_instances(cluster=CLUSTER)) == [instance_id]
 
     # It died after starting the process, before recording the pid: the process is adopted.
-    (inst_dir / "meta.json").write_text(json.dumps(
-        {**meta(provider, instance_id), "pid": None, "start_ticks": None}))
+    (inst_dir / "meta.json").write_text(
+        json.dumps({**meta(provider, instance_id), "pid": None, "start_ticks": None})
+    )
     assert provider.launch(spec(SLEEP), request_id="crashed").instance_id == instance_id
-    assert leaders_of(provider, instance_id) == [
-        meta(provider, instance_id)["pid"]]
+    assert leaders_of(provider, instance_id) == [meta(provider, instance_id)["pid"]]
 
 
 def test_capacity_and_bad_requests_are_refused_as_data(make: Factory) -> None:
@@ -233,8 +264,9 @@ def test_capacity_and_bad_requests_are_refused_as_data(make: Factory) -> None:
 
     unknown = provider.launch(spec(SLEEP, offer="local:mars:local-cpu:spot"), request_id="f")
     assert unknown.error is not None and unknown.error.kind is FailureKind.INVALID
-    empty = provider.launch(LaunchSpec(job_id="j", offer_id=OD_WEST, cluster=CLUSTER),
-                            request_id="g")
+    empty = provider.launch(
+        LaunchSpec(job_id="j", offer_id=OD_WEST, cluster=CLUSTER), request_id="g"
+    )
     assert empty.error is not None and empty.error.kind is FailureKind.INVALID
     assert len(provider.list_instances(cluster=CLUSTER)) == 3
 
@@ -250,7 +282,7 @@ STUBBORN = (
     "    open('got_sigterm', 'w').close()\n"
     "signal.signal(signal.SIGTERM, note)\n"
     "subprocess.Popen([sys.executable, '-c', 'import signal, time\\n"
-    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\\nopen(\"child_up\", \"w\").close()\\n"
+    'signal.signal(signal.SIGTERM, signal.SIG_IGN)\\nopen("child_up", "w").close()\\n'
     "time.sleep(60)'])\n"
     "time.sleep(60)\n"
 )
@@ -302,7 +334,8 @@ def test_terminate_sends_sigterm_then_sigkill_to_the_whole_group(make: Factory) 
 
 
 def test_processes_not_launched_for_this_cluster_are_never_listed_or_terminated(
-        make: Factory, tmp_path: Path) -> None:
+    make: Factory, tmp_path: Path
+) -> None:
     provider = make()
     ours = provider.launch(spec(SLEEP), request_id="ours")
     assert ours.instance_id is not None
@@ -311,20 +344,35 @@ def test_processes_not_launched_for_this_cluster_are_never_listed_or_terminated(
     bare_dir = tmp_path / "west" / "instances" / "bare"
     foreign_dir.mkdir(parents=True)
     bare_dir.mkdir(parents=True)
-    strangers = [subprocess.Popen(py(SLEEP), cwd=d, start_new_session=True)
-                 for d in (foreign_dir, bare_dir)]
+    strangers = [
+        subprocess.Popen(py(SLEEP), cwd=d, start_new_session=True) for d in (foreign_dir, bare_dir)
+    ]
     try:
         st = proc_stat(strangers[0].pid)
         assert st is not None
-        (foreign_dir / "meta.json").write_text(json.dumps({
-            "instance_id": "foreign-1", "cluster": "someone-else", "job_id": "theirs",
-            "request_id": "x", "offer_id": OD_WEST, "region": "west", "count": 1,
-            "entrypoint": py(SLEEP), "launched_at_s": 0.0, "ready_at_s": 0.0,
-            "pid": strangers[0].pid, "start_ticks": st[2]}))
+        (foreign_dir / "meta.json").write_text(
+            json.dumps(
+                {
+                    "instance_id": "foreign-1",
+                    "cluster": "someone-else",
+                    "job_id": "theirs",
+                    "request_id": "x",
+                    "offer_id": OD_WEST,
+                    "region": "west",
+                    "count": 1,
+                    "entrypoint": py(SLEEP),
+                    "launched_at_s": 0.0,
+                    "ready_at_s": 0.0,
+                    "pid": strangers[0].pid,
+                    "start_ticks": st[2],
+                }
+            )
+        )
         assert list(provider.list_instances(cluster=CLUSTER)) == [ours.instance_id]
         assert list(provider.list_instances(cluster="someone-else")) == ["foreign-1"]
-        provider.terminate(["foreign-1", "bare", "../../west", "nonexistent"],
-                           request_id="stop-strangers")
+        provider.terminate(
+            ["foreign-1", "bare", "../../west", "nonexistent"], request_id="stop-strangers"
+        )
         assert not provider.preempt("foreign-1", notice_s=0.0)
         assert all(p.poll() is None for p in strangers)  # still running
         assert provider.poll_events() == []
@@ -361,7 +409,8 @@ def test_preempt_gives_notice_then_reports_preempted_once(make: Factory) -> None
     assert provider.list_instances(cluster=CLUSTER) == {}
     events = provider.poll_events()
     assert [(e.type, e.instance_id, e.job_id) for e in events] == [
-        (EventType.PREEMPTED, outcome.instance_id, "job-1")]
+        (EventType.PREEMPTED, outcome.instance_id, "job-1")
+    ]
     assert events[0].time_s == T0.timestamp()
     # Until the controller acknowledges it (after its commit), it is told again, also by a
     # restarted provider; then never again.
@@ -377,8 +426,9 @@ def test_exit_status_gives_completed_or_failed(make: Factory) -> None:
     provider = make()
     ok = provider.launch(spec("print('fine')", job="good"), request_id="ok")
     bad = provider.launch(
-        spec("import sys\nprint('first line')\nprint('boom: disk full')\nsys.exit(3)",
-             job="bad"), request_id="bad")
+        spec("import sys\nprint('first line')\nprint('boom: disk full')\nsys.exit(3)", job="bad"),
+        request_id="bad",
+    )
     assert ok.instance_id is not None and bad.instance_id is not None
     finals: dict[str, ProviderEvent] = {}
 
@@ -398,9 +448,15 @@ def test_exit_status_gives_completed_or_failed(make: Factory) -> None:
     assert provider.poll_events() == []
     assert make().poll_events() == []
 
-    missing = provider.launch(LaunchSpec(
-        job_id="nope", offer_id=OD_WEST, cluster=CLUSTER,
-        entrypoint=["/nonexistent/heliotrope-job"]), request_id="missing")
+    missing = provider.launch(
+        LaunchSpec(
+            job_id="nope",
+            offer_id=OD_WEST,
+            cluster=CLUSTER,
+            entrypoint=["/nonexistent/heliotrope-job"],
+        ),
+        request_id="missing",
+    )
     assert missing.ok  # the wrapper started; the job's own start failed
     events = poll_until(provider, {EventType.FAILED})
     assert [e.type for e in events] == [EventType.FAILED]
@@ -427,29 +483,45 @@ def test_progress_is_reported_when_it_changes(make: Factory) -> None:
     inst_dir = provider.instance_dir(outcome.instance_id)
     assert inst_dir is not None
     events = poll_until(provider, {EventType.PROGRESS})
-    assert [(e.type, e.value, e.detail) for e in events] == [
-        (EventType.PROGRESS, 0.25, "step 5")]
+    assert [(e.type, e.value, e.detail) for e in events] == [(EventType.PROGRESS, 0.25, "step 5")]
     assert provider.poll_events() == []  # unchanged: nothing new
     assert make().poll_events() == []  # nor after a restart
     (inst_dir / "next").touch()
     events = poll_until(provider, {EventType.COMPLETED})
     assert [(e.type, e.value) for e in events] == [
-        (EventType.PROGRESS, 1.0), (EventType.COMPLETED, 0.0)]
+        (EventType.PROGRESS, 1.0),
+        (EventType.COMPLETED, 0.0),
+    ]
 
 
 def test_offers_capabilities_and_checkpoint_store(make: Factory) -> None:
     provider = make()
     assert provider.name == "local"
     assert provider.capabilities() == frozenset(
-        {Capability.ON_DEMAND, Capability.SPOT, Capability.PREEMPTION_NOTICE,
-         Capability.PREEMPT, Capability.ACKNOWLEDGE})
+        {
+            Capability.ON_DEMAND,
+            Capability.SPOT,
+            Capability.PREEMPTION_NOTICE,
+            Capability.PREEMPT,
+            Capability.ACKNOWLEDGE,
+        }
+    )
     assert list(provider.offers()) == OFFERS
     ids = [o.id for o in OFFERS]
-    assert ids == ["local:west:local-cpu:on_demand", "local:west:local-cpu:spot",
-                   "local:north:local-cpu:on_demand", "local:north:local-cpu:spot"]
+    assert ids == [
+        "local:west:local-cpu:on_demand",
+        "local:west:local-cpu:spot",
+        "local:north:local-cpu:on_demand",
+        "local:north:local-cpu:spot",
+    ]
     west = OFFERS[0]
     assert (west.cloud, west.region, west.zone, west.instance_type, west.gpu_type) == (
-        "local", "west", "west", "local-cpu", "local")
+        "local",
+        "west",
+        "west",
+        "local-cpu",
+        "local",
+    )
     assert west.market is Market.ON_DEMAND and west.grid_zone == "US-CAL-CISO"
     assert OFFERS[2].grid_zone == "unknown"
     assert west.pue == pue("local") and 0 < west.power_kw < 1
@@ -460,13 +532,22 @@ def test_offers_capabilities_and_checkpoint_store(make: Factory) -> None:
         provider.checkpoint_uri("mars")
 
 
-@pytest.mark.parametrize(("regions", "capacity", "match"), [
-    (("west",), {}, "no capacity"),
-    (("west",), {"west": -1}, ">= 0"),
-    (("../up",), {"../up": 1}, "directory name"),
-])
-def test_bad_configuration_is_refused(tmp_path: Path, regions: Sequence[str],
-                                      capacity: dict[str, int], match: str) -> None:
+@pytest.mark.parametrize(
+    ("regions", "capacity", "match"),
+    [
+        (("west",), {}, "no capacity"),
+        (("west",), {"west": -1}, ">= 0"),
+        (("../up",), {"../up": 1}, "directory name"),
+    ],
+)
+def test_bad_configuration_is_refused(
+    tmp_path: Path, regions: Sequence[str], capacity: dict[str, int], match: str
+) -> None:
     with pytest.raises(ValueError, match=match):
-        LocalProvider(tmp_path, cluster=CLUSTER, offers=local_offers(regions),
-                      capacity=capacity, clock=FakeClock(T0))
+        LocalProvider(
+            tmp_path,
+            cluster=CLUSTER,
+            offers=local_offers(regions),
+            capacity=capacity,
+            clock=FakeClock(T0),
+        )

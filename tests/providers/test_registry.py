@@ -51,9 +51,14 @@ def test_the_registry_lists_four_clouds_each_from_its_own_package() -> None:
 
     assert registry.names() == ("aws", "gcp", "azure", "k8s")
     assert [importlib.import_module(m).SPEC for m in registry.SPEC_MODULES] == list(
-        registry.specs())
-    assert registry.SPEC_MODULES == ("providers.aws.spec", "providers.gcp.spec",
-                                     "providers.azure.spec", "providers.kubernetes.spec")
+        registry.specs()
+    )
+    assert registry.SPEC_MODULES == (
+        "providers.aws.spec",
+        "providers.gcp.spec",
+        "providers.azure.spec",
+        "providers.kubernetes.spec",
+    )
     with pytest.raises(Exception, match="oracle"):
         registry.spec("oracle")
 
@@ -92,8 +97,9 @@ def test_the_dags_connections_are_the_registrys() -> None:
 
     want = {s.name: s.connection_id for s in registry.specs() if s.connection_id}
     assert {k: v for k, v in CONNECTION_IDS.items() if k in registry.names()} == want
-    assert set(want) == set(registry.names()) & {s.name for s in registry.specs()
-                                                 if s.signal_sources}
+    assert set(want) == set(registry.names()) & {
+        s.name for s in registry.specs() if s.signal_sources
+    }
 
 
 def test_signals_poll_the_catalog_regions_of_the_clouds_with_sources() -> None:
@@ -118,16 +124,25 @@ def test_a_registered_clouds_geography_reaches_the_catalog() -> None:
     with pytest.raises(ValueError, match="already"):
         catalog.register_cloud(catalog.CloudGeography("aws", {}, 1.0))
     geo = catalog.CloudGeography(
-        "testcloud", {"tc-east": catalog.RegionInfo("Nowhere", "DE", "eu")}, 1.3,
-        lambda zone: zone[:-2] if zone.endswith(("-a", "-b")) else None)
+        "testcloud",
+        {"tc-east": catalog.RegionInfo("Nowhere", "DE", "eu")},
+        1.3,
+        lambda zone: zone[:-2] if zone.endswith(("-a", "-b")) else None,
+    )
     catalog.register_cloud(geo)
     catalog.register_egress("testcloud", catalog.Egress(0.0, lambda *a: 0.03, lambda a: 0.07))
     assert catalog.grid_zone("testcloud", "tc-east-a") == "DE"
     assert catalog.pue("testcloud") == 1.3
-    assert catalog.egress_usd_per_gb(Location("testcloud", "tc-east"),
-                                     Location("aws", "eu-west-1")) == 0.07
-    assert catalog.egress_usd_per_gb(Location("testcloud", "tc-east"),
-                                     Location("testcloud", "tc-west")) == 0.03
+    assert (
+        catalog.egress_usd_per_gb(Location("testcloud", "tc-east"), Location("aws", "eu-west-1"))
+        == 0.07
+    )
+    assert (
+        catalog.egress_usd_per_gb(
+            Location("testcloud", "tc-east"), Location("testcloud", "tc-west")
+        )
+        == 0.03
+    )
     with pytest.raises(Exception, match="cloud"):
         catalog.egress_usd_per_gb(Location("nocloud", "x"), Location("aws", "us-east-1"))
     shapes = {"gpu_1x_h100": ("H100", 1), "gpu_8x_a100_80gb": ("A100-80GB", 8)}
@@ -149,9 +164,12 @@ def _doc(**sections: Any) -> dict[str, Any]:
 def test_settings_accept_every_registered_cloud_and_name_the_field_otherwise(
     tmp_path: Path,
 ) -> None:
-    settings = CloudSettings.model_validate(_doc(
-        azure={"subscription_id": "s", "resource_group": "g", "regions": ["eastus"]},
-        k8s={"contexts": [{"context": "onprem"}]}))
+    settings = CloudSettings.model_validate(
+        _doc(
+            azure={"subscription_id": "s", "resource_group": "g", "regions": ["eastus"]},
+            k8s={"contexts": [{"context": "onprem"}]},
+        )
+    )
     assert settings.providers == ["azure", "k8s"]
     assert settings.section("k8s").model_dump()["contexts"][0]["namespace"] == "heliotrope"
 
@@ -170,8 +188,14 @@ def test_settings_accept_every_registered_cloud_and_name_the_field_otherwise(
         load_cloud_settings(path)
     assert "k8s.contexts.0.pue" in str(err.value)
 
-    path.write_text(yaml.safe_dump({**_doc(k8s={"contexts": [{"context": "c"}]}),
-                                    "checkpoints": {"oracle:x": "file:///tmp"}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                **_doc(k8s={"contexts": [{"context": "c"}]}),
+                "checkpoints": {"oracle:x": "file:///tmp"},
+            }
+        )
+    )
     with pytest.raises(InputError, match="checkpoints"):
         load_cloud_settings(path)
 
@@ -187,8 +211,9 @@ def _settings(new: NewCloudFakes, tmp: Path, *clouds: str, **extra: Any) -> Clou
     return CloudSettings.model_validate(doc)
 
 
-def test_providers_check_for_azure_and_kubernetes(new_cloud_fakes: NewCloudFakes,
-                                                  tmp_path: Path) -> None:
+def test_providers_check_for_azure_and_kubernetes(
+    new_cloud_fakes: NewCloudFakes, tmp_path: Path
+) -> None:
     settings = _settings(new_cloud_fakes, tmp_path, "azure", "k8s")
     rows = check_providers(settings, clock=FakeClock(T0), access=new_cloud_fakes.access())
     got = {(r.provider, r.check): r.result for r in rows}
@@ -203,8 +228,9 @@ def test_providers_check_for_azure_and_kubernetes(new_cloud_fakes: NewCloudFakes
 
     # RBAC refusing a verb in one cluster fails that row only, naming the file to apply.
     new_cloud_fakes.kube["gpucloud"].denied.add(("pods", "delete"))
-    rows = check_providers(settings, clouds=["k8s"], clock=FakeClock(T0),
-                           access=new_cloud_fakes.access())
+    rows = check_providers(
+        settings, clouds=["k8s"], clock=FakeClock(T0), access=new_cloud_fakes.access()
+    )
     [bad] = [r for r in rows if r.result == "fail"]
     assert bad.check == "gpucloud: rbac" and "infra/k8s/rbac.yaml" in bad.reason
 
@@ -213,8 +239,9 @@ def test_a_cloud_whose_settings_are_wrong_gets_one_failed_row_the_others_are_che
     new_cloud_fakes: NewCloudFakes, tmp_path: Path
 ) -> None:
     settings = _settings(new_cloud_fakes, tmp_path, "azure", "k8s")
-    bad = settings.model_copy(update={"k8s": settings.section("k8s").model_copy(
-        update={"contexts": []})})
+    bad = settings.model_copy(
+        update={"k8s": settings.section("k8s").model_copy(update={"contexts": []})}
+    )
     rows = check_providers(bad, clock=FakeClock(T0), access=new_cloud_fakes.access())
     k8s = [r for r in rows if r.provider == "k8s"]
     assert [(r.check, r.result) for r in k8s] == [("settings", "fail")]
@@ -224,8 +251,9 @@ def test_a_cloud_whose_settings_are_wrong_gets_one_failed_row_the_others_are_che
 
 def test_offers_for_azure_and_kubernetes(new_cloud_fakes: NewCloudFakes, tmp_path: Path) -> None:
     settings = _settings(new_cloud_fakes, tmp_path, "azure", "k8s")
-    rows, unpriced = offers_table(settings, market=Market.SPOT, clock=FakeClock(T0),
-                                  access=new_cloud_fakes.access())
+    rows, unpriced = offers_table(
+        settings, market=Market.SPOT, clock=FakeClock(T0), access=new_cloud_fakes.access()
+    )
     by_id = {f"{r['cloud']}:{r['zone']}:{r['instance_type']}:{r['market']}": r for r in rows}
     a100 = by_id[AZURE_SPOT_A100]
     assert a100["price_source"] == "azure-retail-prices" and a100["usd_per_hour"] == 0.7346
@@ -239,7 +267,9 @@ def test_offers_for_azure_and_kubernetes(new_cloud_fakes: NewCloudFakes, tmp_pat
 
 
 def test_heliotrope_offers_and_providers_check_for_kubernetes_through_the_cli(
-    new_cloud_fakes: NewCloudFakes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    new_cloud_fakes: NewCloudFakes,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Kubernetes needs nothing but its kubeconfig: the CLI reaches the fakes as it is."""
@@ -252,15 +282,18 @@ def test_heliotrope_offers_and_providers_check_for_kubernetes_through_the_cli(
     out = capsys.readouterr()
     assert "fake-kube-token" not in out.out + out.err
     checks = json.loads(out.out)
-    assert {(r["check"], r["result"]) for r in checks} >= {("onprem: rbac", "ok"),
-                                                           ("gpucloud: nodes", "ok")}
+    assert {(r["check"], r["result"]) for r in checks} >= {
+        ("onprem: rbac", "ok"),
+        ("gpucloud: nodes", "ok"),
+    }
 
     # On-premises A100s at the configured 1.10 $/GPU-h (the L4 node is not ready: none).
     assert main(["offers", "--config", str(path), "--gpu", "A100", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert [(r["cloud"], r["region"], r["instance_type"], r["usd_per_gpu_hour"],
-             r["price_source"]) for r in rows] == [
-        ("k8s", "onprem", f"a100-80gbx{n}", 1.1, "k8s-config") for n in (1, 2, 4, 8)]
+    assert [
+        (r["cloud"], r["region"], r["instance_type"], r["usd_per_gpu_hour"], r["price_source"])
+        for r in rows
+    ] == [("k8s", "onprem", f"a100-80gbx{n}", 1.1, "k8s-config") for n in (1, 2, 4, 8)]
     assert main(["offers", "--config", str(path), "--gpu", "L4", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == []
 
@@ -272,8 +305,9 @@ def test_a_clouds_world_of_aws_and_azure_builds(
     doc = cloud_fakes.settings_doc(providers=["aws", "azure"])
     del doc["gcp"]
     doc["azure"] = new_cloud_fakes.azure_section()
-    live = LiveSettings(world="clouds", cluster=doc.pop("cluster"), policy=doc.pop("policy"),
-                        clouds=doc)
+    live = LiveSettings(
+        world="clouds", cluster=doc.pop("cluster"), policy=doc.pop("policy"), clouds=doc
+    )
     access = new_cloud_fakes.access(cloud_fakes.access(sleep=clock.sleep))
     world = configured_world(live, clock=clock, access=access)
     ids = {o.id for o in world.offers}
@@ -284,7 +318,8 @@ def test_a_clouds_world_of_aws_and_azure_builds(
     quotes = world.extra["quotes"]
     assert quotes[AZURE_SPOT_A100].source == "azure-retail-prices"
     assert world.store_uri(next(o for o in world.offers if o.id == AZURE_SPOT_A100)).endswith(
-        "/checkpoints/azure/eastus")
+        "/checkpoints/azure/eastus"
+    )
 
 
 def test_the_multi_provider_reads_kubernetes_capacity_by_capability(
@@ -322,8 +357,13 @@ def test_providers_check_never_prints_an_azure_secret(
     secret = "hElIo~tRoPe.AzUrE_sEcReT-0123456789"
     monkeypatch.setenv("AZURE_CLIENT_SECRET", secret)
     settings = _settings(new_cloud_fakes, tmp_path, "azure")
-    access = registry.CloudAccess({"azure": AzureAccess(
-        credential=_RefusedCredential(secret), transport=new_cloud_fakes.arm.transport())})
+    access = registry.CloudAccess(
+        {
+            "azure": AzureAccess(
+                credential=_RefusedCredential(secret), transport=new_cloud_fakes.arm.transport()
+            )
+        }
+    )
     rows = check_providers(settings, clock=FakeClock(T0), access=access)
     assert [(r.check, r.result) for r in rows] == [("credentials", "fail"), ("compute", "skip")]
     assert "refused" in rows[0].reason
@@ -337,10 +377,18 @@ def test_loading_the_registry_imports_no_cloud_sdk_and_no_torch() -> None:
     import subprocess
     import sys
 
-    code = ("import sys; from providers import registry; registry.specs(); "
-            "import orchestrator.live.clouds; "
-            "print(sorted({m.split('.')[0] for m in sys.modules}))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True, timeout=120, cwd=REPO)
+    code = (
+        "import sys; from providers import registry; registry.specs(); "
+        "import orchestrator.live.clouds; "
+        "print(sorted({m.split('.')[0] for m in sys.modules}))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+        cwd=REPO,
+    )
     loaded = set(json.loads(done.stdout.strip().replace("'", '"')))
     assert not loaded & {"boto3", "botocore", "google", "azure", "kubernetes", "torch"}

@@ -280,6 +280,7 @@ def test_missing_values_render_as_dash(tmp_path: Path, value: Any) -> None:
 
 # -- a report that cannot mislead ---------------------------------------------------------
 
+
 def _contest(**over: dict[str, Any]) -> dict[str, Any]:
     """spot-failover the cheapest that met every deadline; curtailment-threshold cheaper
     still, having run nothing and missed all three."""
@@ -331,17 +332,22 @@ def test_the_oracle_is_a_bound_only_where_it_is_one(tmp_path: Path) -> None:
     console.print(format_table(beaten))
     assert "(bound)" not in console.export_text()
     # a policy that beat it only by missing deadlines does not unmake the bound
-    cheap_and_late = _contest(oracle={"usd": 2.5, "objective_usd": 2.5},
-                              heliotrope={"deadlines_missed": 1})
-    assert "oracle (bound)" in write_report(cheap_and_late, pd.DataFrame(), pd.DataFrame(),
-                                            tmp_path / "c").read_text()
+    cheap_and_late = _contest(
+        oracle={"usd": 2.5, "objective_usd": 2.5}, heliotrope={"deadlines_missed": 1}
+    )
+    assert (
+        "oracle (bound)"
+        in write_report(cheap_and_late, pd.DataFrame(), pd.DataFrame(), tmp_path / "c").read_text()
+    )
 
 
 def test_the_summary_says_it_in_words() -> None:
     text = summary(_contest())
-    assert text.startswith("heliotrope: 20% cheaper than spot-failover (the cheapest other "
-                           "policy that met every deadline), 50% less CO₂; 76% cheaper than "
-                           "on-demand, 75% less CO₂; all 3 deadlines met.")
+    assert text.startswith(
+        "heliotrope: 20% cheaper than spot-failover (the cheapest other "
+        "policy that met every deadline), 50% less CO₂; 76% cheaper than "
+        "on-demand, 75% less CO₂; all 3 deadlines met."
+    )
     assert "curtailment-threshold missed 3 deadline(s)" in text
     assert "a bound on the objective" in text
     lost = summary(_contest(heliotrope={"usd": 3.3, "kg_co2": 2.2}))
@@ -367,8 +373,11 @@ def _chromium() -> str | None:
     return None
 
 
-@pytest.mark.skipif(_chromium() is None, reason="no chromium on PATH: the laptop-screen check "
-                    "needs a headless browser (apt install chromium)")
+@pytest.mark.skipif(
+    _chromium() is None,
+    reason="no chromium on PATH: the laptop-screen check "
+    "needs a headless browser (apt install chromium)",
+)
 def test_the_report_table_fits_a_laptop_screen_in_chromium(tmp_path: Path) -> None:
     browser = _chromium()
     assert browser is not None
@@ -376,18 +385,32 @@ def test_the_report_table_fits_a_laptop_screen_in_chromium(tmp_path: Path) -> No
     report = write_report(results, _timeline(), _cumulative(), tmp_path)
     # A copy that measures itself (the report has no scripts of its own).
     probe = tmp_path / "probe.html"
-    probe.write_text(report.read_text().replace("</body>", (
-        "<script>const t = document.querySelector('table.metrics');"
-        "document.body.setAttribute('data-fit', String(t.getBoundingClientRect().right <= "
-        "document.documentElement.clientWidth && t.parentElement.scrollWidth <= "
-        "t.parentElement.clientWidth));</script></body>")))
+    probe.write_text(
+        report.read_text().replace(
+            "</body>",
+            (
+                "<script>const t = document.querySelector('table.metrics');"
+                "document.body.setAttribute('data-fit', String(t.getBoundingClientRect().right <= "
+                "document.documentElement.clientWidth && t.parentElement.scrollWidth <= "
+                "t.parentElement.clientWidth));</script></body>"
+            ),
+        )
+    )
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
-    dom = subprocess.run([browser, *flags, "--window-size=1366,768", "--dump-dom",
-                          probe.as_uri()], capture_output=True, text=True, timeout=120,
-                         check=True).stdout
+    dom = subprocess.run(
+        [browser, *flags, "--window-size=1366,768", "--dump-dom", probe.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
     assert 'data-fit="true"' in dom
     shot = Path(os.environ.get("HELIOTROPE_TEST_ARTIFACTS", tmp_path)) / "report-1366.png"
     shot.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([browser, *flags, "--window-size=1366,2600", f"--screenshot={shot}",
-                    report.as_uri()], capture_output=True, timeout=120, check=True)
+    subprocess.run(
+        [browser, *flags, "--window-size=1366,2600", f"--screenshot={shot}", report.as_uri()],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
     _assert_png(shot)

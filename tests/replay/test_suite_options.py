@@ -31,8 +31,15 @@ pytestmark = pytest.mark.traces
 
 
 def test_skynomad_lists_run_their_cross_product(shared_data: Path) -> None:
-    suite = skynomad_h100(shared_data, {"deadline_ratio": "1.2,2", "checkpoint_gb": "0,500",
-                                        "cold_start_hours": [0.1, 0.2], "start_ticks": "0"})
+    suite = skynomad_h100(
+        shared_data,
+        {
+            "deadline_ratio": "1.2,2",
+            "checkpoint_gb": "0,500",
+            "cold_start_hours": [0.1, 0.2],
+            "start_ticks": "0",
+        },
+    )
     labels = [c.setting for c in suite.cases]
     assert len(labels) == 8 == len(set(labels))
     assert labels[0] == "ratio 1.2, ckpt 0 GB, cold 0.1 h"
@@ -45,77 +52,98 @@ def test_skynomad_lists_run_their_cross_product(shared_data: Path) -> None:
         # The artifact's deadline (311 ticks), the work from the ratio.
         assert (job.deadline - job.start) == timedelta(seconds=311 * 600)
         assert job.work_gpu_hours == pytest.approx(311 * 600 / 3600 / float(parts["ratio"]))
-    assert ("work = deadline / ratio 1.2, 2 (43.194, 25.917 h), cold start 0.1, 0.2 h, "
-            "checkpoint 0, 500 GB, egress 0.02 USD/GB, instant checkpoint copies"
-            ) in suite.description
+    assert (
+        "work = deadline / ratio 1.2, 2 (43.194, 25.917 h), cold start 0.1, 0.2 h, "
+        "checkpoint 0, 500 GB, egress 0.02 USD/GB, instant checkpoint copies"
+    ) in suite.description
     assert suite.config["cold_start_hours"] == [0.1, 0.2]
 
 
 def test_skynomad_work_hours_list_sets_the_deadline_and_says_so(shared_data: Path) -> None:
-    suite = skynomad_h100(shared_data, {"work_hours": "6,12", "deadline_ratio": 2.0,
-                                        "start_ticks": [0]})
+    suite = skynomad_h100(
+        shared_data, {"work_hours": "6,12", "deadline_ratio": 2.0, "start_ticks": [0]}
+    )
     assert [c.setting for c in suite.cases] == ["work 6 h", "work 12 h"]
     assert [c.jobs[0].deadline - c.jobs[0].start for c in suite.cases] == [
-        timedelta(hours=12), timedelta(hours=24)]
+        timedelta(hours=12),
+        timedelta(hours=24),
+    ]
     assert "work 6, 12 h, deadline = work x ratio 2" in suite.description
     assert "51.833" not in suite.description
 
 
 def test_egress_and_transfer_options_reach_the_loop(shared_data: Path) -> None:
-    suite = skynomad_h100(shared_data, {"egress_usd_per_gb": "0.05", "transfer_gbps": 10,
-                                        "start_ticks": "311"})
+    suite = skynomad_h100(
+        shared_data, {"egress_usd_per_gb": "0.05", "transfer_gbps": 10, "start_ticks": "311"}
+    )
     (case,) = suite.cases
     assert case.settings.egress_usd_per_gb == 0.05
     assert case.settings.transfer_time and case.settings.transfer_gbps == 10.0
     assert "egress 0.05 USD/GB, copies at 10 Gbit/s" in suite.description
     (job,) = case.jobs
-    move = move_cost(job, Location("gcp", "us-central1"), Location("gcp", "europe-west1"),
-                     case.settings)
+    move = move_cost(
+        job, Location("gcp", "us-central1"), Location("gcp", "europe-west1"), case.settings
+    )
     assert move.egress_usd == pytest.approx(0.05 * 50)
     assert move.transfer_h == pytest.approx(50 * 8 / 10 / 3600)
     # spot-failover chases spot across regions in this window: every move is billed at 0.05.
     grid = case_grid(case)
-    run = run_policy(make_policy("spot-failover"), case.jobs, grid,
-                     options=LoopOptions(settings=case.settings))
+    run = run_policy(
+        make_policy("spot-failover"), case.jobs, grid, options=LoopOptions(settings=case.settings)
+    )
     egress = float(run.fleet.egress_usd[0])
     assert egress > 0 and (egress / 2.5) == pytest.approx(round(egress / 2.5))
 
 
 def test_cbl_lists_and_deadline_ratio(shared_data: Path) -> None:
-    suite = cbl_v100(shared_data, {"work_hours": "24,48", "checkpoint_gb": "50,500",
-                                   "slack_hours": 4, "cold_start_hours": 0.2,
-                                   "start_ticks": "0"})
+    suite = cbl_v100(
+        shared_data,
+        {
+            "work_hours": "24,48",
+            "checkpoint_gb": "50,500",
+            "slack_hours": 4,
+            "cold_start_hours": 0.2,
+            "start_ticks": "0",
+        },
+    )
     assert [c.setting for c in suite.cases] == [
         "slack 4 h, cold 0.2 h, work 24 h, ckpt 50 GB",
         "slack 4 h, cold 0.2 h, work 24 h, ckpt 500 GB",
         "slack 4 h, cold 0.2 h, work 48 h, ckpt 50 GB",
-        "slack 4 h, cold 0.2 h, work 48 h, ckpt 500 GB"]
+        "slack 4 h, cold 0.2 h, work 48 h, ckpt 500 GB",
+    ]
     assert "work 24, 48 h, slack 4 h, cold start 0.2 h, checkpoint 50, 500 GB" in (
-        suite.description)
+        suite.description
+    )
     by_ratio = cbl_v100(shared_data, {"deadline_ratio": "1.5", "start_ticks": "0"})
-    assert [c.setting for c in by_ratio.cases] == ["ratio 1.5, cold 0.05 h",
-                                                    "ratio 1.5, cold 0.2 h"]
+    assert [c.setting for c in by_ratio.cases] == [
+        "ratio 1.5, cold 0.05 h",
+        "ratio 1.5, cold 0.2 h",
+    ]
     (job,) = by_ratio.cases[0].jobs
     assert job.deadline - job.start == timedelta(hours=72)
 
 
-@pytest.mark.parametrize(("suite", "options", "field"), [
-    ("skynomad-h100", {"deadline_ratio": "1.2,abc"}, "deadline_ratio"),
-    ("skynomad-h100", {"cold_start_hours": "-1"}, "cold_start_hours"),
-    ("skynomad-h100", {"transfer_gbps": "0"}, "transfer_gbps"),
-    ("skynomad-h100", {"egress_usd_per_gb": "0.1,0.2"}, "egress_usd_per_gb"),
-    ("cbl-v100", {"deadline_ratio": 1.5, "slack_hours": 4}, "options"),
-    ("carbon-year", {"checkpoint_gb": 50}, "options"),
-])
-def test_bad_options_name_the_field(shared_data: Path, suite: str, options: dict[str, object],
-                                    field: str) -> None:
+@pytest.mark.parametrize(
+    ("suite", "options", "field"),
+    [
+        ("skynomad-h100", {"deadline_ratio": "1.2,abc"}, "deadline_ratio"),
+        ("skynomad-h100", {"cold_start_hours": "-1"}, "cold_start_hours"),
+        ("skynomad-h100", {"transfer_gbps": "0"}, "transfer_gbps"),
+        ("skynomad-h100", {"egress_usd_per_gb": "0.1,0.2"}, "egress_usd_per_gb"),
+        ("cbl-v100", {"deadline_ratio": 1.5, "slack_hours": 4}, "options"),
+        ("carbon-year", {"checkpoint_gb": 50}, "options"),
+    ],
+)
+def test_bad_options_name_the_field(
+    shared_data: Path, suite: str, options: dict[str, object], field: str
+) -> None:
     with pytest.raises(InputError, match=field):
         run_suite(suite, shared_data, [], options)
 
 
 def test_summaries_report_non_trivial_mean_and_worst_window(shared_data: Path) -> None:
-    result = run_suite("skynomad-h100", shared_data, ["spot-failover"],
-                       {"start_ticks": "0,311"})
+    result = run_suite("skynomad-h100", shared_data, ["spot-failover"], {"start_ticks": "0,311"})
     rows = {(w.window, w.policy): w for w in result.windows}
     # t0: the oracle runs in the cheapest zone from the first tick to the end; t311: not.
     assert rows[("t0", ORACLE)].trivial and not rows[("t311", ORACLE)].trivial
@@ -137,8 +165,9 @@ def test_summaries_report_non_trivial_mean_and_worst_window(shared_data: Path) -
 
 
 def test_timeline_places_the_job_tick_by_tick(shared_data: Path) -> None:
-    (timeline,) = suite_timelines("skynomad-h100", shared_data, ["spot-failover"],
-                                  {"start_ticks": "1244"}, "t1244")
+    (timeline,) = suite_timelines(
+        "skynomad-h100", shared_data, ["spot-failover"], {"start_ticks": "1244"}, "t1244"
+    )
     assert timeline.policies == (ORACLE, "spot-failover")
     oracle = [row[0] for row in timeline.cells]
     failover = [row[1] for row in timeline.cells]
@@ -158,17 +187,32 @@ def test_timeline_places_the_job_tick_by_tick(shared_data: Path) -> None:
         suite_timelines("skynomad-h100", shared_data, [], {"start_ticks": "1244"}, "t1")
 
 
-def test_cli_sweep_and_timeline(shared_data: Path, tmp_path: Path,
-                                capsys: pytest.CaptureFixture[str]) -> None:
-    base = ["bench", "policies", "--suite", "skynomad-h100", "--data", str(shared_data),
-            "--policies", "spot-failover", "--start-ticks", "0", "--out", str(tmp_path)]
+def test_cli_sweep_and_timeline(
+    shared_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = [
+        "bench",
+        "policies",
+        "--suite",
+        "skynomad-h100",
+        "--data",
+        str(shared_data),
+        "--policies",
+        "spot-failover",
+        "--start-ticks",
+        "0",
+        "--out",
+        str(tmp_path),
+    ]
     assert main([*base, "--cold-start-hours", "0.1,0.2", "--checkpoint-gb", "0,50"]) == 0
     out = capsys.readouterr().out
     for label in ("cold 0.1 h", "cold 0.2 h"):
         assert f"ratio 1.5, ckpt 0 GB, {label}" in out
     assert "cold start 0.1, 0.2 h, checkpoint 0, 50 GB" in out.splitlines()[0]
     assert json.loads((tmp_path / "results.json").read_text())["config"]["checkpoint_gb"] == [
-        0.0, 50.0]
+        0.0,
+        50.0,
+    ]
     assert main([*base, "--timeline", "t0@t0"]) == 0
     assert out != (out := capsys.readouterr().out) and "timeline of job t0, window t0" in out
     (tmp_path / "results.json").unlink()

@@ -47,17 +47,33 @@ def sleeps() -> Sleeps:
     return Sleeps()
 
 
-def make_ctx(server: FixtureServer, sleeps: Sleeps | None = None, *, now: datetime = NOW,
-             creds: dict[str, str] | None = None, **options: Any) -> SourceContext:
+def make_ctx(
+    server: FixtureServer,
+    sleeps: Sleeps | None = None,
+    *,
+    now: datetime = NOW,
+    creds: dict[str, str] | None = None,
+    **options: Any,
+) -> SourceContext:
     sleep = sleeps if sleeps is not None else Sleeps()
-    names = ("electricitymaps", "uk-carbon", "watttime", "entsoe-prices", "entsoe-generation",
-             "eia930", "caiso-curtailment", "gcp-billing")
+    names = (
+        "electricitymaps",
+        "uk-carbon",
+        "watttime",
+        "entsoe-prices",
+        "entsoe-generation",
+        "eia930",
+        "caiso-curtailment",
+        "gcp-billing",
+    )
     return SourceContext(
         http=HttpClient(sleep=sleep, read_timeout_s=5.0, jitter=lambda: 0.0),
         clock=FixedClock(now),
         credentials=CREDS if creds is None else creds,
-        base_urls={**{n: server.url for n in names},
-                   "aws-spot-advisor": f"{server.url}/spot-advisor-data.json"},
+        base_urls={
+            **{n: server.url for n in names},
+            "aws-spot-advisor": f"{server.url}/spot-advisor-data.json",
+        },
         env={},
         options=options,
         sleep=sleep,

@@ -30,13 +30,15 @@ def recorded_forecast_samples() -> pd.DataFrame:
     em_before = parse_em_history(recorded("em_history_DE_20240330.json"), "DE")
     em_forecast = parse_em_forecast(recorded("em_forecast_DE_20240330.json"), "DE")
     em_after = parse_em_history(recorded("em_history_DE.json"), "DE")
-    wt_all = parse_wt_moer(recorded("wt_historical_20240329_31.json"), "US-CAL-CISO",
-                           forecast=False)
-    wt_forecast = parse_wt_moer(recorded("wt_forecast_20240330.json"), "US-CAL-CISO",
-                                forecast=True)
-    return concat_frames([
-        _frame(em_before + em_forecast, ISSUE),
-        _frame(em_after, LATER),
-        _frame([o for o in wt_all if o.time < ISSUE] + wt_forecast, ISSUE),
-        _frame([o for o in wt_all if o.time >= ISSUE], LATER),
-    ])
+    wt_all = parse_wt_moer(
+        recorded("wt_historical_20240329_31.json"), "US-CAL-CISO", forecast=False
+    )
+    wt_forecast = parse_wt_moer(recorded("wt_forecast_20240330.json"), "US-CAL-CISO", forecast=True)
+    return concat_frames(
+        [
+            _frame(em_before + em_forecast, ISSUE),
+            _frame(em_after, LATER),
+            _frame([o for o in wt_all if o.time < ISSUE] + wt_forecast, ISSUE),
+            _frame([o for o in wt_all if o.time >= ISSUE], LATER),
+        ]
+    )

@@ -20,20 +20,46 @@ from tests.signals.conftest import NOW
 from tests.signals.server import recorded
 
 # HELIOTROPE_FUZZ_EXAMPLES=2000 for a long run
-FUZZ = settings(max_examples=int(os.environ.get("HELIOTROPE_FUZZ_EXAMPLES", "40")), deadline=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=int(os.environ.get("HELIOTROPE_FUZZ_EXAMPLES", "40")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
-scalars = (st.none() | st.booleans() | st.integers(-10**20, 10**20)
-           | st.floats(allow_nan=True, allow_infinity=True)
-           | st.text(max_size=30)
-           | st.sampled_from(["2024-03-31T01:00Z", "2024-03-31T01:00:00+01:00", "9999-12-31T23:59Z",
-                              "0001-01-01T00:00Z", "2024-03-31T01:00", "NaN", "-1", "1e400",
-                              "lbs_co2_per_mwh", "percentile", "megawatthours", "DE", "GB",
-                              "OnDemand", "Preemptible", "Compute", "h", "GiBy.h"]))
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**20), 10**20)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=30)
+    | st.sampled_from(
+        [
+            "2024-03-31T01:00Z",
+            "2024-03-31T01:00:00+01:00",
+            "9999-12-31T23:59Z",
+            "0001-01-01T00:00Z",
+            "2024-03-31T01:00",
+            "NaN",
+            "-1",
+            "1e400",
+            "lbs_co2_per_mwh",
+            "percentile",
+            "megawatthours",
+            "DE",
+            "GB",
+            "OnDemand",
+            "Preemptible",
+            "Compute",
+            "h",
+            "GiBy.h",
+        ]
+    )
+)
 json_values = st.recursive(
     scalars,
-    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=12), inner,
-                                                                max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=12), inner, max_size=6)
+    ),
     max_leaves=15,
 )
 
@@ -62,7 +88,7 @@ def mutated(draw: st.DrawFn, name: str) -> bytes:
     if how in ("cut", "splice"):
         at = draw(st.integers(0, len(raw)))
         junk = draw(st.binary(max_size=20)) if how == "splice" else b""
-        return raw[:at] + junk + (raw[at + draw(st.integers(0, 40)):] if how == "splice" else b"")
+        return raw[:at] + junk + (raw[at + draw(st.integers(0, 40)) :] if how == "splice" else b"")
     doc = json.loads(raw)
     paths = [p for p in _leaves(doc) if p]
     path = draw(st.sampled_from(paths))
@@ -90,15 +116,17 @@ PARSERS: dict[str, Callable[[bytes], Any]] = {
     "wt_historical.json": lambda b: carbon.parse_wt_moer(b, "US-CAL-CISO", forecast=False),
     "wt_forecast.json": lambda b: carbon.parse_wt_moer(b, "US-CAL-CISO", forecast=True),
     "wt_signal_index.json": lambda b: carbon.parse_wt_index(b, "US-CAL-CISO"),
-    "eia_fuel_type_page1.json": lambda b: power.eia_intensity(power.eia_page(b)[0],
-                                                              "US-CAL-CISO"),
+    "eia_fuel_type_page1.json": lambda b: power.eia_intensity(power.eia_page(b)[0], "US-CAL-CISO"),
     "aws_spot_advisor.json": lambda b: clouds.parse_spot_advisor(b, ["us-east-1"], None, NOW),
     "gcp_billing_skus_page1.json": lambda b: clouds.gcp_prices(
-        clouds.parse_gcp_sku_page(b)[0], ["us-central1"], list(clouds.GCP_MACHINE_SHAPES), NOW),
+        clouds.parse_gcp_sku_page(b)[0], ["us-central1"], list(clouds.GCP_MACHINE_SHAPES), NOW
+    ),
     "aws_spot_price_history_page1.json": lambda b: clouds.parse_spot_price_pages(
-        [json.loads(b)], "us-east-1", NOW - timedelta(hours=6), NOW, NOW),
+        [json.loads(b)], "us-east-1", NOW - timedelta(hours=6), NOW, NOW
+    ),
     "aws_placement_scores.json": lambda b: clouds.parse_placement_scores(
-        [json.loads(b)], "p5.48xlarge", {}, NOW),
+        [json.loads(b)], "p5.48xlarge", {}, NOW
+    ),
 }
 
 
@@ -128,8 +156,7 @@ def test_garbage_bytes_are_rejected_cleanly(name: str, body: bytes) -> None:
 
 @FUZZ
 @given(data=st.data(), name=st.sampled_from(sorted(PARSERS)))
-def test_mutated_recordings_are_parsed_or_rejected_cleanly(data: st.DataObject, name: str
-                                                           ) -> None:
+def test_mutated_recordings_are_parsed_or_rejected_cleanly(data: st.DataObject, name: str) -> None:
     body = data.draw(mutated(name))
     if _json_only(name, body):
         only_ours(lambda: PARSERS[name](body))
@@ -139,11 +166,22 @@ def test_mutated_recordings_are_parsed_or_rejected_cleanly(data: st.DataObject, 
 @given(data=st.data())
 def test_entsoe_xml_mutations(data: st.DataObject) -> None:
     raw = recorded("entsoe_a44_DE_dst.xml").decode()
-    tags = ["position", "price.amount", "resolution", "start", "end", "currency_Unit.name",
-            "price_Measure_Unit.name"]
+    tags = [
+        "position",
+        "price.amount",
+        "resolution",
+        "start",
+        "end",
+        "currency_Unit.name",
+        "price_Measure_Unit.name",
+    ]
     tag = data.draw(st.sampled_from(tags))
-    value = data.draw(st.text(max_size=25) | st.sampled_from(
-        ["0", "-1", "1e309", "NaN", "PT0M", "PT15M", "9999-12-31T23:00Z", "2024-03-31T01:00"]))
+    value = data.draw(
+        st.text(max_size=25)
+        | st.sampled_from(
+            ["0", "-1", "1e309", "NaN", "PT0M", "PT15M", "9999-12-31T23:00Z", "2024-03-31T01:00"]
+        )
+    )
     pieces = raw.split(f"<{tag}>")
     i = data.draw(st.integers(1, len(pieces) - 1))
     head, _, tail = pieces[i].partition(f"</{tag}>")
@@ -156,8 +194,12 @@ def test_entsoe_xml_mutations(data: st.DataObject) -> None:
 
 
 @FUZZ
-@given(text=st.text(max_size=300), rows=st.lists(
-    st.tuples(st.text(max_size=12), st.text(max_size=6), st.text(max_size=8)), max_size=8))
+@given(
+    text=st.text(max_size=300),
+    rows=st.lists(
+        st.tuples(st.text(max_size=12), st.text(max_size=6), st.text(max_size=8)), max_size=8
+    ),
+)
 def test_caiso_csv_fuzz(text: str, rows: list[tuple[str, str, str]]) -> None:
     only_ours(lambda: power.parse_caiso_report(text, date(2024, 11, 3)))
     csv_text = "DATE,HOUR,CURTAILED MWH\n" + "\n".join(",".join(r) for r in rows)
@@ -165,8 +207,10 @@ def test_caiso_csv_fuzz(text: str, rows: list[tuple[str, str, str]]) -> None:
 
 
 @FUZZ
-@given(text=st.text(max_size=30) | st.from_regex(r"\d{4}-\d{2}-\d{2}T\d{2}([+-]\d{2})?",
-                                                 fullmatch=True))
+@given(
+    text=st.text(max_size=30)
+    | st.from_regex(r"\d{4}-\d{2}-\d{2}T\d{2}([+-]\d{2})?", fullmatch=True)
+)
 def test_time_parsers(text: str) -> None:
     only_ours(lambda: power.eia_period_utc(text))
     only_ours(lambda: parse_utc(text, "fuzz", "time"))
@@ -174,16 +218,25 @@ def test_time_parsers(text: str) -> None:
 
 # The client libraries' frames (gridstatus, entsoe-py) as our validators receive them: any
 # cell values, times with or without a zone, any columns.
-cells = (st.none() | st.floats(allow_nan=True, allow_infinity=True) | st.integers(-10**6, 10**6)
-         | st.text(max_size=8))
+cells = (
+    st.none()
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.integers(-(10**6), 10**6)
+    | st.text(max_size=8)
+)
 
 
 @FUZZ
-@given(values=st.lists(cells, min_size=1, max_size=6), aware=st.booleans(),
-       step_h=st.integers(-2, 3), location=st.sampled_from(["HUB", "OTHER", 7]),
-       drop=st.sampled_from([None, "LMP", "Location", "Interval End"]))
-def test_library_frames_fuzz(values: list[Any], aware: bool, step_h: int, location: Any,
-                             drop: str | None) -> None:
+@given(
+    values=st.lists(cells, min_size=1, max_size=6),
+    aware=st.booleans(),
+    step_h=st.integers(-2, 3),
+    location=st.sampled_from(["HUB", "OTHER", 7]),
+    drop=st.sampled_from([None, "LMP", "Location", "Interval End"]),
+)
+def test_library_frames_fuzz(
+    values: list[Any], aware: bool, step_h: int, location: Any, drop: str | None
+) -> None:
     import pandas as pd
 
     from orchestrator.signals.sources import isos
@@ -192,8 +245,15 @@ def test_library_frames_fuzz(values: list[Any], aware: bool, step_h: int, locati
     times = pd.DatetimeIndex([start + pd.Timedelta(hours=step_h * i) for i in range(len(values))])
     if not aware:
         times = times.tz_localize(None)
-    frame = pd.DataFrame({"Interval Start": times, "Interval End": times + pd.Timedelta("1h"),
-                          "Location": location, "LMP": values, "Curtailment MWH": values})
+    frame = pd.DataFrame(
+        {
+            "Interval Start": times,
+            "Interval End": times + pd.Timedelta("1h"),
+            "Location": location,
+            "LMP": values,
+            "Curtailment MWH": values,
+        }
+    )
     if drop:
         frame = frame.drop(columns=[drop])
     only_ours(lambda: isos.lmp_obs(frame, "HUB", "Z", "fuzz"))

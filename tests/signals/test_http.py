@@ -22,10 +22,12 @@ from tests.signals.server import FixtureServer, Reply
 EM_HISTORY = r"/carbon-intensity/history$"
 
 
-def test_429_then_200_retries_after_the_servers_wait(server: FixtureServer, sleeps: Sleeps
-                                                     ) -> None:
-    server.add(EM_HISTORY, Reply(429, b'{"message": "rate limited"}', {"Retry-After": "7"}),
-               Reply.file("em_history_DE.json"))
+def test_429_then_200_retries_after_the_servers_wait(server: FixtureServer, sleeps: Sleeps) -> None:
+    server.add(
+        EM_HISTORY,
+        Reply(429, b'{"message": "rate limited"}', {"Retry-After": "7"}),
+        Reply.file("em_history_DE.json"),
+    )
     source = ElectricityMaps(make_ctx(server, sleeps))
     frame = source.read(["DE"], NOW.replace(hour=0), NOW)
     assert len(frame) > 0
@@ -84,8 +86,12 @@ def test_credential_from_the_environment_travels_in_a_header(server: FixtureServ
     ],
 )
 def test_no_credential_in_logs_or_errors_on_401(
-    server: FixtureServer, caplog: pytest.LogCaptureFixture, source_cls: type, route: str,
-    key: str, secret: str,
+    server: FixtureServer,
+    caplog: pytest.LogCaptureFixture,
+    source_cls: type,
+    route: str,
+    key: str,
+    secret: str,
 ) -> None:
     server.add(route, Reply(401, f'{{"message": "bad token {secret}"}}'))
     caplog.set_level(logging.DEBUG)  # urllib3 logs request lines, query string included
@@ -109,7 +115,6 @@ def test_connection_refused_is_transient_and_clean(sleeps: Sleeps) -> None:
     http = HttpClient(sleep=sleeps, attempts=2, connect_timeout_s=0.5, jitter=lambda: 0.0)
     secret = "query-secret-1234"
     with pytest.raises(SourceUnavailable) as err:
-        http.get("eia930", "http://127.0.0.1:9/x", params={"api_key": secret},
-                 secrets=(secret,))
+        http.get("eia930", "http://127.0.0.1:9/x", params={"api_key": secret}, secrets=(secret,))
     assert secret not in str(err.value) and err.value.__cause__ is None
     assert len(sleeps) == 1

@@ -59,9 +59,11 @@ def http() -> Iterator[responses.RequestsMock]:
 
 
 def test_caiso_curtailment_from_the_daily_report_without_a_url(
-        http: responses.RequestsMock, server: FixtureServer) -> None:
-    http.get(CAISO_REPORT.format(slug="mar-10-2024"),
-             body=recorded("caiso_renewables_mar-10-2024.html"))
+    http: responses.RequestsMock, server: FixtureServer
+) -> None:
+    http.get(
+        CAISO_REPORT.format(slug="mar-10-2024"), body=recorded("caiso_renewables_mar-10-2024.html")
+    )
     ctx = make_ctx(server)
     ctx.base_urls = {}  # nothing configured
     frame = CaisoCurtailment(ctx).read(["US-CAL-CISO"], SPRING, SPRING + timedelta(hours=22))
@@ -78,20 +80,25 @@ def test_caiso_curtailment_from_the_daily_report_without_a_url(
     assert (frame["valid_until"] - frame["time"] == pd.Timedelta(hours=2)).all()
 
 
-def test_caiso_curtailment_missing_report_is_a_gap(http: responses.RequestsMock,
-                                                   server: FixtureServer) -> None:
-    http.get(CAISO_REPORT.format(slug="mar-10-2024"),
-             body=recorded("caiso_renewables_mar-10-2024.html"))
+def test_caiso_curtailment_missing_report_is_a_gap(
+    http: responses.RequestsMock, server: FixtureServer
+) -> None:
+    http.get(
+        CAISO_REPORT.format(slug="mar-10-2024"), body=recorded("caiso_renewables_mar-10-2024.html")
+    )
     http.get(CAISO_REPORT.format(slug="mar-11-2024"), status=404)
-    http.get(CAISO_REPORT.format(slug="mar-11-2024").replace(".html", "-corrected.html"),
-             status=404)
+    http.get(
+        CAISO_REPORT.format(slug="mar-11-2024").replace(".html", "-corrected.html"), status=404
+    )
     frame = CaisoCurtailment(make_ctx(server)).read(
-        ["US-CAL-CISO"], SPRING, SPRING + timedelta(hours=30))
+        ["US-CAL-CISO"], SPRING, SPRING + timedelta(hours=30)
+    )
     assert len(frame) == 23  # the 11th has no report yet
 
 
 def test_caiso_curtailment_server_error_is_retried_then_unavailable(
-        http: responses.RequestsMock, server: FixtureServer) -> None:
+    http: responses.RequestsMock, server: FixtureServer
+) -> None:
     for suffix in ("", "-corrected"):
         http.get(CAISO_REPORT.format(slug=f"mar-10-2024{suffix}"), status=503)
     sleeps: list[float] = []
@@ -102,19 +109,21 @@ def test_caiso_curtailment_server_error_is_retried_then_unavailable(
     assert len(sleeps) == 3  # 4 attempts
 
 
-def test_caiso_curtailment_truncated_report_is_malformed(http: responses.RequestsMock,
-                                                         server: FixtureServer) -> None:
+def test_caiso_curtailment_truncated_report_is_malformed(
+    http: responses.RequestsMock, server: FixtureServer
+) -> None:
     page = recorded("caiso_renewables_mar-10-2024.html")
     http.get(CAISO_REPORT.format(slug="mar-10-2024"), body=page[: len(page) // 2])
     with pytest.raises(MalformedResponse, match="caiso-curtailment: malformed response"):
-        CaisoCurtailment(make_ctx(server)).read(["US-CAL-CISO"], SPRING,
-                                                SPRING + timedelta(hours=3))
+        CaisoCurtailment(make_ctx(server)).read(
+            ["US-CAL-CISO"], SPRING, SPRING + timedelta(hours=3)
+        )
 
 
-def test_caiso_day_ahead_prices_negative_kept(http: responses.RequestsMock,
-                                              server: FixtureServer) -> None:
-    http.get(OASIS, body=oasis_zip("caiso_oasis_prc_lmp_dam_20240310.csv"),
-             headers=OASIS_HEADERS)
+def test_caiso_day_ahead_prices_negative_kept(
+    http: responses.RequestsMock, server: FixtureServer
+) -> None:
+    http.get(OASIS, body=oasis_zip("caiso_oasis_prc_lmp_dam_20240310.csv"), headers=OASIS_HEADERS)
     source = PRICE_SOURCES["caiso-prices"](make_ctx(server))
     frame = source.read(["US-CAL-CISO"], SPRING, SPRING + timedelta(hours=22))
     assert len(frame) == 23 and set(frame["unit"]) == {"usd_per_mwh"}
@@ -130,31 +139,32 @@ def test_nyiso_spring_forward_day(http: responses.RequestsMock, server: FixtureS
     http.get(NYISO_DAM, body=recorded("nyiso_damlbmp_zone_20240310.csv"))
     start = datetime(2024, 3, 10, 5, tzinfo=UTC)  # Eastern midnight
     frame = PRICE_SOURCES["nyiso-prices"](make_ctx(server)).read(
-        ["US-NY-NYIS"], start, start + timedelta(hours=22))
+        ["US-NY-NYIS"], start, start + timedelta(hours=22)
+    )
     assert len(frame) == 23  # 02:00 EST does not exist
     assert (frame["time"].diff().dropna() == pd.Timedelta(hours=1)).all()
     assert frame["time"].iloc[2] == pd.Timestamp("2024-03-10T07:00Z")  # 03:00 EDT
     assert frame["value"].min() == pytest.approx(-6.1)  # N.Y.C., not CAPITL's -10.1
 
 
-def test_pjm_day_ahead_prices_through_data_miner(http: responses.RequestsMock,
-                                                 server: FixtureServer,
-                                                 caplog: pytest.LogCaptureFixture) -> None:
+def test_pjm_day_ahead_prices_through_data_miner(
+    http: responses.RequestsMock, server: FixtureServer, caplog: pytest.LogCaptureFixture
+) -> None:
     http.add_callback(responses.GET, PJM_LMPS, callback=data_miner("pjm_da_hrl_lmps_20240310.json"))
     http.add_callback(responses.GET, PJM_PNODES, callback=data_miner("pjm_pnode.json"))
     caplog.set_level(logging.INFO, logger="gridstatus")
     start = datetime(2024, 3, 10, 5, tzinfo=UTC)  # Eastern midnight
     ctx = make_ctx(server, creds={**CREDS, "PJM_API_KEY": PJM_KEY})
-    frame = PRICE_SOURCES["pjm-prices"](ctx).read(["US-MIDA-PJM"], start,
-                                                  start + timedelta(hours=22))
+    frame = PRICE_SOURCES["pjm-prices"](ctx).read(
+        ["US-MIDA-PJM"], start, start + timedelta(hours=22)
+    )
     assert len(frame) == 23 and frame["value"].min() == pytest.approx(-3.9)  # Dominion's
     assert frame["time"].iloc[0] == pd.Timestamp("2024-03-10T05:00Z")
     assert PJM_KEY not in caplog.text  # gridstatus logs its request headers
     assert "Ocp-Apim-Subscription-Key" in caplog.text
 
 
-def test_pjm_throttled_is_unavailable(http: responses.RequestsMock,
-                                      server: FixtureServer) -> None:
+def test_pjm_throttled_is_unavailable(http: responses.RequestsMock, server: FixtureServer) -> None:
     http.get(PJM_LMPS, status=429)
     ctx = make_ctx(server, creds={**CREDS, "PJM_API_KEY": PJM_KEY})
     waits: list[float] = []
@@ -177,14 +187,16 @@ def test_miso_day_ahead_prices_through_urllib(urls: RecordedUrls, server: Fixtur
     urls.bodies[MISO_DAM] = (200, recorded("miso_20240310_da_expost_lmp.csv"))
     start = datetime(2024, 3, 10, 5, tzinfo=UTC)  # MISO's day: Eastern Standard Time, always
     frame = PRICE_SOURCES["miso-prices"](make_ctx(server)).read(
-        ["US-MIDW-MISO"], start, start + timedelta(hours=23))
+        ["US-MIDW-MISO"], start, start + timedelta(hours=23)
+    )
     assert len(frame) == 24 and urls.seen == [MISO_DAM]  # EST has no spring-forward hour
     assert frame["time"].iloc[0] == pd.Timestamp("2024-03-10T05:00Z")
     assert frame["value"].min() == pytest.approx(-5.8)  # MINN.HUB, not ILLINOIS.HUB
 
 
-def test_miso_server_error_through_urllib_is_unavailable(urls: RecordedUrls,
-                                                         server: FixtureServer) -> None:
+def test_miso_server_error_through_urllib_is_unavailable(
+    urls: RecordedUrls, server: FixtureServer
+) -> None:
     urls.bodies[MISO_DAM] = (502, b"bad gateway")
     ctx = make_ctx(server)
     ctx.sleep = lambda s: None
@@ -196,12 +208,14 @@ def test_miso_server_error_through_urllib_is_unavailable(urls: RecordedUrls,
 
 def test_pjm_needs_its_key(server: FixtureServer) -> None:
     frame, errors = PRICE_SOURCES["pjm-prices"](make_ctx(server)).read_partial(
-        ["US-MIDA-PJM"], SPRING, SPRING + timedelta(hours=2))
+        ["US-MIDA-PJM"], SPRING, SPRING + timedelta(hours=2)
+    )
     assert frame.empty and "PJM_API_KEY" in str(errors["US-MIDA-PJM"])
 
 
-def test_an_unauthorized_answer_is_auth_failed(http: responses.RequestsMock,
-                                               server: FixtureServer) -> None:
+def test_an_unauthorized_answer_is_auth_failed(
+    http: responses.RequestsMock, server: FixtureServer
+) -> None:
     http.get(NYISO_DAM, status=401)
     start = datetime(2024, 3, 10, 5, tzinfo=UTC)
     with pytest.raises(AuthFailed, match="HTTP 401"):
@@ -210,8 +224,14 @@ def test_an_unauthorized_answer_is_auth_failed(http: responses.RequestsMock,
 
 def _lmp_frame(**overrides: object) -> pd.DataFrame:
     start = pd.date_range("2024-03-10T08:00Z", periods=3, freq="1h").tz_convert("US/Pacific")
-    frame = pd.DataFrame({"Interval Start": start, "Interval End": start + pd.Timedelta("1h"),
-                          "Location": "HUB", "LMP": [10.0, -3.0, 5.0]})
+    frame = pd.DataFrame(
+        {
+            "Interval Start": start,
+            "Interval End": start + pd.Timedelta("1h"),
+            "Location": "HUB",
+            "LMP": [10.0, -3.0, 5.0],
+        }
+    )
     for k, v in overrides.items():
         frame[k] = v
     return frame
@@ -238,9 +258,13 @@ def test_lmp_frame_validation() -> None:
 
 def test_curtailment_frame_validation() -> None:
     start = pd.date_range("2024-03-10T08:00Z", periods=2, freq="1h").tz_convert("US/Pacific")
-    frame = pd.DataFrame({"Interval Start": start.repeat(2),
-                          "Interval End": (start + pd.Timedelta("1h")).repeat(2),
-                          "Curtailment MWH": [math.nan, math.nan, 3.0, math.nan]})
+    frame = pd.DataFrame(
+        {
+            "Interval Start": start.repeat(2),
+            "Interval End": (start + pd.Timedelta("1h")).repeat(2),
+            "Curtailment MWH": [math.nan, math.nan, 3.0, math.nan],
+        }
+    )
     rows = curtailment_obs(frame, date(2024, 3, 10), "US/Pacific")
     assert math.isnan(rows[0].value) and rows[1].value == 3.0
     frame["Curtailment MWH"] = [1.0, -2.0, 3.0, 0.0]

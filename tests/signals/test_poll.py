@@ -36,28 +36,57 @@ def _routes(server: FixtureServer) -> None:
     server.add(r"/carbon-intensity/forecast$", handler=em_zone_handler("em_forecast_DE.json"))
     server.add(r"/fw24h$", Reply.file("uk_intensity_fw24h.json"))
     server.add(r"^/intensity/", Reply.file("uk_intensity_range.json"))
-    server.add(r"/v1/services/6F81-5844-456A/skus$", handler=lambda r: Reply.file(
-        "gcp_billing_skus_page2.json" if r.q("pageToken") else "gcp_billing_skus_page1.json"))
+    server.add(
+        r"/v1/services/6F81-5844-456A/skus$",
+        handler=lambda r: Reply.file(
+            "gcp_billing_skus_page2.json" if r.q("pageToken") else "gcp_billing_skus_page1.json"
+        ),
+    )
 
 
-def _poll(server: FixtureServer, out: Path | None, names: list[str], *, now: datetime = NOW,
-          creds: dict[str, str] | None = None, **kw):  # type: ignore[no-untyped-def]
+def _poll(
+    server: FixtureServer,
+    out: Path | None,
+    names: list[str],
+    *,
+    now: datetime = NOW,
+    creds: dict[str, str] | None = None,
+    **kw,
+):  # type: ignore[no-untyped-def]
     urls = {n: server.url for n in SOURCE_NAMES}
-    return poll(names, out, now=now, regions=kw.pop("regions", EU), credentials=creds or CREDS,
-                base_urls=urls, env={}, sleep=lambda s: None, **kw)
+    return poll(
+        names,
+        out,
+        now=now,
+        regions=kw.pop("regions", EU),
+        credentials=creds or CREDS,
+        base_urls=urls,
+        env={},
+        sleep=lambda s: None,
+        **kw,
+    )
 
 
-def test_poll_writes_a_readable_trace_and_reports_each_source(server: FixtureServer,
-                                                              tmp_path: Path) -> None:
+def test_poll_writes_a_readable_trace_and_reports_each_source(
+    server: FixtureServer, tmp_path: Path
+) -> None:
     _routes(server)
     server.add(r"^/login$", Reply(401, b"{}"))
     out = tmp_path / "live"
-    report = _poll(server, out, ["uk-carbon", "electricitymaps", "gcp-billing", "watttime",
-                                 "entsoe-prices"],
-                   creds={k: v for k, v in CREDS.items() if k != "ENTSOE_TOKEN"})
+    report = _poll(
+        server,
+        out,
+        ["uk-carbon", "electricitymaps", "gcp-billing", "watttime", "entsoe-prices"],
+        creds={k: v for k, v in CREDS.items() if k != "ENTSOE_TOKEN"},
+    )
     status = {r.name: r.status for r in report.results}
-    assert status == {"uk-carbon": "ok", "electricitymaps": "ok", "gcp-billing": "ok",
-                      "watttime": "skipped", "entsoe-prices": "failed"}
+    assert status == {
+        "uk-carbon": "ok",
+        "electricitymaps": "ok",
+        "gcp-billing": "ok",
+        "watttime": "skipped",
+        "entsoe-prices": "failed",
+    }
     assert "ENTSOE_TOKEN" in report.result("entsoe-prices").errors[0]
     assert not report.ok
     trace = read_trace(out)  # the contract holds
@@ -68,8 +97,11 @@ def test_poll_writes_a_readable_trace_and_reports_each_source(server: FixtureSer
     assert set(trace.offers["cloud"]) == {"gcp"}
     assert (trace.offers["zone"] == trace.offers["region"]).all()  # region-level offers
     assert trace.manifest["generator"] == "signals-poll"
-    assert {s["name"] for s in trace.manifest["sources"]} == {"uk-carbon", "electricitymaps",
-                                                              "gcp-billing"}
+    assert {s["name"] for s in trace.manifest["sources"]} == {
+        "uk-carbon",
+        "electricitymaps",
+        "gcp-billing",
+    }
     samples = read_samples(out)
     assert "electricitymaps-forecast" in set(samples["source"])  # kept in the log
     assert samples["observed_at"].eq(pd.Timestamp(NOW)).all()
@@ -88,15 +120,16 @@ def test_stale_values_become_unknown_in_the_trace(server: FixtureServer, tmp_pat
     trace = read_trace(out)
     gcp = tiny_trace().offers.iloc[[0]].assign(grid_zone="DE")
     prices = tiny_trace().prices.iloc[[0]].assign(time=pd.Timestamp("2024-03-30T00:00Z"))
-    trace = type(trace)(offers=gcp, prices=prices, spot=trace.spot, grid=trace.grid,
-                        manifest=trace.manifest)
-    g = SignalGrid.build(trace, datetime(2024, 3, 31, 3, tzinfo=UTC),
-                         datetime(2024, 3, 31, 7, tzinfo=UTC), 3600)
+    trace = type(trace)(
+        offers=gcp, prices=prices, spot=trace.spot, grid=trace.grid, manifest=trace.manifest
+    )
+    g = SignalGrid.build(
+        trace, datetime(2024, 3, 31, 3, tzinfo=UTC), datetime(2024, 3, 31, 7, tzinfo=UTC), 3600
+    )
     assert g.carbon_hourly_known[:, 0].tolist() == [True, True, False, False]
 
 
-def test_second_poll_appends_and_keeps_foreign_rows(server: FixtureServer, tmp_path: Path
-                                                    ) -> None:
+def test_second_poll_appends_and_keeps_foreign_rows(server: FixtureServer, tmp_path: Path) -> None:
     _routes(server)
     out = tmp_path / "mixed"
     base = tiny_trace()
@@ -120,8 +153,12 @@ def test_store_and_freshness(server: FixtureServer, tmp_path: Path) -> None:
     store = MemoryStateStore()
     report = _poll(server, None, ["uk-carbon", "electricitymaps"], store=store)
     assert report.ok and report.out is None
-    got = store.samples(SignalKind.CARBON, ["GB"], (NOW - timedelta(days=1)).timestamp(),
-                        (NOW + timedelta(days=1)).timestamp())
+    got = store.samples(
+        SignalKind.CARBON,
+        ["GB"],
+        (NOW - timedelta(days=1)).timestamp(),
+        (NOW + timedelta(days=1)).timestamp(),
+    )
     assert got and all(s.valid_until is not None for s in got)
     rows = {(r.source, r.key): r for r in freshness(None, store, now=NOW)}
     assert not rows[("uk-carbon", "GB")].stale
@@ -131,8 +168,7 @@ def test_store_and_freshness(server: FixtureServer, tmp_path: Path) -> None:
     assert later[("uk-carbon", "GB")].stale and later[("electricitymaps", "DE")].stale
 
 
-def test_a_crashing_source_does_not_stop_the_others(server: FixtureServer, tmp_path: Path
-                                                    ) -> None:
+def test_a_crashing_source_does_not_stop_the_others(server: FixtureServer, tmp_path: Path) -> None:
     _routes(server)
     server.add(r"/carbon-intensity/history$", Reply(200, b'{"zone": "DE", "history": "x"}'))
     server.routes.insert(0, server.routes.pop())
@@ -151,9 +187,18 @@ def test_unknown_source_is_an_input_error(tmp_path: Path) -> None:
 def test_download_backfills_history(server: FixtureServer, tmp_path: Path) -> None:
     server.add(r"/carbon-intensity/past-range$", Reply.file("em_past_range_DE.json"))
     start = datetime(2024, 3, 1, tzinfo=UTC)
-    report = download("electricitymaps", start, start + timedelta(hours=47), tmp_path / "h",
-                      now=NOW, regions=[("aws", "eu-central-1")], credentials=CREDS,
-                      base_urls={"electricitymaps": server.url}, env={}, sleep=lambda s: None)
+    report = download(
+        "electricitymaps",
+        start,
+        start + timedelta(hours=47),
+        tmp_path / "h",
+        now=NOW,
+        regions=[("aws", "eu-central-1")],
+        credentials=CREDS,
+        base_urls={"electricitymaps": server.url},
+        env={},
+        sleep=lambda s: None,
+    )
     assert report.ok
     grid = read_trace(tmp_path / "h").grid
     assert grid["time"].min() == pd.Timestamp(start) and np.isfinite(grid["value"]).sum() == 48
@@ -168,9 +213,12 @@ def test_samples_file_is_beside_the_tables(server: FixtureServer, tmp_path: Path
     assert (tmp_path / "s" / "manifest.json").is_file()
 
 
-def test_sql_store_round_trip_and_cli_db(server: FixtureServer, tmp_path: Path,
-                                         monkeypatch: pytest.MonkeyPatch,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_sql_store_round_trip_and_cli_db(
+    server: FixtureServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     from orchestrator.cli import main
     from orchestrator.state import open_store
 
@@ -196,8 +244,13 @@ def test_a_poll_against_failing_servers_stops_at_its_deadline(server: FixtureSer
     started yet are reported, not polled."""
     server.add(r".*", Reply(500, b"oops"))
     ticks = iter(range(0, 10_000, 100))  # each look at the clock: 100 s later
-    report = _poll(server, None, ["uk-carbon", "electricitymaps", "gcp-billing", "watttime"],
-                   deadline_s=150.0, monotonic=lambda: float(next(ticks)))
+    report = _poll(
+        server,
+        None,
+        ["uk-carbon", "electricitymaps", "gcp-billing", "watttime"],
+        deadline_s=150.0,
+        monotonic=lambda: float(next(ticks)),
+    )
     statuses = {r.name: r.status for r in report.results}
     assert set(statuses.values()) == {"failed"}
     late = [r for r in report.results if any("deadline" in e for e in r.errors)]

@@ -54,12 +54,22 @@ def test_entsoe_no_matching_data_is_empty(server: FixtureServer) -> None:
 @pytest.mark.parametrize(
     ("edit", "match"),
     [
-        (lambda b: b.replace(b"<price.amount>42.5</price.amount>",
-                             b"<price.amount>NaN</price.amount>"), "finite price"),
-        (lambda b: b.replace(b"<currency_Unit.name>EUR", b"<currency_Unit.name>GBP", 1),
-         "currency_Unit.name"),
-        (lambda b: b.replace(b"<resolution>PT60M</resolution>", b"<resolution>P1D</resolution>",
-                             1), "resolution"),
+        (
+            lambda b: b.replace(
+                b"<price.amount>42.5</price.amount>", b"<price.amount>NaN</price.amount>"
+            ),
+            "finite price",
+        ),
+        (
+            lambda b: b.replace(b"<currency_Unit.name>EUR", b"<currency_Unit.name>GBP", 1),
+            "currency_Unit.name",
+        ),
+        (
+            lambda b: b.replace(
+                b"<resolution>PT60M</resolution>", b"<resolution>P1D</resolution>", 1
+            ),
+            "resolution",
+        ),
         (lambda b: b[: len(b) // 2], "not XML"),
         (lambda b: b'<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "aaaa">]><x>&a;</x>', "DTD"),
     ],
@@ -146,8 +156,7 @@ def test_caiso_malformed(text: str, match: str) -> None:
 
 
 def test_entsoe_server_error_is_retried_through_entsoe_py(server: FixtureServer) -> None:
-    server.add(r"^/$", Reply(503, "busy"), Reply(503, "busy"),
-               Reply.file("entsoe_a44_DE_dst.xml"))
+    server.add(r"^/$", Reply(503, "busy"), Reply(503, "busy"), Reply.file("entsoe_a44_DE_dst.xml"))
     ctx = make_ctx(server)
     waits: list[float] = []
     ctx.sleep = waits.append
@@ -163,13 +172,22 @@ def test_entsoe_generation_mix_to_average_intensity(server: FixtureServer) -> No
     frame = EntsoeGeneration(make_ctx(server)).read(["DE"], start, start + timedelta(hours=23))
     (req,) = server.requests
     assert (req.q("documentType"), req.q("processType"), req.q("in_Domain")) == (
-        "A75", "A16", "10Y1001A1001A82H")
+        "A75",
+        "A16",
+        "10Y1001A1001A82H",
+    )
     assert len(frame) == 24 and set(frame["unit"]) == {"g_co2_per_kwh"}
     assert set(frame["source"]) == {"entsoe-generation"} and set(frame["kind"]) == {"carbon"}
     # noon: the recorded MW per type, pumped storage (generating 0, pumping 1200) left out
-    mw = {"Fossil Brown coal/Lignite": 7242, "Fossil Gas": 3436, "Fossil Hard coal": 2149,
-          "Hydro Run-of-river and pondage": 1450, "Solar": 21000, "Wind Offshore": 3029,
-          "Wind Onshore": 17637}
+    mw = {
+        "Fossil Brown coal/Lignite": 7242,
+        "Fossil Gas": 3436,
+        "Fossil Hard coal": 2149,
+        "Hydro Run-of-river and pondage": 1450,
+        "Solar": 21000,
+        "Wind Offshore": 3029,
+        "Wind Onshore": 17637,
+    }
     expected = sum(v * ENTSOE_TYPE_FACTORS[k] for k, v in mw.items()) / sum(mw.values())
     noon = frame[frame["time"] == pd.Timestamp("2024-03-30T12:00Z")]
     assert noon["value"].iloc[0] == pytest.approx(expected)
@@ -184,6 +202,7 @@ def test_entsoe_generation_frame_validation() -> None:
     aware = index.tz_localize("UTC")
     with pytest.raises(MalformedResponse, match="finite"):
         entsoe_intensity(pd.DataFrame({"Solar": [1.0, math.inf]}, index=aware), "DE")
-    rows = entsoe_intensity(pd.DataFrame({"Solar": [0.0, -5.0], "Mystery": [9.0, 9.0]},
-                                         index=aware), "DE")
+    rows = entsoe_intensity(
+        pd.DataFrame({"Solar": [0.0, -5.0], "Mystery": [9.0, 9.0]}, index=aware), "DE"
+    )
     assert all(math.isnan(r.value) for r in rows)  # nothing generated: unknown, not 0

@@ -29,12 +29,25 @@ from tests.signals.server import FixtureServer, Reply, em_zone_handler, recorded
 DE = [("aws", "eu-central-1")]
 
 
-def _poll(server: FixtureServer, out: Path, names: list[str], now: pd.Timestamp,
-          regions: list[tuple[str, str]] = DE) -> None:
+def _poll(
+    server: FixtureServer,
+    out: Path,
+    names: list[str],
+    now: pd.Timestamp,
+    regions: list[tuple[str, str]] = DE,
+) -> None:
     urls = {n: server.url for n in SOURCE_NAMES}
     urls["aws-spot-advisor"] = f"{server.url}/spot-advisor-data.json"
-    report = poll(names, out, now=now, regions=regions, credentials=CREDS, base_urls=urls,
-                  env={}, sleep=lambda s: None)
+    report = poll(
+        names,
+        out,
+        now=now,
+        regions=regions,
+        credentials=CREDS,
+        base_urls=urls,
+        env={},
+        sleep=lambda s: None,
+    )
     assert report.ok, report.table()
 
 
@@ -46,8 +59,9 @@ def _revised_forecast(bump: float) -> bytes:
     return json.dumps(data).encode()
 
 
-def test_forecasts_are_kept_per_issue_and_never_seen_before_it(server: FixtureServer,
-                                                               tmp_path: Path) -> None:
+def test_forecasts_are_kept_per_issue_and_never_seen_before_it(
+    server: FixtureServer, tmp_path: Path
+) -> None:
     out = tmp_path / "live"
     server.add(r"/carbon-intensity/history$", handler=em_zone_handler("em_history_DE.json"))
     server.add(r"/carbon-intensity/forecast$", handler=em_zone_handler("em_forecast_DE.json"))
@@ -79,15 +93,23 @@ def test_forecasts_are_kept_per_issue_and_never_seen_before_it(server: FixtureSe
 def test_spot_advisor_bands_reach_the_trace(server: FixtureServer, tmp_path: Path) -> None:
     server.add(r"/spot-advisor-data.json$", Reply.file("aws_spot_advisor.json"))
     out = tmp_path / "spot"
-    _poll(server, out, ["aws-spot-advisor"], pd.Timestamp(NOW),
-          regions=[("aws", "us-east-1"), ("aws", "eu-west-1")])
+    _poll(
+        server,
+        out,
+        ["aws-spot-advisor"],
+        pd.Timestamp(NOW),
+        regions=[("aws", "us-east-1"), ("aws", "eu-west-1")],
+    )
     sig = read_side_table(out, "spot_signals")
     now = sig[sig["time"] == pd.Timestamp(NOW)]
     bands = now[now["metric"] == "interruption_pct_max"]
-    assert dict(zip(zip(bands["region"], bands["instance_type"], strict=True), bands["value"],
-                    strict=True)) == {("us-east-1", "g5.xlarge"): 11.0,
-                                      ("us-east-1", "p3.2xlarge"): 22.0,
-                                      ("eu-west-1", "p3.2xlarge"): 100.0}
+    assert dict(
+        zip(zip(bands["region"], bands["instance_type"], strict=True), bands["value"], strict=True)
+    ) == {
+        ("us-east-1", "g5.xlarge"): 11.0,
+        ("us-east-1", "p3.2xlarge"): 22.0,
+        ("eu-west-1", "p3.2xlarge"): 100.0,
+    }
     assert set(now["zone"]) == {""} and set(now["source"]) == {"aws-spot-advisor"}
     assert {"savings_pct"} <= set(now["metric"])
     # two days later the band is unknown, not stale
@@ -104,14 +126,21 @@ def test_placement_scores_kept_raw_beside_the_capacity_mapping() -> None:
     first = scores[scores["time"] == pd.Timestamp(NOW)]
     assert len(first) == len(rows) and set(first["instance_type"]) == {"p5.48xlarge"}
     assert sorted(first["value"]) == sorted(r.value for r in rows)
-    assert (scores[scores["time"] == pd.Timestamp(NOW + timedelta(hours=6))]["value"]
-            .isna().all())
+    assert scores[scores["time"] == pd.Timestamp(NOW + timedelta(hours=6))]["value"].isna().all()
     assert len(got.spot)  # the capacity mapping is still written
 
 
 def test_side_table_validation(tmp_path: Path) -> None:
-    bad = pd.DataFrame({"issued_at": [NOW], "time": [NOW], "grid_zone": ["DE"],
-                        "metric": ["carbon_guess"], "value": [1.0], "source": ["x"]})
+    bad = pd.DataFrame(
+        {
+            "issued_at": [NOW],
+            "time": [NOW],
+            "grid_zone": ["DE"],
+            "metric": ["carbon_guess"],
+            "value": [1.0],
+            "source": ["x"],
+        }
+    )
     with pytest.raises(InputError, match="metric"):
         write_side_table(bad, "forecasts", tmp_path)
     assert not (tmp_path / "forecasts.parquet").exists()

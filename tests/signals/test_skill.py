@@ -46,8 +46,10 @@ def test_the_naive_rule_never_sees_what_was_read_after_the_issue() -> None:
     samples = recorded_forecast_samples()
     base = {s.source: s for s in forecast_skill(samples)}["electricitymaps"]
     # an observation of the day before, corrected and read only after the issue
-    late = samples[(samples["source"] == "electricitymaps")
-                   & (samples["time"] == pd.Timestamp(ISSUE) - pd.Timedelta(hours=24))].copy()
+    late = samples[
+        (samples["source"] == "electricitymaps")
+        & (samples["time"] == pd.Timestamp(ISSUE) - pd.Timedelta(hours=24))
+    ].copy()
     late["value"] = late["value"] + 1000.0
     late["observed_at"] = pd.Timestamp(ISSUE) + pd.Timedelta(hours=2)
     again = {s.source: s for s in forecast_skill(pd.concat([samples, late]))}

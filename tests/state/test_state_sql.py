@@ -46,6 +46,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 # -- SQLite -----------------------------------------------------------------------------------
 
+
 def test_sqlite_pragmas(tmp_path: Path) -> None:
     with open_store(f"sqlite:///{tmp_path / 'h.db'}") as store:
         for _ in range(2):  # every pooled connection, not only the first
@@ -96,6 +97,7 @@ def test_sqlite_writer_waits_for_the_lock_instead_of_failing(tmp_path: Path) -> 
 
 # -- URLs -------------------------------------------------------------------------------------
 
+
 def test_resolve_url(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     psycopg = "postgresql+psycopg"
     assert resolve_url("postgresql://postgres@127.0.0.1:5432/test").drivername == psycopg
@@ -131,6 +133,7 @@ def test_in_memory_sqlite_url() -> None:
 
 
 # -- Alembic ----------------------------------------------------------------------------------
+
 
 def test_upgrade_is_idempotent_and_head_matches_metadata(db_url: str) -> None:
     engine = make_engine(db_url)
@@ -180,9 +183,11 @@ def _writer(url: str, name: str, barrier: Any, results: Any) -> None:
             version = store.version()
             t0 = time.perf_counter()
             try:
-                store.commit([Event(float(i), job, EventKind.READY, detail=f"{name}:{i}")],
-                             {job: JobRow(progress_gpu_h=float(i + 1))},
-                             expected_version=version)
+                store.commit(
+                    [Event(float(i), job, EventKind.READY, detail=f"{name}:{i}")],
+                    {job: JobRow(progress_gpu_h=float(i + 1))},
+                    expected_version=version,
+                )
                 latencies.append(time.perf_counter() - t0)
                 break
             except VersionConflict:
@@ -195,8 +200,9 @@ def _writer(url: str, name: str, barrier: Any, results: Any) -> None:
 def test_two_processes_commit_without_losing_anything(db_url: str) -> None:
     ctx = mp.get_context("spawn")
     barrier, results = ctx.Barrier(2), ctx.Queue()
-    procs = [ctx.Process(target=_writer, args=(db_url, name, barrier, results))
-             for name in ("a", "b")]
+    procs = [
+        ctx.Process(target=_writer, args=(db_url, name, barrier, results)) for name in ("a", "b")
+    ]
     for p in procs:
         p.start()
     for p in procs:
@@ -212,7 +218,8 @@ def test_two_processes_commit_without_losing_anything(db_url: str) -> None:
             row = fleet.rows[f"job-{name}"]
             assert row.progress_gpu_h == N_COMMITS and row.version == N_COMMITS
             assert [e.detail for e in store.history(f"job-{name}")] == [
-                f"{name}:{i}" for i in range(N_COMMITS)]
+                f"{name}:{i}" for i in range(N_COMMITS)
+            ]
         events = store.events(limit=10 * N_COMMITS)
         assert len(events) == 2 * N_COMMITS
         assert max(Counter(e.detail for _, e in events).values()) == 1

@@ -19,8 +19,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "train_ddp.py"
 STEP_LINE = re.compile(r"^step (\d+)/")
-START_LINE = re.compile(r"^start step=(\d+) of (\d+) world=(\d+) job=\S+"
-                        r"(?: restored_world=(\d+) params_sha256=([0-9a-f]{64}))?$")
+START_LINE = re.compile(
+    r"^start step=(\d+) of (\d+) world=(\d+) job=\S+"
+    r"(?: restored_world=(\d+) params_sha256=([0-9a-f]{64}))?$"
+)
 DONE_LINE = re.compile(r"^done steps=(\d+) loss=(\S+) params_sha256=([0-9a-f]{64})$")
 PREEMPTED_LINE = re.compile(r"preempted \((\w+)[^)]*\): checkpoint \S+ holds step (\d+)")
 
@@ -32,12 +34,22 @@ def free_port() -> int:
 
 
 def base_env(job_id: str, store_uri: str, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("HELIOTROPE_", "MASTER_", "TORCHELASTIC_"))
-           and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
-    env.update({"HELIOTROPE_JOB_ID": job_id, "HELIOTROPE_CHECKPOINT_URI": store_uri,
-                "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
-                **extra})
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("HELIOTROPE_", "MASTER_", "TORCHELASTIC_"))
+        and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+    }
+    env.update(
+        {
+            "HELIOTROPE_JOB_ID": job_id,
+            "HELIOTROPE_CHECKPOINT_URI": store_uri,
+            "PYTHONPATH": str(REPO),
+            "PYTHONUNBUFFERED": "1",
+            "OMP_NUM_THREADS": "1",
+            **extra,
+        }
+    )
     return env
 
 
@@ -102,20 +114,32 @@ class Gang:
         pytest.fail(f"no done line:\n{self.output()}")
 
     def output(self) -> str:
-        return "\n".join(f"=== {p.name} stdout\n" + "\n".join(p.stdout()[-30:])
-                         + f"\n=== {p.name} stderr\n" + p.stderr()[-4000:] for p in self.procs)
+        return "\n".join(
+            f"=== {p.name} stdout\n"
+            + "\n".join(p.stdout()[-30:])
+            + f"\n=== {p.name} stderr\n"
+            + p.stderr()[-4000:]
+            for p in self.procs
+        )
 
 
 def _spawn(tmp: Path, name: str, argv: list[str], env: dict[str, str]) -> Proc:
     out, err = tmp / f"{name}.out", tmp / f"{name}.err"
     with out.open("wb") as o, err.open("wb") as e:
-        proc = subprocess.Popen(argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=o,
-                                stderr=e)
+        proc = subprocess.Popen(
+            argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=o, stderr=e
+        )
     return Proc(name, proc, out, err)
 
 
 def torchrun_gang(
-    tmp: Path, name: str, *, nodes: int, nproc: int, args: list[str], env: dict[str, str],
+    tmp: Path,
+    name: str,
+    *,
+    nodes: int,
+    nproc: int,
+    args: list[str],
+    env: dict[str, str],
     node_env: list[dict[str, str]] | None = None,
 ) -> Gang:
     """`nodes` torchrun agents on this machine, each with `nproc` workers: the launch
@@ -124,30 +148,52 @@ def torchrun_gang(
     port = free_port()
     gang = Gang()
     for node in range(nodes):
-        node_vars = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-                     "NNODES": str(nodes), "NODE_RANK": str(node),
-                     "NPROC_PER_NODE": str(nproc)}
+        node_vars = {
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "NNODES": str(nodes),
+            "NODE_RANK": str(node),
+            "NPROC_PER_NODE": str(nproc),
+        }
         full = {**env, **node_vars, **(node_env[node] if node_env else {})}
-        argv = [sys.executable, "-m", "torch.distributed.run",
-                "--nnodes", full["NNODES"], "--node-rank", full["NODE_RANK"],
-                "--nproc-per-node", full["NPROC_PER_NODE"], "--master-addr",
-                full["MASTER_ADDR"], "--master-port", full["MASTER_PORT"],
-                str(EXAMPLE), *args]
+        argv = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            full["NNODES"],
+            "--node-rank",
+            full["NODE_RANK"],
+            "--nproc-per-node",
+            full["NPROC_PER_NODE"],
+            "--master-addr",
+            full["MASTER_ADDR"],
+            "--master-port",
+            full["MASTER_PORT"],
+            str(EXAMPLE),
+            *args,
+        ]
         gang.procs.append(_spawn(tmp, f"{name}-node{node}", argv, full))
     return gang
 
 
-def bare_gang(tmp: Path, name: str, *, world: int, args: list[str],
-              env: dict[str, str]) -> Gang:
+def bare_gang(tmp: Path, name: str, *, world: int, args: list[str], env: dict[str, str]) -> Gang:
     """`world` rank processes with the environment torchrun gives its workers."""
     port = free_port()
     gang = Gang()
     for rank in range(world):
-        full = {**env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-                "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
-                "LOCAL_WORLD_SIZE": str(world)}
-        gang.procs.append(_spawn(tmp, f"{name}-rank{rank}",
-                                 [sys.executable, str(EXAMPLE), *args], full))
+        full = {
+            **env,
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "RANK": str(rank),
+            "WORLD_SIZE": str(world),
+            "LOCAL_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": str(world),
+        }
+        gang.procs.append(
+            _spawn(tmp, f"{name}-rank{rank}", [sys.executable, str(EXAMPLE), *args], full)
+        )
     return gang
 
 

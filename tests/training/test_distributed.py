@@ -61,8 +61,9 @@ def preempt_and_move(tmp_path: Path, *, legs: int) -> None:
     region_a = CheckpointStore(f"file://{tmp_path}/region-a")
     region_b = CheckpointStore(f"file://{tmp_path}/region-b")
     # the same 4 ranks without torchrun agents (cheaper to start; the same computation)
-    reference = bare_gang(tmp_path, "reference", world=4, args=args,
-                          env=base_env(JOB, f"file://{tmp_path}/reference"))
+    reference = bare_gang(
+        tmp_path, "reference", world=4, args=args, env=base_env(JOB, f"file://{tmp_path}/reference")
+    )
     assert reference.finish() == [0, 0, 0, 0], reference.output()
     want = reference.done()
 
@@ -73,9 +74,14 @@ def preempt_and_move(tmp_path: Path, *, legs: int) -> None:
         # each node watches its own notice file; only node 1 gets one
         notices = [tmp_path / f"leg{leg}-node{n}.preempt" for n in range(2)]
         gang = torchrun_gang(
-            tmp_path, f"leg{leg}", nodes=2, nproc=2, args=paced,
+            tmp_path,
+            f"leg{leg}",
+            nodes=2,
+            nproc=2,
+            args=paced,
             env=base_env(JOB, store.root_uri, HELIOTROPE_NOTICE_SOURCE="local"),
-            node_env=[{"HELIOTROPE_PREEMPT_FILE": str(p)} for p in notices])
+            node_env=[{"HELIOTROPE_PREEMPT_FILE": str(p)} for p in notices],
+        )
         seen = gang.wait_for_step(resumed + 5)
         write_notice(notices[1], "spot capacity reclaimed\n")
         assert gang.finish() == [0, 0], gang.output()
@@ -84,12 +90,16 @@ def preempt_and_move(tmp_path: Path, *, legs: int) -> None:
         assert ref is not None and seen <= ref.step < steps
         meta = store.metadata(ref)
         assert (meta["reason"], meta["format"], meta["world_size"]) == (
-            "preemption", SHARDED_FORMAT, "4")
+            "preemption",
+            SHARDED_FORMAT,
+            "4",
+        )
         resumed = move(store, dest, f"move-{leg}").step
 
     # the last leg as 4 bare ranks: the same world from another launcher (and cheaper)
-    last = bare_gang(tmp_path, "last", world=4, args=args,
-                     env=base_env(JOB, regions[legs - 1][1].root_uri))
+    last = bare_gang(
+        tmp_path, "last", world=4, args=args, env=base_env(JOB, regions[legs - 1][1].root_uri)
+    )
     assert last.finish() == [0, 0, 0, 0], last.output()
     assert int(last.start().group(1)) == resumed
     assert last.done().group(3) == want.group(3)  # the whole gathered model, bit for bit
@@ -101,8 +111,14 @@ def test_saved_by_four_ranks_resumes_on_two_and_in_one_process(tmp_path: Path) -
     args = [*MODEL, "--seed", "5", "--dropout", "0", "--fsdp", "--every-steps", "10"]
     four = CheckpointStore(f"file://{tmp_path}/four")
     two = CheckpointStore(f"file://{tmp_path}/two")
-    first = torchrun_gang(tmp_path, "four", nodes=1, nproc=4, args=[*args, "--steps", "10"],
-                          env=base_env(JOB, four.root_uri))
+    first = torchrun_gang(
+        tmp_path,
+        "four",
+        nodes=1,
+        nproc=4,
+        args=[*args, "--steps", "10"],
+        env=base_env(JOB, four.root_uri),
+    )
     assert first.finish() == [0], first.output()
     at_ten = first.done().group(3)
     ref = four.latest(JOB)
@@ -112,10 +128,22 @@ def test_saved_by_four_ranks_resumes_on_two_and_in_one_process(tmp_path: Path) -
     move(four, two, "to-two")
 
     # a smaller machine: 2 ranks continue from step 10 with the same (gathered) model
-    smaller = torchrun_gang(tmp_path, "two", nodes=1, nproc=2, args=[*args, "--steps", "20"],
-                            env=base_env(JOB, two.root_uri))
-    same = torchrun_gang(tmp_path, "four-again", nodes=1, nproc=4,
-                         args=[*args, "--steps", "20"], env=base_env(JOB, four.root_uri))
+    smaller = torchrun_gang(
+        tmp_path,
+        "two",
+        nodes=1,
+        nproc=2,
+        args=[*args, "--steps", "20"],
+        env=base_env(JOB, two.root_uri),
+    )
+    same = torchrun_gang(
+        tmp_path,
+        "four-again",
+        nodes=1,
+        nproc=4,
+        args=[*args, "--steps", "20"],
+        env=base_env(JOB, four.root_uri),
+    )
     assert smaller.finish() == [0], smaller.output()
     assert same.finish() == [0], same.output()
     start = smaller.start()
@@ -143,10 +171,13 @@ def test_saved_by_four_ranks_resumes_on_two_and_in_one_process(tmp_path: Path) -
 
 def test_a_notice_to_rank_three_only_stops_every_rank_at_one_step(tmp_path: Path) -> None:
     store = CheckpointStore(f"file://{tmp_path}/ckpt")
-    gang = bare_gang(tmp_path, "gang", world=4,
-                     args=[*MODEL, "--steps", "500", "--step-sleep-s", "0.05",
-                           "--every-steps", "1000"],
-                     env=base_env(JOB, store.root_uri))
+    gang = bare_gang(
+        tmp_path,
+        "gang",
+        world=4,
+        args=[*MODEL, "--steps", "500", "--step-sleep-s", "0.05", "--every-steps", "1000"],
+        env=base_env(JOB, store.root_uri),
+    )
     gang.wait_for_step(4)
     gang.procs[3].proc.send_signal(signal.SIGUSR1)
     assert gang.finish() == [0, 0, 0, 0], gang.output()
@@ -161,7 +192,9 @@ def test_a_notice_to_rank_three_only_stops_every_rank_at_one_step(tmp_path: Path
     store.verify(ref)
     assert ref.step == stopped[0] and store.metadata(ref)["reason"] == "preemption"
     for rank in range(4):
-        extras = load_state_files(lambda name: store.open_file(ref, name),
-                                  name=rank_file(rank))
+        extras = load_state_files(lambda name: store.open_file(ref, name), name=rank_file(rank))
         assert (extras["rank"], extras["step"], extras["data_state"]) == (
-            rank, ref.step, {"step": ref.step})
+            rank,
+            ref.step,
+            {"step": ref.step},
+        )

@@ -34,9 +34,15 @@ JOB = "gang-job"
 @pytest.fixture
 def make(tmp_path: Path) -> Iterator[Callable[..., LocalProvider]]:
     def factory(gpus: list[str] | None) -> LocalProvider:
-        return LocalProvider(tmp_path / "local", cluster="c", offers=OFFERS,
-                             capacity={"west": 4, "north": 4}, clock=FakeClock(T0),
-                             grace_s=5.0, gpus=gpus)
+        return LocalProvider(
+            tmp_path / "local",
+            cluster="c",
+            offers=OFFERS,
+            capacity={"west": 4, "north": 4},
+            clock=FakeClock(T0),
+            grace_s=5.0,
+            gpus=gpus,
+        )
 
     yield factory
     for meta_file in tmp_path.glob("local/*/instances/*/meta.json"):  # leave nothing running
@@ -46,11 +52,19 @@ def make(tmp_path: Path) -> Iterator[Callable[..., LocalProvider]]:
                 os.killpg(pid, signal.SIGKILL)
 
 
-def launch_env(provider: LocalProvider, request_id: str, code: str = WRITE_ENV,
-               count: int = 1) -> tuple[str | None, dict[str, str] | None, str]:
-    outcome = provider.launch(LaunchSpec(job_id="j", offer_id=WEST, cluster="c", count=count,
-                                         entrypoint=[sys.executable, "-c", code]),
-                              request_id=request_id)
+def launch_env(
+    provider: LocalProvider, request_id: str, code: str = WRITE_ENV, count: int = 1
+) -> tuple[str | None, dict[str, str] | None, str]:
+    outcome = provider.launch(
+        LaunchSpec(
+            job_id="j",
+            offer_id=WEST,
+            cluster="c",
+            count=count,
+            entrypoint=[sys.executable, "-c", code],
+        ),
+        request_id=request_id,
+    )
     if outcome.instance_id is None:
         assert outcome.error is not None and outcome.error.kind is FailureKind.CAPACITY
         return None, None, outcome.error.message
@@ -64,8 +78,9 @@ def launch_env(provider: LocalProvider, request_id: str, code: str = WRITE_ENV,
     return outcome.instance_id, json.loads((inst_dir / "env.json").read_text()), ""
 
 
-def test_each_instance_gets_its_own_gpus_and_the_gang_environment(make: Callable[
-        ..., LocalProvider], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_each_instance_gets_its_own_gpus_and_the_gang_environment(
+    make: Callable[..., LocalProvider], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("MASTER_PORT", "1")  # the controller's own values never leak through
     provider = make(["0", "1", "2", "3", "4", "5"])
     hold = WRITE_ENV + "time.sleep(60)\n"
@@ -73,7 +88,11 @@ def test_each_instance_gets_its_own_gpus_and_the_gang_environment(make: Callable
     assert env is not None and first is not None
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1"
     assert (env["MASTER_ADDR"], env["NNODES"], env["NODE_RANK"], env["NPROC_PER_NODE"]) == (
-        "127.0.0.1", "1", "0", "2")
+        "127.0.0.1",
+        "1",
+        "0",
+        "2",
+    )
     assert 1024 <= int(env["MASTER_PORT"]) < 65536
     for name in ("MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK", "NPROC_PER_NODE"):
         assert env[f"PET_{name}"] == env[name]  # torchrun's defaults: no arguments needed
@@ -91,15 +110,17 @@ def test_each_instance_gets_its_own_gpus_and_the_gang_environment(make: Callable
     fourth, env4, _ = launch_env(provider, "r4", hold)
     assert env4 is not None and env4["CUDA_VISIBLE_DEVICES"] == "0,1"
     # a repeated request is the same instance: nothing new is handed out
-    again = provider.launch(LaunchSpec(job_id="j", offer_id=WEST, cluster="c",
-                                       entrypoint=[sys.executable, "-c", hold]),
-                            request_id="r4")
+    again = provider.launch(
+        LaunchSpec(job_id="j", offer_id=WEST, cluster="c", entrypoint=[sys.executable, "-c", hold]),
+        request_id="r4",
+    )
     assert again.instance_id == fourth
     provider.terminate([i for i in (second, fourth) if i], request_id="stop-all")
 
 
 def test_a_machine_without_gpus_sets_no_cuda_visible_devices(
-        make: Callable[..., LocalProvider], monkeypatch: pytest.MonkeyPatch) -> None:
+    make: Callable[..., LocalProvider], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     _, env, _ = launch_env(make([]), "r1")
     assert env is not None
@@ -107,18 +128,40 @@ def test_a_machine_without_gpus_sets_no_cuda_visible_devices(
 
 
 def test_a_ddp_job_under_bare_torchrun_is_preempted_moved_and_resumed(
-        make: Callable[..., LocalProvider], tmp_path: Path) -> None:
+    make: Callable[..., LocalProvider], tmp_path: Path
+) -> None:
     provider = make([])
     steps = 16
-    args = ["--hidden", "32", "--batch-size", "16", "--steps", str(steps), "--seed", "9",
-            "--log-every", "1", "--every-steps", "1000"]
-    reference = bare_gang(tmp_path, "reference", world=2, args=args,
-                          env=base_env(JOB, f"file://{tmp_path}/reference"))
+    args = [
+        "--hidden",
+        "32",
+        "--batch-size",
+        "16",
+        "--steps",
+        str(steps),
+        "--seed",
+        "9",
+        "--log-every",
+        "1",
+        "--every-steps",
+        "1000",
+    ]
+    reference = bare_gang(
+        tmp_path, "reference", world=2, args=args, env=base_env(JOB, f"file://{tmp_path}/reference")
+    )
     entry = [sys.executable, "-m", "torch.distributed.run", str(EXAMPLE), *args]
-    env = {"HELIOTROPE_CHECKPOINT_URI": provider.checkpoint_uri("west"),
-           "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    paced = LaunchSpec(job_id=JOB, offer_id=WEST, cluster="c",
-                       entrypoint=[*entry, "--step-sleep-s", "0.1"], env=env)
+    env = {
+        "HELIOTROPE_CHECKPOINT_URI": provider.checkpoint_uri("west"),
+        "PYTHONPATH": str(REPO),
+        "OMP_NUM_THREADS": "1",
+    }
+    paced = LaunchSpec(
+        job_id=JOB,
+        offer_id=WEST,
+        cluster="c",
+        entrypoint=[*entry, "--step-sleep-s", "0.1"],
+        env=env,
+    )
     west = provider.launch(paced, request_id="west-1").instance_id
     assert west is not None
     log = provider.instance_dir(west) / "stdout.log"  # type: ignore[operator]
@@ -136,20 +179,30 @@ def test_a_ddp_job_under_bare_torchrun_is_preempted_moved_and_resumed(
     ref = src.latest(JOB)
     assert ref is not None and 4 <= ref.step < steps
     src.copy(ref, CheckpointStore(provider.checkpoint_uri("north")), request_id="move")
-    north = provider.launch(LaunchSpec(
-        job_id=JOB, offer_id=NORTH, cluster="c", entrypoint=entry,
-        env={**env, "HELIOTROPE_CHECKPOINT_URI": provider.checkpoint_uri("north")}),
-        request_id="north-1").instance_id
+    north = provider.launch(
+        LaunchSpec(
+            job_id=JOB,
+            offer_id=NORTH,
+            cluster="c",
+            entrypoint=entry,
+            env={**env, "HELIOTROPE_CHECKPOINT_URI": provider.checkpoint_uri("north")},
+        ),
+        request_id="north-1",
+    ).instance_id
     assert north is not None
     deadline = time.monotonic() + 90
     final: list[EventType] = []
     while not final:
         assert time.monotonic() < deadline, "the resumed job did not finish"
-        final = [e.type for e in provider.poll_events()
-                 if e.type in (EventType.COMPLETED, EventType.FAILED)]
+        final = [
+            e.type
+            for e in provider.poll_events()
+            if e.type in (EventType.COMPLETED, EventType.FAILED)
+        ]
         time.sleep(0.1)
     north_log = (provider.instance_dir(north) / "stdout.log").read_text(  # type: ignore[operator]
-        errors="replace")
+        errors="replace"
+    )
     assert final == [EventType.COMPLETED], north_log[-3000:]
     assert f"start step={ref.step} of {steps} world=2" in north_log
     assert reference.finish() == [0, 0], reference.output()

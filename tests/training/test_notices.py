@@ -91,8 +91,11 @@ def test_watcher_polls_in_a_daemon_thread_and_calls_back_once() -> None:
 
 
 def test_watcher_survives_an_unreachable_service(caplog: pytest.LogCaptureFixture) -> None:
-    watcher = NoticeWatcher(AwsSpotNotices(f"http://127.0.0.1:{free_port()}", timeout_s=0.2),
-                            lambda _n: None, interval_s=0.01).start()
+    watcher = NoticeWatcher(
+        AwsSpotNotices(f"http://127.0.0.1:{free_port()}", timeout_s=0.2),
+        lambda _n: None,
+        interval_s=0.01,
+    ).start()
     threading.Event().wait(0.2)
     assert watcher._thread.is_alive()
     watcher.stop()
@@ -118,8 +121,9 @@ def test_source_from_env(env: dict[str, str], kind: type | None) -> None:
 
 
 def test_metadata_url_override() -> None:
-    source = notice_source_from_env({"HELIOTROPE_NOTICE_SOURCE": "aws",
-                                     "HELIOTROPE_METADATA_URL": "http://127.0.0.1:9/"})
+    source = notice_source_from_env(
+        {"HELIOTROPE_NOTICE_SOURCE": "aws", "HELIOTROPE_METADATA_URL": "http://127.0.0.1:9/"}
+    )
     assert isinstance(source, AwsSpotNotices) and source.base_url == "http://127.0.0.1:9"
     with pytest.raises(InputError, match="HELIOTROPE_NOTICE_SOURCE"):
         notice_source_from_env({"HELIOTROPE_NOTICE_SOURCE": "oracle"})

@@ -51,13 +51,19 @@ def make(
     opt = torch.optim.AdamW(model.parameters(), lr=0.01)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=4, gamma=0.5)
     kwargs.setdefault("every_steps", 3)
-    run = ResumableRun(model, opt, sched, job_id=JOB, store=store, notice_sources=[],
-                       **kwargs)
+    run = ResumableRun(model, opt, sched, job_id=JOB, store=store, notice_sources=[], **kwargs)
     return model, opt, sched, run
 
 
-def train(run: ResumableRun, model: Net, opt: torch.optim.Optimizer, sched: Any,
-          start: int, stop: int, data_state: dict[str, Any]) -> dict[str, Any]:
+def train(
+    run: ResumableRun,
+    model: Net,
+    opt: torch.optim.Optimizer,
+    sched: Any,
+    start: int,
+    stop: int,
+    data_state: dict[str, Any],
+) -> dict[str, Any]:
     for step in range(start, stop):
         n = 4 + random.randrange(4)  # python RNG
         x = torch.from_numpy(np.random.standard_normal((n, 8)).astype(np.float32))  # numpy
@@ -160,8 +166,12 @@ def test_the_preempt_file_is_a_notice(store: CheckpointStore, tmp_path: Path) ->
     seed_all(0)
     model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    env = {"HELIOTROPE_JOB_ID": JOB, "HELIOTROPE_CHECKPOINT_URI": store.root_uri,
-           "HELIOTROPE_NOTICE_SOURCE": "local", "HELIOTROPE_PREEMPT_FILE": str(flag)}
+    env = {
+        "HELIOTROPE_JOB_ID": JOB,
+        "HELIOTROPE_CHECKPOINT_URI": store.root_uri,
+        "HELIOTROPE_NOTICE_SOURCE": "local",
+        "HELIOTROPE_PREEMPT_FILE": str(flag),
+    }
     run = ResumableRun(model, opt, environ=env, exit_on_preemption=False)
     run.restore()
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=4)
@@ -281,8 +291,9 @@ def test_periodic_write_failures_are_logged_and_retried(
 def test_every_minutes_uses_the_clock(store: CheckpointStore) -> None:
     now = [0.0]
     seed_all(0)
-    model, opt, sched, run = make(store, every_steps=None, every_minutes=1.0,
-                                  monotonic=lambda: now[0])
+    model, opt, sched, run = make(
+        store, every_steps=None, every_minutes=1.0, monotonic=lambda: now[0]
+    )
     run.restore()
     data = train(run, model, opt, sched, 0, 3, {"position": 0, "seen": []})
     now[0] = 61.0
@@ -326,14 +337,27 @@ def test_bad_environment_is_an_input_error(env: dict[str, str], field: str) -> N
 
 def test_configuration_from_the_environment() -> None:
     model = Net()
-    env = {"HELIOTROPE_JOB_ID": "lm-7", "HELIOTROPE_CHECKPOINT_URI": "memory://env-ok",
-           "HELIOTROPE_CHECKPOINT_EVERY_STEPS": "50", "HELIOTROPE_CHECKPOINT_ASYNC": "1"}
+    env = {
+        "HELIOTROPE_JOB_ID": "lm-7",
+        "HELIOTROPE_CHECKPOINT_URI": "memory://env-ok",
+        "HELIOTROPE_CHECKPOINT_EVERY_STEPS": "50",
+        "HELIOTROPE_CHECKPOINT_ASYNC": "1",
+    }
     run = ResumableRun(model, torch.optim.SGD(model.parameters(), lr=0.1), environ=env)
-    assert (run.job_id, run.store.root_uri, run.every_steps, run.every_minutes,
-            run.async_checkpoint) == ("lm-7", "memory://env-ok", 50, None, True)
+    assert (
+        run.job_id,
+        run.store.root_uri,
+        run.every_steps,
+        run.every_minutes,
+        run.async_checkpoint,
+    ) == ("lm-7", "memory://env-ok", 50, None, True)
     run.close()
-    run = ResumableRun(model, torch.optim.SGD(model.parameters(), lr=0.1),
-                       environ={**env, "HELIOTROPE_CHECKPOINT_EVERY_STEPS": ""}, every_steps=None)
+    run = ResumableRun(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        environ={**env, "HELIOTROPE_CHECKPOINT_EVERY_STEPS": ""},
+        every_steps=None,
+    )
     assert (run.every_steps, run.every_minutes) == (None, 30.0)  # the default cadence
     run.close()
 

@@ -39,6 +39,7 @@ def store_at(tmp_path: Path, name: str = "ckpt") -> CheckpointStore:
 
 # -- the store: parts written by several writers, published by one --------------------------
 
+
 def test_parts_are_invisible_until_published_with_every_entry(tmp_path: Path) -> None:
     store = store_at(tmp_path)
     a = store.write_part(JOB, 7, lambda open_file: _put(open_file, "part-a", b"a" * 100))
@@ -74,8 +75,12 @@ def test_publish_refuses_a_part_that_is_missing_or_of_another_size(tmp_path: Pat
 def test_corrupt_checkpoint_errors_cross_process_boundaries() -> None:
     exc = CorruptCheckpoint("file:///x/step-1", "shard-r00001", "sha256 differs")
     back = pickle.loads(pickle.dumps(exc))
-    assert (back.uri, back.file, back.reason, str(back)) == (exc.uri, exc.file, exc.reason,
-                                                             str(exc))
+    assert (back.uri, back.file, back.reason, str(back)) == (
+        exc.uri,
+        exc.file,
+        exc.reason,
+        str(exc),
+    )
     wrapped = portable(InputError("ResumableRun", "x", "y", got=1))  # not picklable itself
     assert isinstance(wrapped, PermanentError) and "ResumableRun" in str(wrapped)
     assert pickle.loads(pickle.dumps(wrapped)).args == wrapped.args
@@ -88,17 +93,28 @@ def _put(open_file: object, name: str, data: bytes) -> None:
 
 # -- DCP through the store, in one process -------------------------------------------------
 
+
 def _state() -> dict[str, object]:
     g = torch.Generator().manual_seed(1)
-    return {"w": torch.randn(33, 7, generator=g), "b": torch.arange(5, dtype=torch.int64),
-            "h": torch.randn(4, generator=g).half(), "lr": 0.25, "names": ["a", "b"]}
+    return {
+        "w": torch.randn(33, 7, generator=g),
+        "b": torch.arange(5, dtype=torch.int64),
+        "h": torch.randn(4, generator=g).half(),
+        "lr": 0.25,
+        "names": ["a", "b"],
+    }
 
 
 def _save(store: CheckpointStore, step: int, state: dict[str, object]) -> None:
     writer = StoreWriter(store, JOB, step)
     dcp_save(state, storage_writer=writer, no_dist=True)
-    store.publish(JOB, step, writer.entries, now_s=float(step),
-                  metadata={"format": SHARDED_FORMAT, "world_size": "1"})
+    store.publish(
+        JOB,
+        step,
+        writer.entries,
+        now_s=float(step),
+        metadata={"format": SHARDED_FORMAT, "world_size": "1"},
+    )
 
 
 def test_dcp_round_trip_through_the_store(tmp_path: Path) -> None:
@@ -107,10 +123,16 @@ def test_dcp_round_trip_through_the_store(tmp_path: Path) -> None:
     _save(store, 5, state)
     (ref,) = store.list(JOB)
     assert set(store.manifest(ref).files) == {METADATA_FILE, shard_file(0)}
-    target = {"w": torch.zeros(33, 7), "b": torch.zeros(5, dtype=torch.int64),
-              "h": torch.zeros(4).half(), "lr": 0.0, "names": []}
-    dcp_load(target, storage_reader=StoreReader(store, ref), planner=SafeLoadPlanner(),
-             no_dist=True)
+    target = {
+        "w": torch.zeros(33, 7),
+        "b": torch.zeros(5, dtype=torch.int64),
+        "h": torch.zeros(4).half(),
+        "lr": 0.0,
+        "names": [],
+    }
+    dcp_load(
+        target, storage_reader=StoreReader(store, ref), planner=SafeLoadPlanner(), no_dist=True
+    )
     assert state_digest(target) == state_digest(state)
     assert (target["lr"], target["names"]) == (0.25, ["a", "b"])
 
@@ -123,11 +145,17 @@ def test_a_flipped_byte_in_a_shard_fails_the_load(tmp_path: Path) -> None:
     data = bytearray(path.read_bytes())
     data[40] ^= 0xFF
     path.write_bytes(bytes(data))
-    target = {"w": torch.zeros(33, 7), "b": torch.zeros(5, dtype=torch.int64),
-              "h": torch.zeros(4).half(), "lr": 0.0, "names": []}
+    target = {
+        "w": torch.zeros(33, 7),
+        "b": torch.zeros(5, dtype=torch.int64),
+        "h": torch.zeros(4).half(),
+        "lr": 0.0,
+        "names": [],
+    }
     with pytest.raises(BaseException) as info:  # DCP's CheckpointException wraps it
-        dcp_load(target, storage_reader=StoreReader(store, ref), planner=SafeLoadPlanner(),
-                 no_dist=True)
+        dcp_load(
+            target, storage_reader=StoreReader(store, ref), planner=SafeLoadPlanner(), no_dist=True
+        )
     assert "CorruptCheckpoint" in str(info.value) and shard_file(0) in str(info.value)
 
 
@@ -145,10 +173,12 @@ def test_the_metadata_unpickler_refuses_anything_but_dcp_metadata(tmp_path: Path
 
 # -- ResumableRun in a one-rank gloo world ------------------------------------------------
 
+
 @pytest.fixture
 def one_rank_world(tmp_path: Path) -> Iterator[None]:
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rendezvous", rank=0,
-                            world_size=1)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path}/rendezvous", rank=0, world_size=1
+    )
     try:
         yield
     finally:
@@ -176,8 +206,16 @@ def test_a_notice_is_acted_on_when_the_ranks_have_agreed(
 ) -> None:
     store = store_at(tmp_path)
     net, optimizer = _model()
-    run = ResumableRun(net, optimizer, job_id=JOB, store=store, every_steps=1000,
-                       agree_every_steps=every, handle_signals=False, exit_on_preemption=False)
+    run = ResumableRun(
+        net,
+        optimizer,
+        job_id=JOB,
+        store=store,
+        every_steps=1000,
+        agree_every_steps=every,
+        handle_signals=False,
+        exit_on_preemption=False,
+    )
     with run:
         assert run.restore() == 0
         stopped = None
@@ -202,9 +240,16 @@ def test_by_default_the_ranks_agree_about_once_a_second(
     clock = [0.0]
     store = store_at(tmp_path)
     net, optimizer = _model()
-    run = ResumableRun(net, optimizer, job_id=JOB, store=store, every_steps=1000,
-                       handle_signals=False, exit_on_preemption=False,
-                       monotonic=lambda: clock[0])
+    run = ResumableRun(
+        net,
+        optimizer,
+        job_id=JOB,
+        store=store,
+        every_steps=1000,
+        handle_signals=False,
+        exit_on_preemption=False,
+        monotonic=lambda: clock[0],
+    )
     with run:
         run.restore()
         for step in range(200):
@@ -224,9 +269,16 @@ def test_a_due_checkpoint_agrees_at_once_and_restores_in_a_gang(
 ) -> None:
     store = store_at(tmp_path)
     net, optimizer = _model()
-    with ResumableRun(net, optimizer, job_id=JOB, store=store, every_steps=3,
-                      agree_every_steps=100, handle_signals=False,
-                      exit_on_preemption=False) as run:
+    with ResumableRun(
+        net,
+        optimizer,
+        job_id=JOB,
+        store=store,
+        every_steps=3,
+        agree_every_steps=100,
+        handle_signals=False,
+        exit_on_preemption=False,
+    ) as run:
         run.restore()
         for step in range(5):
             _train(net, optimizer, step)
@@ -245,18 +297,30 @@ def test_a_due_checkpoint_agrees_at_once_and_restores_in_a_gang(
         assert again.data_state == {"step": 5} and again.restored_world_size == 1
     assert state_digest(other) == want
     assert state_digest(other_opt.state_dict()["state"]) == state_digest(
-        optimizer.state_dict()["state"])
+        optimizer.state_dict()["state"]
+    )
 
 
 def test_agreement_cadence_must_be_positive(tmp_path: Path) -> None:
     net, optimizer = _model()
     with pytest.raises(InputError, match="agree_every_steps"):
-        ResumableRun(net, optimizer, job_id=JOB, store=store_at(tmp_path),
-                     agree_every_steps=0, handle_signals=False)
+        ResumableRun(
+            net,
+            optimizer,
+            job_id=JOB,
+            store=store_at(tmp_path),
+            agree_every_steps=0,
+            handle_signals=False,
+        )
     with pytest.raises(InputError, match="HELIOTROPE_NOTICE_AGREE_EVERY_STEPS"):
-        ResumableRun(net, optimizer, job_id=JOB, store=store_at(tmp_path),
-                     handle_signals=False,
-                     environ={"HELIOTROPE_NOTICE_AGREE_EVERY_STEPS": "often"})
+        ResumableRun(
+            net,
+            optimizer,
+            job_id=JOB,
+            store=store_at(tmp_path),
+            handle_signals=False,
+            environ={"HELIOTROPE_NOTICE_AGREE_EVERY_STEPS": "often"},
+        )
 
 
 def test_a_single_process_checkpoint_is_not_restored_into_a_gang(
@@ -266,16 +330,20 @@ def test_a_single_process_checkpoint_is_not_restored_into_a_gang(
     net, optimizer = _model()
     dist.destroy_process_group()  # write it as a plain single-process run
     try:
-        with ResumableRun(net, optimizer, job_id=JOB, store=store, every_steps=1,
-                          handle_signals=False) as run:
+        with ResumableRun(
+            net, optimizer, job_id=JOB, store=store, every_steps=1, handle_signals=False
+        ) as run:
             run.restore()
             _train(net, optimizer, 0)
             run.step_done(0)
     finally:
-        dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rendezvous2",
-                                rank=0, world_size=1)
-    with (ResumableRun(net, optimizer, job_id=JOB, store=store, handle_signals=False) as run,
-          pytest.raises(PermanentError, match="written by a single-process run")):
+        dist.init_process_group(
+            "gloo", init_method=f"file://{tmp_path}/rendezvous2", rank=0, world_size=1
+        )
+    with (
+        ResumableRun(net, optimizer, job_id=JOB, store=store, handle_signals=False) as run,
+        pytest.raises(PermanentError, match="written by a single-process run"),
+    ):
         run.restore()
 
 
@@ -285,8 +353,9 @@ def test_io_of_a_bytes_value_stays_weights_only(tmp_path: Path) -> None:
     (ref,) = store.list(JOB)
     target: dict[str, object] = {"x": torch.zeros(2), "opaque": None}
     with pytest.raises(BaseException, match=r"Weights only load failed"):
-        dcp_load(target, storage_reader=StoreReader(store, ref), planner=SafeLoadPlanner(),
-                 no_dist=True)
+        dcp_load(
+            target, storage_reader=StoreReader(store, ref), planner=SafeLoadPlanner(), no_dist=True
+        )
 
 
 class _Box:
@@ -305,8 +374,15 @@ def test_distributed_false_keeps_to_this_process_and_true_needs_a_process_group(
 ) -> None:
     store = store_at(tmp_path)
     net, optimizer = _model()
-    with ResumableRun(net, optimizer, job_id=JOB, store=store, every_steps=1,
-                      distributed=False, handle_signals=False) as run:
+    with ResumableRun(
+        net,
+        optimizer,
+        job_id=JOB,
+        store=store,
+        every_steps=1,
+        distributed=False,
+        handle_signals=False,
+    ) as run:
         run.restore()
         _train(net, optimizer, 0)
         run.step_done(0)
@@ -315,11 +391,13 @@ def test_distributed_false_keeps_to_this_process_and_true_needs_a_process_group(
     dist.destroy_process_group()
     try:
         with pytest.raises(InputError, match="init_process_group"):
-            ResumableRun(net, optimizer, job_id=JOB, store=store, distributed=True,
-                         handle_signals=False)
+            ResumableRun(
+                net, optimizer, job_id=JOB, store=store, distributed=True, handle_signals=False
+            )
     finally:
-        dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rendezvous3",
-                                rank=0, world_size=1)
+        dist.init_process_group(
+            "gloo", init_method=f"file://{tmp_path}/rendezvous3", rank=0, world_size=1
+        )
 
 
 def test_a_corrupt_sharded_checkpoint_is_skipped_and_its_step_written_again(
@@ -327,8 +405,9 @@ def test_a_corrupt_sharded_checkpoint_is_skipped_and_its_step_written_again(
 ) -> None:
     store = store_at(tmp_path)
     net, optimizer = _model()
-    with ResumableRun(net, optimizer, job_id=JOB, store=store, every_steps=3,
-                      handle_signals=False) as run:
+    with ResumableRun(
+        net, optimizer, job_id=JOB, store=store, every_steps=3, handle_signals=False
+    ) as run:
         run.restore()
         for step in range(6):
             _train(net, optimizer, step)
@@ -340,8 +419,9 @@ def test_a_corrupt_sharded_checkpoint_is_skipped_and_its_step_written_again(
     shard.write_bytes(bytes(data))
 
     other, other_opt = _model()
-    with ResumableRun(other, other_opt, job_id=JOB, store=store, every_steps=3,
-                      handle_signals=False) as again:
+    with ResumableRun(
+        other, other_opt, job_id=JOB, store=store, every_steps=3, handle_signals=False
+    ) as again:
         assert again.restore() == 3  # all ranks fell back past step 6
         for step in range(3, 6):
             _train(other, other_opt, step)

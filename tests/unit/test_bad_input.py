@@ -13,8 +13,15 @@ import yaml
 
 from orchestrator.cli import main
 
-JOB = {"name": "j", "work_gpu_hours": 2.0, "gpus": 1, "gpu_types": ["L4"],
-       "start_offset_h": 0, "deadline_h": 24, "home_region": "us-east-1"}
+JOB = {
+    "name": "j",
+    "work_gpu_hours": 2.0,
+    "gpus": 1,
+    "gpu_types": ["L4"],
+    "start_offset_h": 0,
+    "deadline_h": 24,
+    "home_region": "us-east-1",
+}
 
 
 def jobs(tmp: Path, **over: object) -> Path:
@@ -44,30 +51,73 @@ jobs: [*i]
 # (name, files to make -> argv, what the message must say)
 Case = tuple[str, Callable[[Path], list[str]], str]
 CASES: list[Case] = [
-    ("a deadline centuries away", lambda t: ["replay", "--jobs", str(jobs(t, deadline_h=1e308))],
-     "deadline_h"),
-    ("an infinite throughput", lambda t: ["replay", "--jobs", str(raw(t, yaml.safe_dump(
-        {"jobs": [{**JOB, "throughput": {"L4": 1.0}}]}).replace("1.0", ".inf").encode()))],
-     "throughput"),
-    ("a zero throughput", lambda t: ["replay", "--jobs", str(jobs(t, throughput={"L4": 0}))],
-     "throughput"),
-    ("bytes that are not UTF-8", lambda t: ["replay", "--jobs", str(raw(t, b"jobs: [\xff\xfe]"))],
-     "UTF-8"),
+    (
+        "a deadline centuries away",
+        lambda t: ["replay", "--jobs", str(jobs(t, deadline_h=1e308))],
+        "deadline_h",
+    ),
+    (
+        "an infinite throughput",
+        lambda t: [
+            "replay",
+            "--jobs",
+            str(
+                raw(
+                    t,
+                    yaml.safe_dump({"jobs": [{**JOB, "throughput": {"L4": 1.0}}]})
+                    .replace("1.0", ".inf")
+                    .encode(),
+                )
+            ),
+        ],
+        "throughput",
+    ),
+    (
+        "a zero throughput",
+        lambda t: ["replay", "--jobs", str(jobs(t, throughput={"L4": 0}))],
+        "throughput",
+    ),
+    (
+        "bytes that are not UTF-8",
+        lambda t: ["replay", "--jobs", str(raw(t, b"jobs: [\xff\xfe]"))],
+        "UTF-8",
+    ),
     ("a directory as the jobs file", lambda t: ["replay", "--jobs", str(t)], "directory"),
-    ("a key twice", lambda t: ["replay", "--jobs", str(raw(t, b"jobs: []\njobs: []\n"))],
-     "twice"),
+    ("a key twice", lambda t: ["replay", "--jobs", str(raw(t, b"jobs: []\njobs: []\n"))], "twice"),
     ("an anchor bomb", lambda t: ["replay", "--jobs", str(raw(t, BOMB))], "expand"),
-    ("--out at a file", lambda t: ["replay", "--jobs", str(jobs(t)), "--days", "2",
-                                   "--out", str(_file(t / "taken"))], "taken"),
-    ("HELIOTROPE_HOME at a file", lambda t: [*_home(t, _file(t / "home")), "status"],
-     "HELIOTROPE_HOME"),
-    ("an empty cluster name", lambda t: [*_home(t, _config(t, {"cluster": ""})), "status"],
-     "cluster"),
-    ("a negative max age",
-     lambda t: [*_home(t, _config(t, {"max_age": {"price_s": -5}})), "status"],
-     "max_age.price_s"),
-    ("a job without a command", lambda t: [*_home(t, t / "h"), "jobs", "submit", str(jobs(t))],
-     "[python, train.py]"),
+    (
+        "--out at a file",
+        lambda t: [
+            "replay",
+            "--jobs",
+            str(jobs(t)),
+            "--days",
+            "2",
+            "--out",
+            str(_file(t / "taken")),
+        ],
+        "taken",
+    ),
+    (
+        "HELIOTROPE_HOME at a file",
+        lambda t: [*_home(t, _file(t / "home")), "status"],
+        "HELIOTROPE_HOME",
+    ),
+    (
+        "an empty cluster name",
+        lambda t: [*_home(t, _config(t, {"cluster": ""})), "status"],
+        "cluster",
+    ),
+    (
+        "a negative max age",
+        lambda t: [*_home(t, _config(t, {"max_age": {"price_s": -5}})), "status"],
+        "max_age.price_s",
+    ),
+    (
+        "a job without a command",
+        lambda t: [*_home(t, t / "h"), "jobs", "submit", str(jobs(t))],
+        "[python, train.py]",
+    ),
 ]
 
 
@@ -94,8 +144,8 @@ def _tree(root: Path) -> set[str]:
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_bad_input_exits_2_with_the_reason_and_writes_nothing(
-        case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     _, make, says = case
     monkeypatch.setenv("HELIOTROPE_HOME", str(tmp_path / "unused-home"))
     monkeypatch.chdir(tmp_path)
@@ -118,8 +168,8 @@ def test_a_non_finite_number_is_refused_by_the_parser(capsys: pytest.CaptureFixt
 
 
 def test_status_on_a_store_not_made_yet_makes_none(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     home = _config(tmp_path, {"db_url": f"sqlite:///{tmp_path}/nowhere/h.db"})
     monkeypatch.setenv("HELIOTROPE_HOME", str(home))
     before = _tree(tmp_path)

@@ -32,9 +32,17 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def jobs_yaml(path: Path, count: int = 1, **over: object) -> Path:
-    entry = {"name": "lm", "work_gpu_hours": 4.0, "gpus": 1, "gpu_types": ["L4"],
-             "throughput": {"L4": 1.0}, "start_offset_h": 0, "deadline_h": 10,
-             "home_region": "us-east-1", "command": [sys.executable, "-c", "pass"]}
+    entry = {
+        "name": "lm",
+        "work_gpu_hours": 4.0,
+        "gpus": 1,
+        "gpu_types": ["L4"],
+        "throughput": {"L4": 1.0},
+        "start_offset_h": 0,
+        "deadline_h": 10,
+        "home_region": "us-east-1",
+        "command": [sys.executable, "-c", "pass"],
+    }
     if count > 1:
         entry["count"] = count
     entry.update(over)
@@ -43,10 +51,18 @@ def jobs_yaml(path: Path, count: int = 1, **over: object) -> Path:
 
 
 def job(deadline_h: float = 10.0) -> JobSpec:
-    return JobSpec(id="lm", work_gpu_hours=4.0, gpus=1, start=T0,
-                   deadline=T0 + timedelta(hours=deadline_h), home_region="us-east-1",
-                   gpu_types=frozenset({"L4"}), throughput={"L4": 1.0},
-                   checkpoint_size_gb=0.01, cold_start_h=0.1)
+    return JobSpec(
+        id="lm",
+        work_gpu_hours=4.0,
+        gpus=1,
+        start=T0,
+        deadline=T0 + timedelta(hours=deadline_h),
+        home_region="us-east-1",
+        gpu_types=frozenset({"L4"}),
+        throughput={"L4": 1.0},
+        checkpoint_size_gb=0.01,
+        cold_start_h=0.1,
+    )
 
 
 def table(row: JobRow, now: datetime, *, status: str | None = None) -> dict[str, object]:
@@ -62,11 +78,23 @@ def table(row: JobRow, now: datetime, *, status: str | None = None) -> dict[str,
 def test_deadline_verdicts() -> None:
     offer = next(o for o in local_offers() if o.region == "us-east-1").id
     deadline = T0 + timedelta(hours=10)
-    late = table(JobRow(phase=Phase.DONE, progress_gpu_h=4.0,
-                        finished_at_s=(deadline + timedelta(hours=3.5)).timestamp()), T0)
+    late = table(
+        JobRow(
+            phase=Phase.DONE,
+            progress_gpu_h=4.0,
+            finished_at_s=(deadline + timedelta(hours=3.5)).timestamp(),
+        ),
+        T0,
+    )
     assert late["deadline_status"] == "missed (+3.5 h)" and late["phase"] == "done"
-    early = table(JobRow(phase=Phase.DONE, progress_gpu_h=4.0,
-                         finished_at_s=(deadline - timedelta(hours=1)).timestamp()), T0)
+    early = table(
+        JobRow(
+            phase=Phase.DONE,
+            progress_gpu_h=4.0,
+            finished_at_s=(deadline - timedelta(hours=1)).timestamp(),
+        ),
+        T0,
+    )
     assert early["deadline_status"] == "met"
     # running, 1 of 4 h done: 3 h to go
     running = JobRow(phase=Phase.RUNNING, offer_id=offer, progress_gpu_h=1.0)
@@ -104,7 +132,8 @@ def test_status_and_events_show_human_times_json_stays_iso(
     assert main(["events", "lm", "--json"]) == 0
     events = json.loads(capsys.readouterr().out)
     assert events and datetime.fromisoformat(events[0]["time"]).timestamp() == pytest.approx(
-        events[0]["time_s"], abs=0.5)
+        events[0]["time_s"], abs=0.5
+    )
     assert main(["events", "lm"]) == 0
     text = capsys.readouterr().out
     assert events[0]["time"][:16].replace("T", " ") in text
@@ -156,6 +185,13 @@ def test_status_json_into_a_closed_pipe_is_quiet(home: Path, tmp_path: Path) -> 
     assert main(["jobs", "submit", str(jobs_yaml(tmp_path / "j.yaml", count=400))]) == 0
     env = {**os.environ, "HELIOTROPE_HOME": str(home)}
     cli = Path(sys.executable).parent / "heliotrope"
-    run = subprocess.run(f"'{cli}' status --json | head -1", shell=True, env=env, check=True,
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        f"'{cli}' status --json | head -1",
+        shell=True,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.stdout == "[\n" and "Traceback" not in run.stderr, run.stderr

@@ -16,32 +16,59 @@ T0 = datetime(2024, 4, 2, 6, tzinfo=UTC)
 
 
 def store_with(*finished_h: float) -> MemoryStateStore:
-    jobs = [JobSpec(id=f"j{i}", work_gpu_hours=1.0, gpus=1, start=T0, deadline=T0 + timedelta(
-        hours=30), home_region="us-east-1", checkpoint_size_gb=0.01, cold_start_h=0.1)
-        for i in range(len(finished_h))]
+    jobs = [
+        JobSpec(
+            id=f"j{i}",
+            work_gpu_hours=1.0,
+            gpus=1,
+            start=T0,
+            deadline=T0 + timedelta(hours=30),
+            home_region="us-east-1",
+            checkpoint_size_gb=0.01,
+            cold_start_h=0.1,
+        )
+        for i in range(len(finished_h))
+    ]
     store = MemoryStateStore()
     store.submit(jobs)
-    store.commit([], {j.id: JobRow(phase=Phase.DONE, usd=1.0, kg_co2=0.5,
-                                   finished_at_s=(T0 + timedelta(hours=h)).timestamp())
-                      for j, h in zip(jobs, finished_h, strict=True)}, expected_version=0)
+    store.commit(
+        [],
+        {
+            j.id: JobRow(
+                phase=Phase.DONE,
+                usd=1.0,
+                kg_co2=0.5,
+                finished_at_s=(T0 + timedelta(hours=h)).timestamp(),
+            )
+            for j, h in zip(jobs, finished_h, strict=True)
+        },
+        expected_version=0,
+    )
     return store
 
 
 def test_live_totals_and_the_difference() -> None:
     live = live_totals(store_with(4.0, 8.0))
     assert live == {"usd": 2.0, "kg_co2": 1.0, "mean_completion_h": pytest.approx(6.0)}
-    rows = dict((k, (a, b, rel)) for k, a, b, rel in agreement(
-        live, {"usd": 2.1, "kg_co2": 1.0, "mean_completion_h": 9.0}))
+    rows = dict(
+        (k, (a, b, rel))
+        for k, a, b, rel in agreement(live, {"usd": 2.1, "kg_co2": 1.0, "mean_completion_h": 9.0})
+    )
     assert rows["usd"][2] == pytest.approx(0.05)
     assert rows["kg_co2"][2] == 0.0
     assert rows["mean_completion_h"][2] == pytest.approx(0.5)
 
 
-@pytest.mark.parametrize(("replayed", "words"), [
-    ({"usd": 2.02, "kg_co2": 1.01, "mean_completion_h": 6.1}, "agrees with the live run"),
-    ({"usd": 3.0, "kg_co2": 1.0, "mean_completion_h": 6.0}, "does not agree with the live run "
-                                                            "within 5% on USD"),
-])
+@pytest.mark.parametrize(
+    ("replayed", "words"),
+    [
+        ({"usd": 2.02, "kg_co2": 1.01, "mean_completion_h": 6.1}, "agrees with the live run"),
+        (
+            {"usd": 3.0, "kg_co2": 1.0, "mean_completion_h": 6.0},
+            "does not agree with the live run within 5% on USD",
+        ),
+    ],
+)
 def test_the_demo_says_whether_they_agree(replayed: dict[str, float], words: str) -> None:
     console = Console(width=200, record=True)
     _print_agreement(console, store_with(4.0, 8.0), replayed)

@@ -27,8 +27,21 @@ def test_every_example_the_docs_name_exists() -> None:
 def test_demo_jobs_replay_on_the_built_in_scenario(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["replay", "--jobs", str(EXAMPLES / "demo-jobs.yaml"), "--policies",
-                 "on-demand", "--out", str(tmp_path / "o"), "--json"]) == 0
+    assert (
+        main(
+            [
+                "replay",
+                "--jobs",
+                str(EXAMPLES / "demo-jobs.yaml"),
+                "--policies",
+                "on-demand",
+                "--out",
+                str(tmp_path / "o"),
+                "--json",
+            ]
+        )
+        == 0
+    )
     res = json.loads(capsys.readouterr().out)
     assert res["policies"]["on-demand"]["usd"] > 0
 

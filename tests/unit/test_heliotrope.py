@@ -146,8 +146,7 @@ def test_safety_net_falls_back_on_a_fairly_priced_on_demand_not_the_fastest() ->
     """A 2.5x faster on-demand machine at 10x the price per unit of progress is not the
     fallback the net measures slack on: with 8.6 h left for 8 h on A100s the net fires and
     takes the cheapest on-demand A100 (offer 2), though the H100 would still leave hours."""
-    world = World(extra_offers=[H100_EAST_ON_DEMAND], usd_per_hour={6: 1000.0},
-                  now_h=32 - 8.6)
+    world = World(extra_offers=[H100_EAST_ON_DEMAND], usd_per_hour={6: 1000.0}, now_h=32 - 8.6)
     target, reason = decide(Heliotrope(), world)
     assert target == 2 and reason.startswith("safety net")
     # when the dear machine is the only way to finish in time, the net still takes it
@@ -159,18 +158,30 @@ def test_deadline_pressure_counts_at_the_speed_of_the_cheapest_spot() -> None:
     """The cheapest spot per unit of progress is a slow L4. With 20 h left for 8 h of A100
     work the job has slack on A100s but none on L4s: it must not idle waiting for spot
     bargains; it runs on the next cheapest spot A100 (offer 1, full at 3)."""
-    world = World(extra_offers=[L4_EAST_SPOT], usd_per_hour={6: 1.0},
-                  spot_capacity={3: 0.0, 6: 0.0}, now_h=32 - 20.0,
-                  jobs=[job(gpu_types=frozenset({"A100-80GB", "L4"}))])
+    world = World(
+        extra_offers=[L4_EAST_SPOT],
+        usd_per_hour={6: 1.0},
+        spot_capacity={3: 0.0, 6: 0.0},
+        now_h=32 - 20.0,
+        jobs=[job(gpu_types=frozenset({"A100-80GB", "L4"}))],
+    )
     assert decide(Heliotrope(), world)[0] == 1
 
 
 # --- the fast paths are the plain rules ---------------------------------------------------
 
 
-def _serve_one_by_one(h: Heliotrope, queue: np.ndarray, utility: np.ndarray, inst: np.ndarray,
-                      spot: np.ndarray, capacity: np.ndarray, holding: np.ndarray,
-                      cur: np.ndarray, priced: np.ndarray) -> list[tuple[int, int | None]]:
+def _serve_one_by_one(
+    h: Heliotrope,
+    queue: np.ndarray,
+    utility: np.ndarray,
+    inst: np.ndarray,
+    spot: np.ndarray,
+    capacity: np.ndarray,
+    holding: np.ndarray,
+    cur: np.ndarray,
+    priced: np.ndarray,
+) -> list[tuple[int, int | None]]:
     """The fleet-capacity rule as first written: one job at a time, least slack first."""
     out: list[tuple[int, int | None]] = []
     free = capacity.copy()
@@ -256,14 +267,18 @@ def _with_spot_history(snapshot: Snapshot, spot_rows: dict[int, list[float]]) ->
     n_o = len(snapshot.offers)
     grid = SignalGrid(
         start=snapshot.now - timedelta(hours=snapshot.tick_h * (n_rows - 1)),
-        tick_s=round(snapshot.tick_h * 3600), offers=tuple(snapshot.offers),
-        usd_per_hour=np.tile(snapshot.usd_per_hour, (n_rows, 1)), spot_capacity=capacity,
+        tick_s=round(snapshot.tick_h * 3600),
+        offers=tuple(snapshot.offers),
+        usd_per_hour=np.tile(snapshot.usd_per_hour, (n_rows, 1)),
+        spot_capacity=capacity,
         carbon_g_per_kwh=np.tile(snapshot.carbon_g_per_kwh, (n_rows, 1)),
         carbon_marginal_g_per_kwh=np.tile(snapshot.carbon_marginal_g_per_kwh, (n_rows, 1)),
         carbon_hourly_known=np.ones((n_rows, n_o), dtype=np.bool_),
-        curtailing=np.zeros((n_rows, n_o), dtype=np.bool_))
-    return dataclasses.replace(snapshot, spot_capacity=capacity[-1],
-                               history=SignalHistory(grid, n_rows - 1))
+        curtailing=np.zeros((n_rows, n_o), dtype=np.bool_),
+    )
+    return dataclasses.replace(
+        snapshot, spot_capacity=capacity[-1], history=SignalHistory(grid, n_rows - 1)
+    )
 
 
 def _target(policy: Heliotrope, snapshot: Snapshot) -> Expected:
@@ -273,8 +288,12 @@ def _target(policy: Heliotrope, snapshot: Snapshot) -> Expected:
 
 # Offer 3 (the cheapest spot, 8 $/h) has long runs, but after each outage it flickers: it is
 # back this tick after two runs of one tick. Offer 1 (10 $/h) has been up all along.
-FLICKER = [5.0] * 30 + [0.0, 0.0, 5.0, 0.0, 0.0, 5.0, 0.0, 0.0] + [5.0] * 30 + [0.0, 0.0, 5.0,
-                                                                                  0.0, 0.0, 5.0]
+FLICKER = (
+    [5.0] * 30
+    + [0.0, 0.0, 5.0, 0.0, 0.0, 5.0, 0.0, 0.0]
+    + [5.0] * 30
+    + [0.0, 0.0, 5.0, 0.0, 0.0, 5.0]
+)
 
 
 def test_a_zone_just_back_from_flickering_is_a_young_run() -> None:
@@ -293,8 +312,9 @@ def test_lifetime_tracker_learns_young_deaths_and_outages() -> None:
     class Grid:
         spot_capacity = capacity
 
-    tracker = LifetimeTracker(0.25, prior_hours=2.0, halflife_h=1e9, lookback=1000,
-                              outage_prior_h=1.0, young_h=0.5)
+    tracker = LifetimeTracker(
+        0.25, prior_hours=2.0, halflife_h=1e9, lookback=1000, outage_prior_h=1.0, young_h=0.5
+    )
     tracker(SignalHistory(Grid(), len(FLICKER) - 1))  # type: ignore[arg-type]
     # 5 returns, 3 of them young deaths (one tick each); outages of 2 ticks (0.5 h), 5 of them
     assert tracker.young_death[0] == pytest.approx((3 + 0.5) / (5 + 1))
@@ -321,12 +341,25 @@ def test_a_jobs_own_carbon_price_moves_only_that_job() -> None:
     from policies.heliotrope import Heliotrope
     from tests.conftest import T0, tiny_trace
 
-    entry = {"work_gpu_hours": 20.0, "gpus": 1, "gpu_types": ["V100", "A100-80GB"],
-             "throughput": {"V100": 1.0, "A100-80GB": 1.0}, "start_offset_h": 0,
-             "deadline_h": 40, "home_region": "us-east-1", "checkpoint_size_gb": 0.0}
-    jobs = parse_jobs({"jobs": [{"name": "plain", **entry},
-                                {"name": "green", "carbon_usd_per_tonne": 50000, **entry}]},
-                      trace_start=T0)
+    entry = {
+        "work_gpu_hours": 20.0,
+        "gpus": 1,
+        "gpu_types": ["V100", "A100-80GB"],
+        "throughput": {"V100": 1.0, "A100-80GB": 1.0},
+        "start_offset_h": 0,
+        "deadline_h": 40,
+        "home_region": "us-east-1",
+        "checkpoint_size_gb": 0.0,
+    }
+    jobs = parse_jobs(
+        {
+            "jobs": [
+                {"name": "plain", **entry},
+                {"name": "green", "carbon_usd_per_tonne": 50000, **entry},
+            ]
+        },
+        trace_start=T0,
+    )
     assert jobs[1].carbon_usd_per_tonne == 50000 and jobs[0].carbon_usd_per_tonne is None
     grid = build_grid(tiny_trace(), jobs, 3600, 0)
     run = run_policy(Heliotrope(), jobs, grid, options=LoopOptions(cluster="t"))

@@ -18,8 +18,12 @@ TOKEN = "FwoGZXIvYXdzEHeliotropeFakeSessionTokenValue0123456789abcdef"
 
 @pytest.fixture
 def stream(monkeypatch: pytest.MonkeyPatch) -> Iterator[io.StringIO]:
-    for name, value in (("AWS_ACCESS_KEY_ID", KEY_ID), ("AWS_SECRET_ACCESS_KEY", SECRET),
-                        ("AWS_SESSION_TOKEN", TOKEN), ("AWS_DEFAULT_REGION", "us-east-1")):
+    for name, value in (
+        ("AWS_ACCESS_KEY_ID", KEY_ID),
+        ("AWS_SECRET_ACCESS_KEY", SECRET),
+        ("AWS_SESSION_TOKEN", TOKEN),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+    ):
         monkeypatch.setenv(name, value)
     out = io.StringIO()
     handler = logging.StreamHandler(out)

@@ -185,14 +185,26 @@ def test_time_on_an_offer_whose_price_turns_nan_is_billed_at_on_demand() -> None
     from providers.sim import SimProvider
     from tests.conftest import T0, tiny_trace
 
-    job = JobSpec(id="j", work_gpu_hours=100.0, gpus=1, start=T0,
-                  deadline=T0 + timedelta(hours=300), checkpoint_size_gb=0.0, cold_start_h=0.0,
-                  home_region="us-east-1", gpu_types=frozenset({"V100"}))
+    job = JobSpec(
+        id="j",
+        work_gpu_hours=100.0,
+        gpus=1,
+        start=T0,
+        deadline=T0 + timedelta(hours=300),
+        checkpoint_size_gb=0.0,
+        cold_start_h=0.0,
+        home_region="us-east-1",
+        gpu_types=frozenset({"V100"}),
+    )
     grid = build_grid(tiny_trace(), [job], 3600, 0)
-    spot = next(k for k, o in enumerate(grid.offers)
-                if o.market is Market.SPOT and o.gpu_type == "V100")
-    od = next(k for k, o in enumerate(grid.offers)
-              if o.market is Market.ON_DEMAND and o.gpu_type == "V100")
+    spot = next(
+        k for k, o in enumerate(grid.offers) if o.market is Market.SPOT and o.gpu_type == "V100"
+    )
+    od = next(
+        k
+        for k, o in enumerate(grid.offers)
+        if o.market is Market.ON_DEMAND and o.gpu_type == "V100"
+    )
     grid.usd_per_hour[10:, spot] = np.nan
 
     class StayOnSpot:
@@ -227,9 +239,17 @@ def test_two_launches_of_one_job_in_one_tick_get_two_instances() -> None:
     from providers.sim import SimProvider
     from tests.conftest import T0, tiny_trace
 
-    job = JobSpec(id="j", work_gpu_hours=10.0, gpus=1, start=T0,
-                  deadline=T0 + timedelta(hours=100), checkpoint_size_gb=0.0, cold_start_h=0.0,
-                  home_region="us-east-1", gpu_types=frozenset({"V100"}))
+    job = JobSpec(
+        id="j",
+        work_gpu_hours=10.0,
+        gpus=1,
+        start=T0,
+        deadline=T0 + timedelta(hours=100),
+        checkpoint_size_gb=0.0,
+        cold_start_h=0.0,
+        home_region="us-east-1",
+        gpu_types=frozenset({"V100"}),
+    )
     grid = build_grid(tiny_trace(), [job], 3600, 0)
     od = next(k for k, o in enumerate(grid.offers) if o.market is Market.ON_DEMAND)
     spot = next(k for k, o in enumerate(grid.offers) if o.market is Market.SPOT)

@@ -48,13 +48,16 @@ def epoch_seconds_as_ns(f: pd.DataFrame) -> pd.DataFrame:
     return f
 
 
-@pytest.mark.parametrize(("table", "change", "says"), [
-    ("prices", infinite_price, "finite"),
-    ("prices", astronomical_price, "unit mistake"),
-    ("grid", infinite_carbon, "finite"),
-    ("prices", conflicting_duplicate, "one value per series and time"),
-    ("prices", epoch_seconds_as_ns, "nanoseconds"),
-])
+@pytest.mark.parametrize(
+    ("table", "change", "says"),
+    [
+        ("prices", infinite_price, "finite"),
+        ("prices", astronomical_price, "unit mistake"),
+        ("grid", infinite_carbon, "finite"),
+        ("prices", conflicting_duplicate, "one value per series and time"),
+        ("prices", epoch_seconds_as_ns, "nanoseconds"),
+    ],
+)
 def test_a_suspicious_trace_is_refused(tmp_path: Path, table: str, change, says: str) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(InputError, match=says):  # refused when written, and when read
         read_trace(written(tmp_path, table, change))

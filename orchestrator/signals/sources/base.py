@@ -198,9 +198,11 @@ def concat_frames(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
     kept = [f for f in frames if len(f)]
     if not kept:
         return empty_frame()
-    return pd.concat(kept, ignore_index=True).sort_values(
-        ["time", "key", "unit"], kind="stable"
-    ).reset_index(drop=True)
+    return (
+        pd.concat(kept, ignore_index=True)
+        .sort_values(["time", "key", "unit"], kind="stable")
+        .reset_index(drop=True)
+    )
 
 
 class KeyedSource:

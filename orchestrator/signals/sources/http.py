@@ -81,11 +81,14 @@ class Redactor(logging.Filter):
 _AWS_KEY_ID: Final = re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b")
 _SIGNED: Final = re.compile(
     r"((?:X-Amz-Security-Token|Authorization|x-goog-api-key|auth-token)['\"]?\s*[:=]\s*"
-    r"['\"]?(?:b['\"])?)[^'\",}\s]+", re.IGNORECASE)
+    r"['\"]?(?:b['\"])?)[^'\",}\s]+",
+    re.IGNORECASE,
+)
 # Environment variables whose values are secrets (the local provider drops the same names).
 SECRET_NAME: Final = re.compile(
     r"SECRET|TOKEN|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|PRIVATE|API_?KEY|ACCESS_?KEY|AUTH",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 
 REDACTOR: Final = Redactor()
 
@@ -99,6 +102,8 @@ def redact_logs(environ: Mapping[str, str] | None = None) -> None:
     for handler in logging.getLogger().handlers:
         if REDACTOR not in handler.filters:
             handler.addFilter(REDACTOR)
+
+
 _INSTALLED: set[str] = set()
 _LOGGERS: Final = (
     "urllib3",

@@ -72,22 +72,37 @@ class IsoSpec:
 
 
 ISO_SPECS: Final[Mapping[str, IsoSpec]] = {
-    "caiso-prices": IsoSpec("CAISO", "US-CAL-CISO", "TH_NP15_GEN-APND", "US/Pacific",
-                            terms="CAISO OASIS public data"),
-    "ercot-prices": IsoSpec("Ercot", "US-TEX-ERCO", "HB_NORTH", "US/Central",
-                            terms="ERCOT public data (MIS)"),
-    "spp-prices": IsoSpec("SPP", "US-CENT-SWPP", "SPPNORTH_HUB", "US/Central",
-                          terms="SPP public data (marketplace)"),
-    "miso-prices": IsoSpec("MISO", "US-MIDW-MISO", "MINN.HUB", "EST",
-                           terms="MISO public market reports"),
-    "pjm-prices": IsoSpec("PJM", "US-MIDA-PJM", "34964545", "US/Eastern",  # DOMINION HUB
-                          credentials=("PJM_API_KEY",),
-                          terms="PJM Data Miner terms (registered key)",
-                          location_column="Location Id"),
-    "nyiso-prices": IsoSpec("NYISO", "US-NY-NYIS", "N.Y.C.", "US/Eastern",
-                            terms="NYISO public data"),
-    "isone-prices": IsoSpec("ISONE", "US-NE-ISNE", ".H.INTERNAL_HUB", "US/Eastern",
-                            terms="ISO-NE public data (ISO Express)"),
+    "caiso-prices": IsoSpec(
+        "CAISO", "US-CAL-CISO", "TH_NP15_GEN-APND", "US/Pacific", terms="CAISO OASIS public data"
+    ),
+    "ercot-prices": IsoSpec(
+        "Ercot", "US-TEX-ERCO", "HB_NORTH", "US/Central", terms="ERCOT public data (MIS)"
+    ),
+    "spp-prices": IsoSpec(
+        "SPP", "US-CENT-SWPP", "SPPNORTH_HUB", "US/Central", terms="SPP public data (marketplace)"
+    ),
+    "miso-prices": IsoSpec(
+        "MISO", "US-MIDW-MISO", "MINN.HUB", "EST", terms="MISO public market reports"
+    ),
+    "pjm-prices": IsoSpec(
+        "PJM",
+        "US-MIDA-PJM",
+        "34964545",
+        "US/Eastern",  # DOMINION HUB
+        credentials=("PJM_API_KEY",),
+        terms="PJM Data Miner terms (registered key)",
+        location_column="Location Id",
+    ),
+    "nyiso-prices": IsoSpec(
+        "NYISO", "US-NY-NYIS", "N.Y.C.", "US/Eastern", terms="NYISO public data"
+    ),
+    "isone-prices": IsoSpec(
+        "ISONE",
+        "US-NE-ISNE",
+        ".H.INTERNAL_HUB",
+        "US/Eastern",
+        terms="ISO-NE public data (ISO Express)",
+    ),
 }
 ZONE_TO_ISO: Final[Mapping[str, str]] = {s.zone: n for n, s in ISO_SPECS.items()}
 
@@ -103,17 +118,22 @@ def _local_days(start: datetime, end: datetime, tz: str, source: str) -> list[da
     first, last = start.astimezone(zone).date(), end.astimezone(zone).date()
     n = (last - first).days + 1
     if n > MAX_DAYS:
-        raise InputError(source, "--start / --end", f"a window of at most {MAX_DAYS} days "
-                         "(one request per day)", got=f"{n} days",
-                         fix="download it in parts")
+        raise InputError(
+            source,
+            "--start / --end",
+            f"a window of at most {MAX_DAYS} days (one request per day)",
+            got=f"{n} days",
+            fix="download it in parts",
+        )
     return [first + timedelta(days=i) for i in range(max(n, 0))]
 
 
 def _times(frame: pd.DataFrame, col: str, source: str, what: str) -> pd.Series:
     series = frame[col]
     if not isinstance(series.dtype, pd.DatetimeTZDtype):
-        raise MalformedResponse(source, f"{what}.{col}",
-                                f"expected times with a UTC offset, got {series.dtype}")
+        raise MalformedResponse(
+            source, f"{what}.{col}", f"expected times with a UTC offset, got {series.dtype}"
+        )
     out: pd.Series = pd.Series(series.dt.tz_convert("UTC"), index=series.index)
     for t in (out.min(), out.max()):
         if pd.notna(t):
@@ -129,13 +149,21 @@ def _need(frame: object, columns: tuple[str, ...], source: str, what: str) -> pd
         raise MalformedResponse(source, what, f"expected a table, got {type(frame).__name__}")
     missing = [c for c in columns if c not in frame.columns]
     if missing:
-        raise MalformedResponse(source, f"{what}.columns",
-                                f"expected {list(columns)}, missing {missing}")
+        raise MalformedResponse(
+            source, f"{what}.columns", f"expected {list(columns)}, missing {missing}"
+        )
     return frame
 
 
-def lmp_obs(frame: object, location: str, zone: str, source: str, what: str = "lmp",
-            price_col: str = "LMP", location_col: str = "Location") -> list[Obs]:
+def lmp_obs(
+    frame: object,
+    location: str,
+    zone: str,
+    source: str,
+    what: str = "lmp",
+    price_col: str = "LMP",
+    location_col: str = "Location",
+) -> list[Obs]:
     """The hub's rows of a gridstatus LMP frame -> USD/MWh per interval start (UTC), valid
     until the interval's end. NaN (the ISO left the price out) stays NaN; an infinite or
     non-numeric price, a naive time or a repeated interval is malformed."""
@@ -148,30 +176,42 @@ def lmp_obs(frame: object, location: str, zone: str, source: str, what: str = "l
     values = pd.to_numeric(f[price_col], errors="coerce")
     bad = f[price_col].notna() & values.isna()
     if bad.any():
-        raise MalformedResponse(source, f"{what}.{price_col}",
-                                f"expected a number, got {short(f[price_col][bad].iloc[0])}")
+        raise MalformedResponse(
+            source,
+            f"{what}.{price_col}",
+            f"expected a number, got {short(f[price_col][bad].iloc[0])}",
+        )
     if (values.abs() == math.inf).any():
         raise MalformedResponse(source, f"{what}.{price_col}", "expected a finite price")
     if starts.duplicated().any():
-        raise MalformedResponse(source, f"{what}.Interval Start",
-                                f"one row per hour at {location!r}, got a repeated interval")
+        raise MalformedResponse(
+            source,
+            f"{what}.Interval Start",
+            f"one row per hour at {location!r}, got a repeated interval",
+        )
     if ((ends - starts) <= pd.Timedelta(0)).any():
         raise MalformedResponse(source, f"{what}.Interval End", "expected an end after the start")
     return [
-        Obs(pd.Timestamp(s).to_pydatetime(), zone, float(v), "usd_per_mwh",
-            pd.Timestamp(e).to_pydatetime(), source)
+        Obs(
+            pd.Timestamp(s).to_pydatetime(),
+            zone,
+            float(v),
+            "usd_per_mwh",
+            pd.Timestamp(e).to_pydatetime(),
+            source,
+        )
         for s, e, v in zip(starts, ends, values, strict=True)
     ]
 
 
-def curtailment_obs(frame: object, day: date, tz: str, source: str = "caiso-curtailment",
-                    zone: str = CAISO_ZONE) -> list[Obs]:
+def curtailment_obs(
+    frame: object, day: date, tz: str, source: str = "caiso-curtailment", zone: str = CAISO_ZONE
+) -> list[Obs]:
     """``CAISO.get_curtailment`` for one report day -> curtailed MWh per hour (= average
     MW) summed over fuel, type and reason; an hour whose every cell is 'NA' is NaN. Rows of
     hours outside the report's own local day (gridstatus steps 24 UTC hours, so on the
     spring-forward day its last row is the next day's first hour) are left to that day."""
-    f = _need(frame, ("Interval Start", "Interval End", "Curtailment MWH"), source,
-              "curtailment")
+    f = _need(frame, ("Interval Start", "Interval End", "Curtailment MWH"), source, "curtailment")
     if f.empty:
         return []
     starts = _times(f, "Interval Start", source, "curtailment")
@@ -180,14 +220,21 @@ def curtailment_obs(frame: object, day: date, tz: str, source: str = "caiso-curt
     if (f["Curtailment MWH"].notna() & mwh.isna()).any():
         raise MalformedResponse(source, "curtailment.Curtailment MWH", "expected numbers")
     if ((mwh < 0) | (mwh.abs() == math.inf)).any():
-        raise MalformedResponse(source, "curtailment.Curtailment MWH",
-                                "expected a finite curtailment >= 0")
+        raise MalformedResponse(
+            source, "curtailment.Curtailment MWH", "expected a finite curtailment >= 0"
+        )
     kept = pd.DataFrame({"time": starts, "mwh": mwh})[(local_day == day).to_numpy()]
     per_hour = kept.groupby("time", sort=True)["mwh"].sum(min_count=1)
     return [
-        Obs(pd.Timestamp(t).to_pydatetime(), zone, float(v), "mw",
-            pd.Timestamp(t).to_pydatetime() + HOUR + CURTAILMENT_LAG, source,
-            SignalKind.CURTAILMENT)
+        Obs(
+            pd.Timestamp(t).to_pydatetime(),
+            zone,
+            float(v),
+            "mw",
+            pd.Timestamp(t).to_pydatetime() + HOUR + CURTAILMENT_LAG,
+            source,
+            SignalKind.CURTAILMENT,
+        )
         for t, v in per_hour.items()
     ]
 
@@ -215,8 +262,9 @@ class _GridstatusSource(KeyedSource):
             return cls(api_key=creds[0], retries=0)  # retries are ours (library.call)
         return cls()
 
-    def _day(self, what: str, fetch: Callable[[], pd.DataFrame],
-             attempts: int = ATTEMPTS) -> pd.DataFrame | None:
+    def _day(
+        self, what: str, fetch: Callable[[], pd.DataFrame], attempts: int = ATTEMPTS
+    ) -> pd.DataFrame | None:
         no_data = _no_data_type(self.name)
 
         def once() -> pd.DataFrame | None:
@@ -226,8 +274,14 @@ class _GridstatusSource(KeyedSource):
                 return None
 
         try:
-            got = call(self.name, what, once, sleep=self.ctx.sleep, attempts=attempts,
-                       hint=" / ".join(f"check ${c}" for c in self.spec.credentials))
+            got = call(
+                self.name,
+                what,
+                once,
+                sleep=self.ctx.sleep,
+                attempts=attempts,
+                hint=" / ".join(f"check ${c}" for c in self.spec.credentials),
+            )
         except RequestRejected as exc:
             if exc.status != 404:  # a day not published yet (tomorrow, or a late report)
                 raise
@@ -247,16 +301,22 @@ class IsoPrices(_GridstatusSource):
     def _fetch(self, client: Any, day: pd.Timestamp) -> pd.DataFrame:
         iso = self.spec.iso
         if iso == "CAISO":
-            frame: pd.DataFrame = client.get_lmp(day, market="DAY_AHEAD_HOURLY",
-                                                 locations=[self.location], sleep=0)
+            frame: pd.DataFrame = client.get_lmp(
+                day, market="DAY_AHEAD_HOURLY", locations=[self.location], sleep=0
+            )
         elif iso == "NYISO":
-            frame = client.get_lmp(day, market="DAY_AHEAD_HOURLY", locations=[self.location],
-                                   location_type="zone")
+            frame = client.get_lmp(
+                day, market="DAY_AHEAD_HOURLY", locations=[self.location], location_type="zone"
+            )
         elif iso == "PJM":
             frame = client.get_lmp(day, market="DAY_AHEAD_HOURLY", locations=[self.location])
         elif iso == "Ercot":
-            frame = client.get_spp(day, market="DAY_AHEAD_HOURLY", locations=[self.location],
-                                   location_type="Trading Hub")
+            frame = client.get_spp(
+                day,
+                market="DAY_AHEAD_HOURLY",
+                locations=[self.location],
+                location_type="Trading Hub",
+            )
         else:
             frame = client.get_lmp_day_ahead_hourly(day)
         return frame
@@ -273,9 +333,11 @@ class IsoPrices(_GridstatusSource):
                 break
             ts = pd.Timestamp(day).tz_localize(self.spec.tz)
             try:
-                frame = self._day(f"day-ahead prices {day}",
-                                  lambda ts=ts: self._fetch(client, ts),  # type: ignore[misc]
-                                  attempts=1 if day == tomorrow else ATTEMPTS)
+                frame = self._day(
+                    f"day-ahead prices {day}",
+                    lambda ts=ts: self._fetch(client, ts),  # type: ignore[misc]
+                    attempts=1 if day == tomorrow else ATTEMPTS,
+                )
             except (SourceUnavailable, MalformedResponse) as exc:
                 if day < tomorrow:
                     raise
@@ -284,8 +346,17 @@ class IsoPrices(_GridstatusSource):
                 logger.info("%s: tomorrow (%s) not published: %s", self.name, day, exc)
                 continue
             if frame is not None:
-                out.extend(lmp_obs(frame, self.location, key, self.name, f"lmp {day}",
-                                   price_col, self.spec.location_column))
+                out.extend(
+                    lmp_obs(
+                        frame,
+                        self.location,
+                        key,
+                        self.name,
+                        f"lmp {day}",
+                        price_col,
+                        self.spec.location_column,
+                    )
+                )
         return out
 
 
@@ -296,8 +367,9 @@ class CaisoCurtailment(_GridstatusSource):
     name: ClassVar[str] = "caiso-curtailment"
     kind: ClassVar[SignalKind] = SignalKind.CURTAILMENT
     back: ClassVar[timedelta] = timedelta(days=2)
-    spec: ClassVar[IsoSpec] = IsoSpec("CAISO", CAISO_ZONE, "", "US/Pacific",
-                                      terms="CAISO public data")
+    spec: ClassVar[IsoSpec] = IsoSpec(
+        "CAISO", CAISO_ZONE, "", "US/Pacific", terms="CAISO public data"
+    )
 
     def _read_key(self, key: str, start: datetime, end: datetime) -> list[Obs]:
         if key != CAISO_ZONE:
@@ -306,16 +378,18 @@ class CaisoCurtailment(_GridstatusSource):
         out: list[Obs] = []
         for day in _local_days(start, end, self.spec.tz, self.name):
             ts = pd.Timestamp(day).tz_localize(self.spec.tz)
-            frame = self._day(f"renewables report {day}",
-                              lambda ts=ts: client.get_curtailment(ts))  # type: ignore[misc]
+            frame = self._day(f"renewables report {day}", lambda ts=ts: client.get_curtailment(ts))  # type: ignore[misc]
             if frame is not None:
                 out.extend(curtailment_obs(frame, day, self.spec.tz, self.name))
         return out
 
 
 def _price_class(name: str, spec: IsoSpec) -> type[IsoPrices]:
-    cls = type(f"IsoPrices_{spec.iso}", (IsoPrices,), {"name": name, "spec": spec,
-                                                         "__doc__": IsoPrices.__doc__})
+    cls = type(
+        f"IsoPrices_{spec.iso}",
+        (IsoPrices,),
+        {"name": name, "spec": spec, "__doc__": IsoPrices.__doc__},
+    )
     return cls
 
 

@@ -155,15 +155,22 @@ def call(
             raise classify(exc, source, what, hint) from None
         finally:
             if printed.getvalue().strip():
-                logger.debug("%s: %s: the library printed %r", source, what,
-                             printed.getvalue()[:300])
+                logger.debug(
+                    "%s: %s: the library printed %r", source, what, printed.getvalue()[:300]
+                )
 
     def log(state: tenacity.RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome is not None else None
         wait_s = state.next_action.sleep if state.next_action is not None else 0.0
-        logger.warning("%s: %s: %s (attempt %d of %d); retrying in %.1f s", source, what,
-                       exc.reason if isinstance(exc, SourceUnavailable) else type(exc).__name__,
-                       state.attempt_number, attempts, wait_s)
+        logger.warning(
+            "%s: %s: %s (attempt %d of %d); retrying in %.1f s",
+            source,
+            what,
+            exc.reason if isinstance(exc, SourceUnavailable) else type(exc).__name__,
+            state.attempt_number,
+            attempts,
+            wait_s,
+        )
 
     retrying = tenacity.Retrying(
         retry=tenacity.retry_if_exception_type(SourceUnavailable),

@@ -163,26 +163,31 @@ def parse_entsoe_prices(
         currency = _text(series, "currency_Unit.name", source, where)
         unit = _text(series, "price_Measure_Unit.name", source, where)
         if unit != "MWH":
-            raise MalformedResponse(source, f"{where}.price_Measure_Unit.name",
-                                    f"expected 'MWH', got {short(unit)}")
+            raise MalformedResponse(
+                source, f"{where}.price_Measure_Unit.name", f"expected 'MWH', got {short(unit)}"
+            )
         if currency == "EUR":
             rate = eur_to_usd
         elif currency == "USD":
             rate = 1.0
         else:
-            raise MalformedResponse(source, f"{where}.currency_Unit.name",
-                                    f"expected 'EUR', got {short(currency)}")
+            raise MalformedResponse(
+                source, f"{where}.currency_Unit.name", f"expected 'EUR', got {short(currency)}"
+            )
         for p, period in enumerate(_children(series, "Period")):
             pw = f"{where}.Period[{p}]"
-            start = _eic_time(_text(period, "timeInterval/start", source, pw), source,
-                              f"{pw}.timeInterval.start")
-            end = _eic_time(_text(period, "timeInterval/end", source, pw), source,
-                            f"{pw}.timeInterval.end")
+            start = _eic_time(
+                _text(period, "timeInterval/start", source, pw), source, f"{pw}.timeInterval.start"
+            )
+            end = _eic_time(
+                _text(period, "timeInterval/end", source, pw), source, f"{pw}.timeInterval.end"
+            )
             res_text = _text(period, "resolution", source, pw)
             m = _RESOLUTION.match(res_text)
             if m is None or int(m.group(1)) <= 0:
-                raise MalformedResponse(source, f"{pw}.resolution",
-                                        f"expected PT<minutes>M, got {short(res_text)}")
+                raise MalformedResponse(
+                    source, f"{pw}.resolution", f"expected PT<minutes>M, got {short(res_text)}"
+                )
             minutes = int(m.group(1))
             step = timedelta(minutes=minutes)
             n = int((end - start) / step)
@@ -195,14 +200,17 @@ def parse_entsoe_prices(
                     position = int(_text(point, "position", source, qw))
                     amount = float(_text(point, "price.amount", source, qw))
                 except ValueError:
-                    raise MalformedResponse(source, qw, "expected a position and a price number"
-                                            ) from None
+                    raise MalformedResponse(
+                        source, qw, "expected a position and a price number"
+                    ) from None
                 if not 1 <= position <= n:
-                    raise MalformedResponse(source, f"{qw}.position",
-                                            f"expected 1..{n}, got {position}")
+                    raise MalformedResponse(
+                        source, f"{qw}.position", f"expected 1..{n}, got {position}"
+                    )
                 if not math.isfinite(amount):
-                    raise MalformedResponse(source, f"{qw}.price.amount",
-                                            f"expected a finite price, got {amount}")
+                    raise MalformedResponse(
+                        source, f"{qw}.price.amount", f"expected a finite price, got {amount}"
+                    )
                 given[position] = amount
             if not given:
                 continue
@@ -243,8 +251,12 @@ class Entsoe(KeyedSource):
     def _client(self, token: str) -> Any:
         entsoe = require(self.name, "entsoe", ENTSOE_EXTRA)
         return entsoe.EntsoeRawClient(
-            api_key=token, session=_rebased_session(self.url, entsoe.entsoe.URL),
-            retry_count=1, retry_delay=0, timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S))
+            api_key=token,
+            session=_rebased_session(self.url, entsoe.entsoe.URL),
+            retry_count=1,
+            retry_delay=0,
+            timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S),
+        )
 
     def _read_key(self, key: str, start: datetime, end: datetime) -> list[Obs]:
         eic = ZONE_TO_EIC.get(key)
@@ -262,16 +274,23 @@ class Entsoe(KeyedSource):
             def once(lo: datetime = lo, hi: datetime = hi) -> str:
                 try:
                     text: str = client.query_day_ahead_prices(
-                        eic, start=pd.Timestamp(lo), end=pd.Timestamp(hi))
+                        eic, start=pd.Timestamp(lo), end=pd.Timestamp(hi)
+                    )
                 except no_data:  # "No matching data found" (reason 999): an empty answer
                     return ""
                 return text
 
-            body = call(self.name, f"day-ahead prices {key}", once, sleep=self.ctx.sleep,
-                        hint=f"check ${ENTSOE_TOKEN_ENV}")
+            body = call(
+                self.name,
+                f"day-ahead prices {key}",
+                once,
+                sleep=self.ctx.sleep,
+                hint=f"check ${ENTSOE_TOKEN_ENV}",
+            )
             if body:
-                out.extend(parse_entsoe_prices(body, key, eur_to_usd=self.eur_to_usd,
-                                               source=self.name))
+                out.extend(
+                    parse_entsoe_prices(body, key, eur_to_usd=self.eur_to_usd, source=self.name)
+                )
             lo = hi
         return out
 
@@ -282,8 +301,9 @@ def _rebased_session(base_url: str, library_url: str) -> Any:
     import requests
 
     class Rebased(requests.Session):
-        def request(self, method: str | bytes, url: str | bytes, *args: Any,
-                    **kwargs: Any) -> requests.Response:
+        def request(
+            self, method: str | bytes, url: str | bytes, *args: Any, **kwargs: Any
+        ) -> requests.Response:
             target = str(url)
             if target.rstrip("/") == library_url.rstrip("/"):
                 target = base_url
@@ -329,8 +349,9 @@ def entsoe_intensity(frame: object, zone: str, source: str = "entsoe-generation"
     interval, like `eia_intensity`: negative net output clipped to 0, storage and unknown
     types left out, NaN where nothing generated."""
     if not isinstance(frame, pd.DataFrame):
-        raise MalformedResponse(source, "generation", f"expected a table, got "
-                                f"{type(frame).__name__}")
+        raise MalformedResponse(
+            source, "generation", f"expected a table, got {type(frame).__name__}"
+        )
     if frame.empty:
         return []
     index = frame.index
@@ -351,8 +372,7 @@ def entsoe_intensity(frame: object, zone: str, source: str = "entsoe-generation"
             continue
         factor = ENTSOE_TYPE_FACTORS.get(name)
         if factor is None:
-            logger.debug("%s: production type %r has no emission factor; left out", source,
-                         name)
+            logger.debug("%s: production type %r has no emission factor; left out", source, name)
             continue
         mw = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
         if np.isinf(mw).any():
@@ -364,8 +384,16 @@ def entsoe_intensity(frame: object, zone: str, source: str = "entsoe-generation"
     for when, t, w in zip(index, total, weighted, strict=True):
         start = check_time(pd.Timestamp(when).to_pydatetime())
         value = float(w / t) if t > 0 else math.nan
-        out.append(Obs(start, zone, value, "g_co2_per_kwh",
-                       start + step.to_pytimedelta() + ENTSOE_GENERATION_LAG, source))
+        out.append(
+            Obs(
+                start,
+                zone,
+                value,
+                "g_co2_per_kwh",
+                start + step.to_pytimedelta() + ENTSOE_GENERATION_LAG,
+                source,
+            )
+        )
     return out
 
 
@@ -394,14 +422,20 @@ class EntsoeGeneration(Entsoe):
 
             def once(lo: datetime = lo, hi: datetime = hi) -> Any:
                 try:
-                    text = client.query_generation(eic, start=pd.Timestamp(lo),
-                                                   end=pd.Timestamp(hi))
+                    text = client.query_generation(
+                        eic, start=pd.Timestamp(lo), end=pd.Timestamp(hi)
+                    )
                 except no_data:
                     return None
                 return parsers.parse_generation(text, nett=True)
 
-            frame = call(self.name, f"generation {key}", once, sleep=self.ctx.sleep,
-                         hint=f"check ${ENTSOE_TOKEN_ENV}")
+            frame = call(
+                self.name,
+                f"generation {key}",
+                once,
+                sleep=self.ctx.sleep,
+                hint=f"check ${ENTSOE_TOKEN_ENV}",
+            )
             if frame is not None:
                 out.extend(entsoe_intensity(frame, key, self.name))
             lo = hi
@@ -480,8 +514,11 @@ def eia_page(body: bytes | str, source: str = "eia930") -> tuple[list[EiaRow], i
     resp = validate(EiaResponse, decode_json(body, source), source)
     for i, row in enumerate(resp.response.data):
         if row.value_units not in (None, "megawatthours"):
-            raise MalformedResponse(source, f"response.data[{i}].value-units",
-                                    f"expected 'megawatthours', got {short(row.value_units)}")
+            raise MalformedResponse(
+                source,
+                f"response.data[{i}].value-units",
+                f"expected 'megawatthours', got {short(row.value_units)}",
+            )
     return resp.response.data, resp.response.total
 
 
@@ -495,8 +532,7 @@ def eia_intensity(rows: list[EiaRow], zone: str, source: str = "eia930") -> list
         if row.value is None or row.fueltype in STORAGE_FUELS:
             continue
         if row.fueltype not in EMISSION_FACTORS:
-            logger.debug("%s: fuel type %r has no emission factor; left out", source,
-                         row.fueltype)
+            logger.debug("%s: fuel type %r has no emission factor; left out", source, row.fueltype)
             continue
         per_hour[when].append((row.fueltype, max(0.0, row.value)))
     out = []
@@ -553,24 +589,31 @@ class Eia930(KeyedSource):
                 "length": str(self.page_size),
             }
             body = self.ctx.http.get(
-                self.name, f"{self.url}{EIA_PATH}", params=params, secrets=(api_key,),
-                what=f"fuel-type-data {ba}", auth_hint=f"check ${EIA_KEY_ENV}",
+                self.name,
+                f"{self.url}{EIA_PATH}",
+                params=params,
+                secrets=(api_key,),
+                what=f"fuel-type-data {ba}",
+                auth_hint=f"check ${EIA_KEY_ENV}",
             ).body
             page, total = eia_page(body, self.name)
             for i, row in enumerate(page):
                 if row.respondent != ba:
-                    raise MalformedResponse(self.name, f"response.data[{i}].respondent",
-                                            f"expected {ba!r}, got {short(row.respondent)}")
+                    raise MalformedResponse(
+                        self.name,
+                        f"response.data[{i}].respondent",
+                        f"expected {ba!r}, got {short(row.respondent)}",
+                    )
             rows.extend(page)
             offset += len(page)
             if offset >= total:
                 break
             if not page:
-                raise MalformedResponse(self.name, "response.data",
-                                        f"empty page at offset {offset} of {total}")
+                raise MalformedResponse(
+                    self.name, "response.data", f"empty page at offset {offset} of {total}"
+                )
         else:
-            raise MalformedResponse(self.name, "response.total",
-                                    f"more than {EIA_MAX_PAGES} pages")
+            raise MalformedResponse(self.name, "response.total", f"more than {EIA_MAX_PAGES} pages")
         return eia_intensity(rows, key, self.name)
 
 
@@ -626,12 +669,15 @@ def parse_caiso_report(
         raise MalformedResponse(source, "header", "an empty file") from None
     except csv.Error as exc:
         raise MalformedResponse(source, "header", f"not CSV ({exc})") from None
-    names = [_CAISO_COLUMNS.get(re.sub(r"[^a-z0-9]+", "_", h.strip().lower()).strip("_"), "")
-             for h in header]
+    names = [
+        _CAISO_COLUMNS.get(re.sub(r"[^a-z0-9]+", "_", h.strip().lower()).strip("_"), "")
+        for h in header
+    ]
     for need in ("he", "mwh"):
         if need not in names:
-            raise MalformedResponse(source, "header",
-                                    f"expected a column for {need!r}, got {short(header)}")
+            raise MalformedResponse(
+                source, "header", f"expected a column for {need!r}, got {short(header)}"
+            )
     midnight = caiso_hour_start_utc(pd.Series([pd.Timestamp(day)]), pd.Series([1])).iloc[0]
     next_mid = caiso_hour_start_utc(
         pd.Series([pd.Timestamp(day + timedelta(days=1))]), pd.Series([1])
@@ -652,17 +698,24 @@ def parse_caiso_report(
                     try:
                         row_day = datetime.strptime(cells["date"].strip(), "%m/%d/%Y").date()
                     except ValueError:
-                        raise MalformedResponse(source, f"line {line_no}: date",
-                                                f"expected a date, got {short(cells['date'])}"
-                                                ) from None
+                        raise MalformedResponse(
+                            source,
+                            f"line {line_no}: date",
+                            f"expected a date, got {short(cells['date'])}",
+                        ) from None
                 if row_day != day:
-                    raise MalformedResponse(source, f"line {line_no}: date",
-                                            f"expected {day.isoformat()}, got {row_day}")
+                    raise MalformedResponse(
+                        source,
+                        f"line {line_no}: date",
+                        f"expected {day.isoformat()}, got {row_day}",
+                    )
             he_value = _number(cells.get("he", ""), source, f"line {line_no}: hour ending")
             if he_value is None or he_value != int(he_value) or not 1 <= he_value <= n_hours:
-                raise MalformedResponse(source, f"line {line_no}: hour ending",
-                                        f"expected 1..{n_hours} on {day}, got "
-                                        f"{short(cells.get('he'))}")
+                raise MalformedResponse(
+                    source,
+                    f"line {line_no}: hour ending",
+                    f"expected 1..{n_hours} on {day}, got {short(cells.get('he'))}",
+                )
             mwh = _number(cells.get("mwh", ""), source, f"line {line_no}: curtailed MWh")
             if mwh is None and "mw" in cells:
                 mwh = _number(cells["mw"], source, f"line {line_no}: curtailed MW")
@@ -671,8 +724,14 @@ def parse_caiso_report(
         raise MalformedResponse(source, "body", f"not CSV ({exc})") from None
     start = midnight.to_pydatetime()
     return [
-        Obs(start + h * HOUR, CAISO_ZONE, energy[h], "mw", start + (h + 1) * HOUR + CAISO_LAG,
-            source)
+        Obs(
+            start + h * HOUR,
+            CAISO_ZONE,
+            energy[h],
+            "mw",
+            start + (h + 1) * HOUR + CAISO_LAG,
+            source,
+        )
         for h in range(n_hours)
     ]
 

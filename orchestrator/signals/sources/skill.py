@@ -52,16 +52,20 @@ class Skill:
 def _observations(samples: pd.DataFrame) -> pd.DataFrame:
     src = samples["source"].astype(str)
     obs = samples[~src.str.endswith(FORECAST_SUFFIX) & samples["value"].notna()]
-    metric = [GRID_METRIC.get((str(k), str(u)), "") for k, u in zip(obs["kind"], obs["unit"],
-                                                                      strict=True)]
+    metric = [
+        GRID_METRIC.get((str(k), str(u)), "") for k, u in zip(obs["kind"], obs["unit"], strict=True)
+    ]
     obs = obs.assign(metric=metric, grid_zone=obs["key"].astype(str))
     obs = obs[obs["metric"] != ""]
-    return obs.assign(time=pd.to_datetime(obs["time"], utc=True),
-                      observed_at=pd.to_datetime(obs["observed_at"], utc=True))
+    return obs.assign(
+        time=pd.to_datetime(obs["time"], utc=True),
+        observed_at=pd.to_datetime(obs["observed_at"], utc=True),
+    )
 
 
-def forecast_skill(samples: pd.DataFrame, *, history: timedelta = HISTORY,
-                   period: timedelta = DAY) -> list[Skill]:
+def forecast_skill(
+    samples: pd.DataFrame, *, history: timedelta = HISTORY, period: timedelta = DAY
+) -> list[Skill]:
     """Per (source, metric): MAE of the published forecasts and of the seasonal-naive rule
     on the same target times (see the module docstring)."""
     if samples.empty:
@@ -75,8 +79,9 @@ def forecast_skill(samples: pd.DataFrame, *, history: timedelta = HISTORY,
         zones: set[str] = set()
         issues = 0
         for (zone, issued), rows in fc.groupby(["grid_zone", "issued_at"], sort=True):
-            seen = obs[(obs["source"] == source) & (obs["grid_zone"] == zone)
-                       & (obs["metric"] == metric)]
+            seen = obs[
+                (obs["source"] == source) & (obs["grid_zone"] == zone) & (obs["metric"] == metric)
+            ]
             got = _score_issue(rows, seen, pd.Timestamp(str(issued)), history, period)
             if got is None:
                 continue
@@ -86,15 +91,27 @@ def forecast_skill(samples: pd.DataFrame, *, history: timedelta = HISTORY,
             zones.add(str(zone))
             issues += 1
         if errors_src:
-            out.append(Skill(str(source), str(metric), tuple(sorted(zones)), issues,
-                             len(errors_src), float(np.mean(errors_src)),
-                             float(np.mean(errors_naive))))
+            out.append(
+                Skill(
+                    str(source),
+                    str(metric),
+                    tuple(sorted(zones)),
+                    issues,
+                    len(errors_src),
+                    float(np.mean(errors_src)),
+                    float(np.mean(errors_naive)),
+                )
+            )
     return out
 
 
-def _score_issue(rows: pd.DataFrame, seen: pd.DataFrame, issued: pd.Timestamp,
-                 history: timedelta, period: timedelta
-                 ) -> tuple[list[float], list[float]] | None:
+def _score_issue(
+    rows: pd.DataFrame,
+    seen: pd.DataFrame,
+    issued: pd.Timestamp,
+    history: timedelta,
+    period: timedelta,
+) -> tuple[list[float], list[float]] | None:
     targets = rows[rows["time"] >= issued].sort_values("time")
     if len(targets) < 1 or seen.empty:
         return None
@@ -111,8 +128,12 @@ def _score_issue(rows: pd.DataFrame, seen: pd.DataFrame, issued: pd.Timestamp,
     known = seen[(seen["observed_at"] <= issued) & (seen["time"] < issued)]
     if known.empty:
         return None
-    past = (known.sort_values("observed_at", kind="stable").drop_duplicates("time", keep="last")
-            .set_index("time")["value"].reindex(grid))
+    past = (
+        known.sort_values("observed_at", kind="stable")
+        .drop_duplicates("time", keep="last")
+        .set_index("time")["value"]
+        .reindex(grid)
+    )
     if past.notna().sum() == 0:
         return None
     periods = int(pd.Timedelta(period) / step)
@@ -120,8 +141,13 @@ def _score_issue(rows: pd.DataFrame, seen: pd.DataFrame, issued: pd.Timestamp,
     horizon = int(steps.max())
     naive = forecast(past.to_numpy(dtype=float)[:, None], horizon, periods, "seasonal_naive")
     naive_at = naive[steps.to_numpy() - 1, 0]
-    truth = (seen.sort_values("observed_at", kind="stable").drop_duplicates("time", keep="last")
-             .set_index("time")["value"].reindex(times).to_numpy(dtype=float))
+    truth = (
+        seen.sort_values("observed_at", kind="stable")
+        .drop_duplicates("time", keep="last")
+        .set_index("time")["value"]
+        .reindex(times)
+        .to_numpy(dtype=float)
+    )
     published = targets["value"].to_numpy(dtype=float)
     ok = np.isfinite(truth) & np.isfinite(published) & np.isfinite(naive_at)
     if not ok.any():

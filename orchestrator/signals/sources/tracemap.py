@@ -60,8 +60,7 @@ class TraceRows:
     grid: pd.DataFrame = field(default_factory=lambda: empty_frame("grid"))
     candidates: pd.DataFrame = field(default_factory=empty_candidates)
     forecasts: pd.DataFrame = field(default_factory=lambda: empty_side_table("forecasts"))
-    spot_signals: pd.DataFrame = field(
-        default_factory=lambda: empty_side_table("spot_signals"))
+    spot_signals: pd.DataFrame = field(default_factory=lambda: empty_side_table("spot_signals"))
 
 
 def _collapse_and_close(
@@ -72,8 +71,11 @@ def _collapse_and_close(
     if frame.empty:
         return frame
     f = frame.assign(_rank=0 if rank is None else rank.to_numpy())
-    f = f.sort_values([*series, "time", "_rank", "observed_at"],
-                      ascending=[True] * (len(series) + 2) + [False], kind="stable")
+    f = f.sort_values(
+        [*series, "time", "_rank", "observed_at"],
+        ascending=[True] * (len(series) + 2) + [False],
+        kind="stable",
+    )
     same = [*series, "time", "source"]
     f["valid_until"] = f.groupby(same, sort=False)["valid_until"].transform("max")
     f = f.drop_duplicates([*series, "time"], keep="first").reset_index(drop=True)
@@ -101,8 +103,11 @@ def samples_to_rows(samples: pd.DataFrame, priority: Sequence[str] = ()) -> Trac
     unit = s["unit"].astype(str)
 
     # grid
-    metric = pd.Series([GRID_METRIC.get((k, u), "") for k, u in zip(kind, unit, strict=True)],
-                       index=s.index, dtype="object")
+    metric = pd.Series(
+        [GRID_METRIC.get((k, u), "") for k, u in zip(kind, unit, strict=True)],
+        index=s.index,
+        dtype="object",
+    )
     g = s.assign(grid_zone=s["key"].astype(str), metric=metric)[(metric != "").to_numpy()]
     if len(g):
         order = {name: i for i, name in enumerate(priority)}
@@ -115,28 +120,36 @@ def samples_to_rows(samples: pd.DataFrame, priority: Sequence[str] = ()) -> Trac
     if len(p):
         parts = p["key"].astype(str).str.split("/", expand=True)
         if parts.shape[1] == 5:
-            p = p.assign(cloud=parts[0], region=parts[1], zone=parts[2],
-                         instance_type=parts[3], market=parts[4])
+            p = p.assign(
+                cloud=parts[0],
+                region=parts[1],
+                zone=parts[2],
+                instance_type=parts[3],
+                market=parts[4],
+            )
             p = p[p["market"].isin(MARKETS) & (p["cloud"] != "") & (p["instance_type"] != "")]
             p = _collapse_and_close(p, ["cloud", "region", "zone", "instance_type", "market"])
             out.prices = p.rename(columns={"value": "usd_per_hour"})[list(COLUMNS["prices"])]
             cand = p.drop_duplicates(["cloud", "region", "zone", "instance_type"])
-            out.candidates = pd.DataFrame({
-                "cloud": cand["cloud"].to_numpy(),
-                "region": cand["region"].to_numpy(),
-                "zone": np.where(cand["zone"] == "", cand["region"], cand["zone"]),
-                "instance_type": cand["instance_type"].to_numpy(),
-                "gpu_name": "",
-                "gpu_count_hint": np.nan,
-            })
+            out.candidates = pd.DataFrame(
+                {
+                    "cloud": cand["cloud"].to_numpy(),
+                    "region": cand["region"].to_numpy(),
+                    "zone": np.where(cand["zone"] == "", cand["region"], cand["zone"]),
+                    "instance_type": cand["instance_type"].to_numpy(),
+                    "gpu_name": "",
+                    "gpu_count_hint": np.nan,
+                }
+            )
 
     # spot
     sp = s[(kind == "spot_availability") & unit.isin(["instances", "placement_score"])].copy()
     if len(sp):
         score = sp["value"].to_numpy(dtype=float)
         placement = (sp["unit"] == "placement_score").to_numpy()
-        mapped = np.where(score >= PLACEMENT_LIKELY, 1.0,
-                          np.where(score <= PLACEMENT_UNLIKELY, 0.0, np.nan))
+        mapped = np.where(
+            score >= PLACEMENT_LIKELY, 1.0, np.where(score <= PLACEMENT_UNLIKELY, 0.0, np.nan)
+        )
         sp["value"] = np.where(placement, mapped, score)
         parts = sp["key"].astype(str).str.split("/", expand=True)
         if parts.shape[1] == 4:
@@ -150,8 +163,13 @@ def samples_to_rows(samples: pd.DataFrame, priority: Sequence[str] = ()) -> Trac
     if len(rk):
         parts = rk["key"].astype(str).str.split("/", expand=True)
         if parts.shape[1] == 4:
-            rk = rk.assign(cloud=parts[0], region=parts[1], zone=parts[2],
-                           instance_type=parts[3], metric=rk["unit"].astype(str))
+            rk = rk.assign(
+                cloud=parts[0],
+                region=parts[1],
+                zone=parts[2],
+                instance_type=parts[3],
+                metric=rk["unit"].astype(str),
+            )
             rk = rk[(rk["cloud"] != "") & (rk["instance_type"] != "")]
             rk = _collapse_and_close(rk, ["cloud", "region", "zone", "instance_type", "metric"])
             out.spot_signals = rk[list(SIDE_TABLES["spot_signals"])].reset_index(drop=True)
@@ -165,21 +183,25 @@ def forecast_rows(samples: pd.DataFrame) -> pd.DataFrame:
     f = samples[src.str.endswith(FORECAST_SUFFIX) & samples["time"].notna()]
     if f.empty:
         return empty_side_table("forecasts")
-    metric = pd.Series([GRID_METRIC.get((str(k), str(u)), "")
-                        for k, u in zip(f["kind"], f["unit"], strict=True)],
-                       index=f.index, dtype="object")
+    metric = pd.Series(
+        [GRID_METRIC.get((str(k), str(u)), "") for k, u in zip(f["kind"], f["unit"], strict=True)],
+        index=f.index,
+        dtype="object",
+    )
     f = f[(metric != "").to_numpy()]
     if f.empty:
         return empty_side_table("forecasts")
-    rows = pd.DataFrame({
-        "issued_at": pd.to_datetime(f["observed_at"], utc=True),
-        "time": pd.to_datetime(f["time"], utc=True),
-        "grid_zone": f["key"].astype(str),
-        "metric": metric[f.index],
-        "value": f["value"].astype(float),
-        "source": f["source"].astype(str).str.removesuffix(FORECAST_SUFFIX),
-    })
-    rows = rows.drop_duplicates(["source", "grid_zone", "metric", "time", "issued_at"],
-                                keep="last")
+    rows = pd.DataFrame(
+        {
+            "issued_at": pd.to_datetime(f["observed_at"], utc=True),
+            "time": pd.to_datetime(f["time"], utc=True),
+            "grid_zone": f["key"].astype(str),
+            "metric": metric[f.index],
+            "value": f["value"].astype(float),
+            "source": f["source"].astype(str).str.removesuffix(FORECAST_SUFFIX),
+        }
+    )
+    rows = rows.drop_duplicates(["source", "grid_zone", "metric", "time", "issued_at"], keep="last")
     return rows.sort_values(["issued_at", "time", "grid_zone"], kind="stable").reset_index(
-        drop=True)
+        drop=True
+    )

@@ -118,8 +118,13 @@ def test_carbon_year_at_200_usd_per_tonne(shared_data: Path) -> None:
     import os
 
     policies = ["heliotrope", "spot-failover", "carbon-greedy", "uniform-progress"]
-    result = run_suite("carbon-year", shared_data, policies, {"carbon_prices": [200.0]},
-                       workers=min(2, os.cpu_count() or 1))
+    result = run_suite(
+        "carbon-year",
+        shared_data,
+        policies,
+        {"carbon_prices": [200.0]},
+        workers=min(2, os.cpu_count() or 1),
+    )
     print("\n" + result.format_table())
     print(f"elapsed {result.elapsed_s:.1f} s")
     heliotrope, failover = result.policy("heliotrope"), result.policy("spot-failover")
@@ -141,16 +146,20 @@ def test_heliotrope_on_the_skynomad_sweeps(shared_data: Path, axis: str) -> None
     """Printed per point: J / J(oracle) over the 6 windows, the mean over the non-trivial
     windows and the worst window (targets: <= 1.03, <= 1.05 and every deadline met;
     docs/policies.md has the measured table). Checked: the oracle bounds every window."""
-    result = run_suite("skynomad-h100", shared_data, ["heliotrope", "spot-failover"],
-                       ISSUE14_SWEEPS[axis])
+    result = run_suite(
+        "skynomad-h100", shared_data, ["heliotrope", "spot-failover"], ISSUE14_SWEEPS[axis]
+    )
     print(f"\nskynomad-h100 {axis} sweep ({result.elapsed_s:.1f} s): J / J(oracle)")
-    print(f"  {'setting':26s} {'policy':14s} {'ratio':>7s} {'non-triv':>9s} {'worst':>7s} "
-          f"{'met':>5s}")
+    print(
+        f"  {'setting':26s} {'policy':14s} {'ratio':>7s} {'non-triv':>9s} {'worst':>7s} {'met':>5s}"
+    )
     for setting in result.settings():
         for policy in ("heliotrope", "spot-failover"):
             r = result.policy(policy, setting)
             assert r.regret is not None and r.worst_ratio is not None
-            print(f"  {setting:26s} {policy:14s} {1 + r.regret:7.4f} "
-                  f"{r.nontrivial_mean_ratio or 1.0:9.4f} {r.worst_ratio:7.4f} "
-                  f"{r.deadlines_met}/{r.jobs}")
+            print(
+                f"  {setting:26s} {policy:14s} {1 + r.regret:7.4f} "
+                f"{r.nontrivial_mean_ratio or 1.0:9.4f} {r.worst_ratio:7.4f} "
+                f"{r.deadlines_met}/{r.jobs}"
+            )
     check_oracle_is_a_lower_bound(result)

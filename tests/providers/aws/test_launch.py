@@ -19,16 +19,30 @@ SPOT = Offer.make_id("aws", "us-east-1b", "p3.2xlarge", Market.SPOT)
 WEST_SPOT = Offer.make_id("aws", "us-west-2a", "p3.2xlarge", Market.SPOT)
 
 
-def spec(offer: str = OD, *, job: str = "job-1", count: int = 1,
-         env: dict[str, str] | None = None, cluster: str = CLUSTER,
-         entrypoint: tuple[str, ...] = ("python", "train.py", "--resume")) -> LaunchSpec:
-    return LaunchSpec(job_id=job, offer_id=offer, cluster=cluster, count=count,
-                      entrypoint=entrypoint, env=env or {}, startup_s=120.0)
+def spec(
+    offer: str = OD,
+    *,
+    job: str = "job-1",
+    count: int = 1,
+    env: dict[str, str] | None = None,
+    cluster: str = CLUSTER,
+    entrypoint: tuple[str, ...] = ("python", "train.py", "--resume"),
+) -> LaunchSpec:
+    return LaunchSpec(
+        job_id=job,
+        offer_id=offer,
+        cluster=cluster,
+        count=count,
+        entrypoint=entrypoint,
+        env=env or {},
+        startup_s=120.0,
+    )
 
 
 def user_data(raw: Raw, instance_id: str, region: str = "us-east-1") -> str:
     answer = raw.client("ec2", region).describe_instance_attribute(
-        InstanceId=instance_id, Attribute="userData")
+        InstanceId=instance_id, Attribute="userData"
+    )
     return base64.b64decode(answer["UserData"]["Value"]).decode()
 
 
@@ -43,9 +57,13 @@ def test_on_demand_launch_is_tagged_imdsv2_in_its_zone(provider: AwsProvider, ra
     assert inst["MetadataOptions"]["HttpTokens"] == "required"
     assert "InstanceLifecycle" not in inst  # on-demand
     assert raw.tags(inst["InstanceId"]) == {
-        TAG_CLUSTER: CLUSTER, TAG_JOB: "job-1", TAG_REQUEST: "req-od-1"}
+        TAG_CLUSTER: CLUSTER,
+        TAG_JOB: "job-1",
+        TAG_REQUEST: "req-od-1",
+    }
     volumes = raw.client("ec2").describe_volumes(
-        Filters=[{"Name": "attachment.instance-id", "Values": [inst["InstanceId"]]}])["Volumes"]
+        Filters=[{"Name": "attachment.instance-id", "Values": [inst["InstanceId"]]}]
+    )["Volumes"]
     assert volumes
     for volume in volumes:
         assert {t["Key"]: t["Value"] for t in volume.get("Tags", [])}[TAG_CLUSTER] == CLUSTER
@@ -53,7 +71,8 @@ def test_on_demand_launch_is_tagged_imdsv2_in_its_zone(provider: AwsProvider, ra
 
 
 def test_spot_launch_asks_for_one_time_spot_that_terminates(
-        provider: AwsProvider, raw: Raw, hooks: Hooks) -> None:
+    provider: AwsProvider, raw: Raw, hooks: Hooks
+) -> None:
     outcome = provider.launch(spec(SPOT), request_id="req-spot-1")
 
     assert outcome.ok
@@ -63,8 +82,11 @@ def test_spot_launch_asks_for_one_time_spot_that_terminates(
     (params,) = hooks.called("ec2:RunInstances")
     assert params["InstanceMarketOptions"] == {
         "MarketType": "spot",
-        "SpotOptions": {"SpotInstanceType": "one-time",
-                        "InstanceInterruptionBehavior": "terminate"}}
+        "SpotOptions": {
+            "SpotInstanceType": "one-time",
+            "InstanceInterruptionBehavior": "terminate",
+        },
+    }
     tagged = {s["ResourceType"] for s in params["TagSpecifications"]}
     assert tagged == {"instance", "volume", "spot-instances-request"}
     assert params["ClientToken"] == "req-spot-1"
@@ -79,8 +101,8 @@ def test_on_demand_launch_has_no_market_options(provider: AwsProvider, hooks: Ho
 
 
 def test_same_request_id_buys_one_instance(
-        provider: AwsProvider, make_provider: Callable[..., AwsProvider], raw: Raw,
-        hooks: Hooks) -> None:
+    provider: AwsProvider, make_provider: Callable[..., AwsProvider], raw: Raw, hooks: Hooks
+) -> None:
     first = provider.launch(spec(SPOT), request_id="req-idem")
     again = provider.launch(spec(SPOT), request_id="req-idem")
     restarted = make_provider().launch(spec(SPOT), request_id="req-idem")  # a new controller
@@ -99,21 +121,24 @@ def test_gang_is_one_launch_known_by_its_leader(provider: AwsProvider, raw: Raw)
 
     listed = provider.list_instances(cluster=CLUSTER)
     assert list(listed) == [outcome.instance_id]
-    assert listed[outcome.instance_id or ""].state in (InstanceState.BOOTING,
-                                                       InstanceState.RUNNING)
+    assert listed[outcome.instance_id or ""].state in (InstanceState.BOOTING, InstanceState.RUNNING)
     assert listed[outcome.instance_id or ""].offer_id == OD
 
     provider.terminate([outcome.instance_id or ""], request_id="stop-gang")
     ec2 = raw.client("ec2")
-    states = {i["State"]["Name"] for r in ec2.describe_instances()["Reservations"]
-              for i in r["Instances"]}
+    states = {
+        i["State"]["Name"] for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]
+    }
     assert states <= {"shutting-down", "terminated"}
     assert provider.list_instances(cluster=CLUSTER) == {}
 
 
 def test_user_data_exports_the_job_environment(provider: AwsProvider, raw: Raw) -> None:
-    env = {"HELIOTROPE_CHECKPOINT_URI": "s3://heliotrope-ckpt/job-1",
-           "TOKENIZERS_PARALLELISM": "false", "MESSAGE": "it's here"}
+    env = {
+        "HELIOTROPE_CHECKPOINT_URI": "s3://heliotrope-ckpt/job-1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "MESSAGE": "it's here",
+    }
     outcome = provider.launch(spec(env=env), request_id="req-env")
     script = user_data(raw, outcome.instance_id or "")
 
@@ -127,14 +152,24 @@ def test_user_data_exports_the_job_environment(provider: AwsProvider, raw: Raw) 
     assert "X-aws-ec2-metadata-token" in script  # IMDSv2 from the job's side too
 
 
-@pytest.mark.parametrize("name", ["HF_TOKEN", "WANDB_API_KEY", "AWS_SECRET_ACCESS_KEY",
-                                  "DB_PASSWORD", "AWS_SESSION_TOKEN", "GITHUB_AUTH"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "HF_TOKEN",
+        "WANDB_API_KEY",
+        "AWS_SECRET_ACCESS_KEY",
+        "DB_PASSWORD",
+        "AWS_SESSION_TOKEN",
+        "GITHUB_AUTH",
+    ],
+)
 def test_a_credential_in_the_environment_refuses_the_launch(
-        provider: AwsProvider, hooks: Hooks, raw: Raw, caplog: pytest.LogCaptureFixture,
-        name: str) -> None:
+    provider: AwsProvider, hooks: Hooks, raw: Raw, caplog: pytest.LogCaptureFixture, name: str
+) -> None:
     caplog.set_level("DEBUG", logger="providers.aws")
-    outcome = provider.launch(spec(env={"SETTING": "1", name: "s3cr3t-value"}),
-                              request_id="req-secret")
+    outcome = provider.launch(
+        spec(env={"SETTING": "1", name: "s3cr3t-value"}), request_id="req-secret"
+    )
 
     assert outcome.error is not None and outcome.error.kind is FailureKind.INVALID
     assert name in outcome.error.message
@@ -143,7 +178,8 @@ def test_a_credential_in_the_environment_refuses_the_launch(
 
 
 def test_user_data_never_reaches_the_log(
-        provider: AwsProvider, caplog: pytest.LogCaptureFixture) -> None:
+    provider: AwsProvider, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level("DEBUG", logger="providers.aws")
     provider.launch(spec(env={"SETTING": "visible-only-in-user-data"}), request_id="req-log")
     assert "visible-only-in-user-data" not in caplog.text
@@ -156,16 +192,19 @@ def test_ami_parameter_is_read_once_per_region(provider: AwsProvider, hooks: Hoo
     assert len(hooks.called("ssm:GetParameter")) == 1
 
 
-def test_explicit_image_and_instance_profile(make_provider: Callable[..., AwsProvider],
-                                             raw: Raw, hooks: Hooks) -> None:
+def test_explicit_image_and_instance_profile(
+    make_provider: Callable[..., AwsProvider], raw: Raw, hooks: Hooks
+) -> None:
     iam = raw.client("iam")
     iam.create_role(RoleName="heliotrope-job", AssumeRolePolicyDocument="{}")
     iam.create_instance_profile(InstanceProfileName="heliotrope-job")
-    iam.add_role_to_instance_profile(InstanceProfileName="heliotrope-job",
-                                     RoleName="heliotrope-job")
+    iam.add_role_to_instance_profile(
+        InstanceProfileName="heliotrope-job", RoleName="heliotrope-job"
+    )
     west_ami = "ami-0f0e0d0c0b0a09081"
-    provider = make_provider(image_id={"us-east-1": DLAMI_ID, "us-west-2": west_ami},
-                             instance_profile="heliotrope-job")
+    provider = make_provider(
+        image_id={"us-east-1": DLAMI_ID, "us-west-2": west_ami}, instance_profile="heliotrope-job"
+    )
 
     outcome = provider.launch(spec(WEST_SPOT), request_id="req-west")
 
@@ -191,8 +230,13 @@ def test_explicit_image_and_instance_profile(make_provider: Callable[..., AwsPro
     ],
 )
 def test_bad_launches_are_invalid_and_buy_nothing(
-        provider: AwsProvider, hooks: Hooks, raw: Raw, launch_spec: LaunchSpec,
-        request_id: str, why: str) -> None:
+    provider: AwsProvider,
+    hooks: Hooks,
+    raw: Raw,
+    launch_spec: LaunchSpec,
+    request_id: str,
+    why: str,
+) -> None:
     outcome = provider.launch(launch_spec, request_id=request_id)
     assert not outcome.ok
     assert outcome.error is not None and outcome.error.kind is FailureKind.INVALID
@@ -216,9 +260,13 @@ def test_client_token_fits_ec2() -> None:
 
 
 def test_capabilities(provider: AwsProvider) -> None:
-    assert provider.capabilities() == {Capability.SPOT, Capability.ON_DEMAND,
-                                       Capability.PREEMPTION_NOTICE,
-                                       Capability.CHECKPOINT_STORE, Capability.PRICES}
+    assert provider.capabilities() == {
+        Capability.SPOT,
+        Capability.ON_DEMAND,
+        Capability.PREEMPTION_NOTICE,
+        Capability.CHECKPOINT_STORE,
+        Capability.PRICES,
+    }
     quotes = provider.quotes()  # what Capability.PRICES promises, with the book's sources
     assert quotes and {k: q.usd_per_hour for k, q in quotes.items()} == provider.prices()
 
@@ -227,10 +275,11 @@ def test_importing_the_package_does_not_import_boto3() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, providers.aws, providers.aws.provider; "
-            "assert not [m for m in sys.modules if m.split('.')[0] in ('boto3', 'botocore')]")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            check=False)
+    code = (
+        "import sys, providers.aws, providers.aws.provider; "
+        "assert not [m for m in sys.modules if m.split('.')[0] in ('boto3', 'botocore')]"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
     assert result.returncode == 0, result.stderr
-
-

@@ -136,13 +136,26 @@ class FakeArm:
     next_page_host: str | None = None  # Retail Prices NextPageLink on another host
     # The caller's effective permissions ("Permissions - List"), per scope: like a custom
     # role with wildcards in the resource group, and the built-in Reader at the subscription.
-    group_permissions: list[dict[str, Any]] = field(default_factory=lambda: [
-        {"actions": ["Microsoft.Compute/virtualMachines/*", "Microsoft.Compute/disks/*",
-                     "Microsoft.Network/networkInterfaces/*",
-                     "Microsoft.Network/virtualNetworks/subnets/join/action"],
-         "notActions": [], "dataActions": [], "notDataActions": []}])
-    subscription_permissions: list[dict[str, Any]] = field(default_factory=lambda: [
-        {"actions": ["*/read"], "notActions": [], "dataActions": [], "notDataActions": []}])
+    group_permissions: list[dict[str, Any]] = field(
+        default_factory=lambda: [
+            {
+                "actions": [
+                    "Microsoft.Compute/virtualMachines/*",
+                    "Microsoft.Compute/disks/*",
+                    "Microsoft.Network/networkInterfaces/*",
+                    "Microsoft.Network/virtualNetworks/subnets/join/action",
+                ],
+                "notActions": [],
+                "dataActions": [],
+                "notDataActions": [],
+            }
+        ]
+    )
+    subscription_permissions: list[dict[str, Any]] = field(
+        default_factory=lambda: [
+            {"actions": ["*/read"], "notActions": [], "dataActions": [], "notDataActions": []}
+        ]
+    )
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
@@ -240,8 +253,16 @@ class FakeArm:
                 found = (m, action)
                 break
         if found is None:
-            return 404, {"error": {"code": "NoRegisteredProviderFound",
-                                   "message": f"no route {method} {parts.path}"}}, {}
+            return (
+                404,
+                {
+                    "error": {
+                        "code": "NoRegisteredProviderFound",
+                        "message": f"no route {method} {parts.path}",
+                    }
+                },
+                {},
+            )
         m, action = found
         lowered = {k.lower(): v for k, v in headers.items()}
         call = Call(method, parts.path, query, headers, body, action)
@@ -251,12 +272,23 @@ class FakeArm:
                 ALL_CALLS.append(call)
             if action != "retail-prices":
                 if lowered.get("authorization") != f"Bearer {TOKEN}":
-                    return 401, {"error": {"code": "AuthenticationFailed",
-                                           "message": "Authentication failed."}}, {}
+                    return (
+                        401,
+                        {
+                            "error": {
+                                "code": "AuthenticationFailed",
+                                "message": "Authentication failed.",
+                            }
+                        },
+                        {},
+                    )
                 if "api-version" not in query:
                     message = "The api-version query parameter is required."
-                    return 400, {"error": {"code": "MissingApiVersionParameter",
-                                           "message": message}}, {}
+                    return (
+                        400,
+                        {"error": {"code": "MissingApiVersionParameter", "message": message}},
+                        {},
+                    )
             queue = self.scripted.get((method, action))
             if queue:
                 status, reply = queue.popleft()
@@ -274,23 +306,33 @@ class FakeArm:
             if action == "Microsoft.Compute/skus/read":
                 return self._skus(query)
             if action == "self-permissions":
-                entries = (self.group_permissions if args.get("rg")
-                           else self.subscription_permissions)
+                entries = (
+                    self.group_permissions if args.get("rg") else self.subscription_permissions
+                )
                 return 200, {"value": entries}, {}
             return self._prices(query)
 
     def _vm_id(self, name: str) -> str:
-        return (f"/subscriptions/{self.subscription}/resourceGroups/{self.resource_group}"
-                f"/providers/Microsoft.Compute/virtualMachines/{name}")
+        return (
+            f"/subscriptions/{self.subscription}/resourceGroups/{self.resource_group}"
+            f"/providers/Microsoft.Compute/virtualMachines/{name}"
+        )
 
-    def _start_operation(self, location: str, kind: str, name: str,
-                         error: Any = None) -> dict[str, str]:
+    def _start_operation(
+        self, location: str, kind: str, name: str, error: Any = None
+    ) -> dict[str, str]:
         op_id = f"{next(self._ids):08d}-1b2c-4d5e-8f90-a1b2c3d4e5f6"
-        self.operations[op_id] = {"kind": kind, "vm": name.lower(), "error": error,
-                                  "location": location}
-        url = (f"{ARM}/subscriptions/{self.subscription}/providers/Microsoft.Compute/locations/"
-               f"{location}/operations/{op_id}?p=571046f6-b640-41c1-86f7-f9f044b5adf9"
-               f"&api-version=2026-04-01")
+        self.operations[op_id] = {
+            "kind": kind,
+            "vm": name.lower(),
+            "error": error,
+            "location": location,
+        }
+        url = (
+            f"{ARM}/subscriptions/{self.subscription}/providers/Microsoft.Compute/locations/"
+            f"{location}/operations/{op_id}?p=571046f6-b640-41c1-86f7-f9f044b5adf9"
+            f"&api-version=2026-04-01"
+        )
         return {"Azure-AsyncOperation": url, "Retry-After": "0"}
 
     def _put_vm(
@@ -300,13 +342,24 @@ class FakeArm:
         if headers.get("if-none-match") == "*" and key in self.vms:
             return 412, recorded("error_precondition_failed.json"), {}
         if key in self.vms:
-            return 409, {"error": {"code": "OperationNotAllowed",
-                                   "message": "the fake supports creates only"}}, {}
+            return (
+                409,
+                {
+                    "error": {
+                        "code": "OperationNotAllowed",
+                        "message": "the fake supports creates only",
+                    }
+                },
+                {},
+            )
         vm = json.loads(json.dumps(body))
         vm.update(name=name, id=self._vm_id(name), type="Microsoft.Compute/virtualMachines")
         props = vm.setdefault("properties", {})
-        props.update(provisioningState="Creating", timeCreated=CREATED_AT,
-                     vmId=f"6b1d2b4e-{next(self._ids):04d}-4c2a-9c1e-3f5a7b9d0e12")
+        props.update(
+            provisioningState="Creating",
+            timeCreated=CREATED_AT,
+            vmId=f"6b1d2b4e-{next(self._ids):04d}-4c2a-9c1e-3f5a7b9d0e12",
+        )
         props.get("osProfile", {}).pop("customData", None)  # write-only: never returned
         self.vms[key] = vm
         error_file = self.failing_creates.popleft() if self.failing_creates else None
@@ -330,8 +383,12 @@ class FakeArm:
             self.vms.pop(op["vm"], None)
         elif vm is not None:
             vm["properties"]["provisioningState"] = status
-        reply: dict[str, Any] = {"name": op_id, "status": status,
-                                 "startTime": CREATED_AT, "endTime": CREATED_AT}
+        reply: dict[str, Any] = {
+            "name": op_id,
+            "status": status,
+            "startTime": CREATED_AT,
+            "endTime": CREATED_AT,
+        }
         if op["error"]:
             reply["error"] = op["error"]
         return 200, reply, {}
@@ -339,8 +396,11 @@ class FakeArm:
     def _get_vm(self, name: str) -> tuple[int, Any, dict[str, str]]:
         vm = self.vms.get(name.lower())
         if vm is None:
-            return 404, recorded("error_not_found.json", name=name,
-                                 resource_group=self.resource_group), {}
+            return (
+                404,
+                recorded("error_not_found.json", name=name, resource_group=self.resource_group),
+                {},
+            )
         return 200, vm, {}
 
     def _list_vms(self, query: dict[str, list[str]]) -> tuple[int, Any, dict[str, str]]:
@@ -369,14 +429,18 @@ class FakeArm:
         assert region is not None and sizes, f"unexpected Retail Prices filter {text!r}"
         assert "serviceName eq 'Virtual Machines'" in text and "priceType eq 'Consumption'" in text
         items = [
-            i for i in recorded("retail_prices.json")
+            i
+            for i in recorded("retail_prices.json")
             if i["armRegionName"] == region.group(1) and i["armSkuName"] in sizes
         ]
         skip = int(query.get("$skip", ["0"])[0])
         page: dict[str, Any] = {
-            "BillingCurrency": "USD", "CustomerEntityId": "Default",
-            "CustomerEntityType": "Retail", "Items": items[skip : skip + PAGE_SIZE],
-            "NextPageLink": None, "Count": len(items[skip : skip + PAGE_SIZE]),
+            "BillingCurrency": "USD",
+            "CustomerEntityId": "Default",
+            "CustomerEntityType": "Retail",
+            "Items": items[skip : skip + PAGE_SIZE],
+            "NextPageLink": None,
+            "Count": len(items[skip : skip + PAGE_SIZE]),
         }
         if skip + PAGE_SIZE < len(items):
             host = self.next_page_host or self.url

@@ -46,8 +46,11 @@ def spec(
     cluster: str = CLUSTER,
 ) -> LaunchSpec:
     return LaunchSpec(
-        job_id=job, offer_id=offer, cluster=cluster, startup_s=startup_s, count=count,
-        entrypoint=entrypoint, env=env or {},
+        job_id=job,
+        offer_id=offer,
+        cluster=cluster,
+        startup_s=startup_s,
+        count=count,
+        entrypoint=entrypoint,
+        env=env or {},
     )
-
-

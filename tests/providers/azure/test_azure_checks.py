@@ -16,10 +16,12 @@ class NoCredential:
         raise CredentialUnavailableError("EnvironmentCredential: environment not configured")
 
 
-def test_everything_granted_is_ok_and_nothing_is_bought(make_provider: Factory,
-                                                       arm: FakeArm) -> None:
-    rows = {check: (result, reason) for check, result, reason in
-            make_provider().check_permissions()}
+def test_everything_granted_is_ok_and_nothing_is_bought(
+    make_provider: Factory, arm: FakeArm
+) -> None:
+    rows = {
+        check: (result, reason) for check, result, reason in make_provider().check_permissions()
+    }
     assert {k: v[0] for k, v in rows.items()} == {
         "credentials": "ok",
         "Microsoft.Compute/skus/read": "ok",
@@ -32,16 +34,20 @@ def test_everything_granted_is_ok_and_nothing_is_bought(make_provider: Factory,
     assert {c.method for c in arm.calls} == {"GET"}
 
 
-def test_a_missing_action_is_named_with_the_role_to_assign(make_provider: Factory,
-                                                           arm: FakeArm) -> None:
+def test_a_missing_action_is_named_with_the_role_to_assign(
+    make_provider: Factory, arm: FakeArm
+) -> None:
     arm.group_permissions[0]["notActions"] = ["Microsoft.Compute/*/delete"]
     arm.subscription_permissions = [{"actions": ["Microsoft.Compute/skus/read"]}]
-    rows = {check: (result, reason) for check, result, reason in
-            make_provider().check_permissions()}
+    rows = {
+        check: (result, reason) for check, result, reason in make_provider().check_permissions()
+    }
     result, reason = rows["permissions in resource group heliotrope-ml"]
     assert result == "fail"
-    assert reason == ("missing Microsoft.Compute/disks/delete, "
-                      "Microsoft.Compute/virtualMachines/delete (assign infra/azure/role.json)")
+    assert reason == (
+        "missing Microsoft.Compute/disks/delete, "
+        "Microsoft.Compute/virtualMachines/delete (assign infra/azure/role.json)"
+    )
     result, reason = rows["permissions in the subscription"]
     assert result == "fail" and "Microsoft.Compute/locations/operations/read" in reason
 
@@ -58,9 +64,10 @@ def test_wildcards_and_not_actions() -> None:
     assert checks.missing(checks.GROUP_ACTIONS, owner) == []
     reader = [{"actions": ["*/read"], "notActions": []}]
     assert checks.missing(checks.SUBSCRIPTION_ACTIONS, reader) == []
-    assert "Microsoft.Compute/virtualMachines/write" in checks.missing(checks.GROUP_ACTIONS,
-                                                                       reader)
-    two = [{"actions": ["Microsoft.Compute/*"], "notActions": ["*/delete"]},
-           {"actions": ["microsoft.compute/disks/delete"]}]  # matching ignores case
+    assert "Microsoft.Compute/virtualMachines/write" in checks.missing(checks.GROUP_ACTIONS, reader)
+    two = [
+        {"actions": ["Microsoft.Compute/*"], "notActions": ["*/delete"]},
+        {"actions": ["microsoft.compute/disks/delete"]},
+    ]  # matching ignores case
     assert checks.granted("Microsoft.Compute/disks/delete", two)
     assert not checks.granted("Microsoft.Compute/virtualMachines/delete", two)

@@ -27,8 +27,9 @@ DELETE = ("DELETE", "Microsoft.Compute/virtualMachines/delete")
 def test_spot_vm_is_priority_spot_evicted_by_delete_at_any_price(
     make_provider: Factory, arm: FakeArm
 ) -> None:
-    out = make_provider().launch(spec(env={"HELIOTROPE_CHECKPOINT_URI": "s3://b/k"}),
-                                 request_id="req-1")
+    out = make_provider().launch(
+        spec(env={"HELIOTROPE_CHECKPOINT_URI": "s3://b/k"}), request_id="req-1"
+    )
     assert out.ok and out.instance_id is not None
     region, name = out.instance_id.split("/")
     assert region == "eastus" and name.startswith("hel-")
@@ -94,8 +95,11 @@ def test_a_racing_create_of_the_same_request_is_accepted(
     # Another controller's PUT lands between our GET (404) and our PUT: ARM answers 412.
     vm = arm.vms[name]
     arm.vms.clear()
-    arm.script("GET", "Microsoft.Compute/virtualMachines/read",
-               (404, {"error": {"code": "ResourceNotFound", "message": "not yet"}}))
+    arm.script(
+        "GET",
+        "Microsoft.Compute/virtualMachines/read",
+        (404, {"error": {"code": "ResourceNotFound", "message": "not yet"}}),
+    )
     arm.vms[name] = vm
     out = make_provider().launch(spec(), request_id="race")
     assert out.ok and out.instance_id == f"eastus/{name}"
@@ -110,8 +114,9 @@ def test_a_gang_is_n_vms_with_ranks(make_provider: Factory, arm: FakeArm) -> Non
     assert [p.body["name"] if "name" in p.body else p.path.rsplit("/", 1)[1] for p in puts] == [
         f"{gang}-{k}" for k in range(3)
     ]
-    scripts = [base64.b64decode(p.body["properties"]["osProfile"]["customData"]).decode()
-               for p in puts]
+    scripts = [
+        base64.b64decode(p.body["properties"]["osProfile"]["customData"]).decode() for p in puts
+    ]
     for rank, script in enumerate(scripts):
         assert f"export HELIOTROPE_NODE_RANK={rank}\n" in script
         assert "export HELIOTROPE_NUM_NODES=3\n" in script
@@ -160,7 +165,11 @@ def test_a_gang_that_fails_half_way_leaves_nothing(make_provider: Factory, arm: 
     ],
 )
 def test_refused_creates_come_back_as_data(
-    make_provider: Factory, arm: FakeArm, sleeps: list[float], status: int, fixture: str,
+    make_provider: Factory,
+    arm: FakeArm,
+    sleeps: list[float],
+    status: int,
+    fixture: str,
     kind: FailureKind,
 ) -> None:
     from tests.providers.azure.fake_arm import recorded
@@ -177,8 +186,11 @@ def test_throttling_is_retried_with_the_injected_sleep(
 ) -> None:
     from tests.providers.azure.fake_arm import recorded
 
-    arm.script(*PUT, (429, recorded("error_throttled.json")), (503, {"error": {
-        "code": "ServiceUnavailable", "message": "try later"}}))
+    arm.script(
+        *PUT,
+        (429, recorded("error_throttled.json")),
+        (503, {"error": {"code": "ServiceUnavailable", "message": "try later"}}),
+    )
     out = make_provider().launch(spec(), request_id="busy")
     assert out.ok
     assert len(sleeps) == 2 and len(arm.requests_for(*PUT)) == 3
@@ -210,8 +222,12 @@ def test_throttling_that_does_not_end_is_transient_with_retry_after(
     ],
 )
 def test_bad_launches_are_refused_before_any_call(
-    make_provider: Factory, arm: FakeArm, changes: dict[str, object], offer: str,
-    env: dict[str, str], why: str,
+    make_provider: Factory,
+    arm: FakeArm,
+    changes: dict[str, object],
+    offer: str,
+    env: dict[str, str],
+    why: str,
 ) -> None:
     fields = {f: getattr(CONFIG, f) for f in CONFIG.__dataclass_fields__}
     config = AzureLaunchConfig(**{**fields, **changes})  # type: ignore[arg-type]
@@ -231,8 +247,10 @@ def test_a_managed_identity_is_attached_when_configured(
     make_provider: Factory, arm: FakeArm
 ) -> None:
     arm.record_globally = False  # not what the default configuration needs
-    identity = ("/subscriptions/s/resourceGroups/rg/providers/"
-                "Microsoft.ManagedIdentity/userAssignedIdentities/heliotrope-job")
+    identity = (
+        "/subscriptions/s/resourceGroups/rg/providers/"
+        "Microsoft.ManagedIdentity/userAssignedIdentities/heliotrope-job"
+    )
     fields = {f: getattr(CONFIG, f) for f in CONFIG.__dataclass_fields__}
     config = AzureLaunchConfig(**{**fields, "managed_identity": identity})  # type: ignore[arg-type]
     assert make_provider(launch_config=config).launch(spec(), request_id="mi").ok
@@ -246,8 +264,9 @@ def test_a_failed_first_member_waits_for_the_others_before_rolling_back(
     arm.failing_creates.extend(["error_allocation_failed.json", None, None])
     out = make_provider().launch(spec(count=3), request_id="first")
     assert out.error is not None and out.error.kind is FailureKind.CAPACITY
-    kinds = [c.method for c in arm.calls
-             if c.method == "DELETE" or c.action.endswith("operations/read")]
+    kinds = [
+        c.method for c in arm.calls if c.method == "DELETE" or c.action.endswith("operations/read")
+    ]
     first_delete = kinds.index("DELETE")
     assert kinds[:first_delete] == ["GET"] * 3  # all three creates finished first
     assert len(arm.requests_for(*DELETE)) == 3 and arm.vms == {}

@@ -14,10 +14,20 @@ DELETE = ("DELETE", "Microsoft.Compute/virtualMachines/delete")
 
 def foreign_vms(arm: FakeArm, our_name: str) -> None:
     arm.add_vm("build-agent-7", tags={})  # someone's VM, no tags
-    arm.add_vm("hel-0123456789abcdef0123", tags={  # another cluster's Heliotrope VM
-        "heliotrope-cluster": "other", "heliotrope-request": "r"})
-    arm.add_vm("jupyter-gpu", tags={  # hand-tagged with our cluster, not a name we make
-        "heliotrope-cluster": CLUSTER, "heliotrope-request": "r"})
+    arm.add_vm(
+        "hel-0123456789abcdef0123",
+        tags={  # another cluster's Heliotrope VM
+            "heliotrope-cluster": "other",
+            "heliotrope-request": "r",
+        },
+    )
+    arm.add_vm(
+        "jupyter-gpu",
+        tags={  # hand-tagged with our cluster, not a name we make
+            "heliotrope-cluster": CLUSTER,
+            "heliotrope-request": "r",
+        },
+    )
     arm.add_vm(f"{our_name}-g9-0", tags={"heliotrope-cluster": CLUSTER})  # no request tag
 
 
@@ -52,8 +62,14 @@ def test_terminate_deletes_ours_and_nothing_else(make_provider: Factory, arm: Fa
     foreign_vms(arm, ours.split("/")[1])
     before = set(arm.vms)
     provider.terminate(
-        [ours, "eastus/build-agent-7", "eastus/jupyter-gpu", "eastus/hel-0123456789abcdef0123",
-         "westus/hel-0123456789abcdef0123", "not-an-id"],
+        [
+            ours,
+            "eastus/build-agent-7",
+            "eastus/jupyter-gpu",
+            "eastus/hel-0123456789abcdef0123",
+            "westus/hel-0123456789abcdef0123",
+            "not-an-id",
+        ],
         request_id="stop",
     )
     deleted = {c.path.rsplit("/", 1)[1] for c in arm.requests_for(*DELETE)}
@@ -69,8 +85,15 @@ def test_terminate_raises_after_trying_every_vm(make_provider: Factory, arm: Fak
     a = provider.launch(spec(), request_id="a").instance_id
     b = provider.launch(spec(), request_id="b").instance_id
     assert a is not None and b is not None
-    arm.script(*DELETE, (403, recorded("error_authorization_failed.json",
-                                       subscription="s", resource_group="rg", name="n")))
+    arm.script(
+        *DELETE,
+        (
+            403,
+            recorded(
+                "error_authorization_failed.json", subscription="s", resource_group="rg", name="n"
+            ),
+        ),
+    )
     with pytest.raises(PermanentError, match="AuthorizationFailed"):
         provider.terminate([a, b], request_id="stop")
     assert len(arm.requests_for(*DELETE)) == 2
@@ -80,13 +103,23 @@ def test_terminate_raises_after_trying_every_vm(make_provider: Factory, arm: Fak
 def test_listing_errors_raise_transient_or_permanent(
     make_provider: Factory, arm: FakeArm, sleeps: list[float]
 ) -> None:
-    arm.script("GET", "Microsoft.Compute/virtualMachines/read",
-               *[(503, {"error": {"code": "ServiceUnavailable", "message": "down"}})] * 2)
+    arm.script(
+        "GET",
+        "Microsoft.Compute/virtualMachines/read",
+        *[(503, {"error": {"code": "ServiceUnavailable", "message": "down"}})] * 2,
+    )
     with pytest.raises(TransientError):
         make_provider(max_attempts=2).list_instances(cluster=CLUSTER)
     assert len(sleeps) == 1
-    arm.script("GET", "Microsoft.Compute/virtualMachines/read",
-               (403, recorded("error_authorization_failed.json",
-                              subscription="s", resource_group="rg", name="n")))
+    arm.script(
+        "GET",
+        "Microsoft.Compute/virtualMachines/read",
+        (
+            403,
+            recorded(
+                "error_authorization_failed.json", subscription="s", resource_group="rg", name="n"
+            ),
+        ),
+    )
     with pytest.raises(PermanentError, match="auth"):
         make_provider().list_instances(cluster=CLUSTER)

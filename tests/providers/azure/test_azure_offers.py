@@ -47,8 +47,15 @@ def test_offers_are_cached(make_provider: Factory, arm: FakeArm) -> None:
 
 
 def test_offers_raise_when_arm_refuses(make_provider: Factory, arm: FakeArm) -> None:
-    arm.script(*SKUS, (403, recorded("error_authorization_failed.json", subscription="s",
-                                     resource_group="rg", name="n")))
+    arm.script(
+        *SKUS,
+        (
+            403,
+            recorded(
+                "error_authorization_failed.json", subscription="s", resource_group="rg", name="n"
+            ),
+        ),
+    )
     with pytest.raises(PermanentError, match="AuthorizationFailed"):
         make_provider().offers()
 
@@ -110,8 +117,11 @@ def test_parse_items_keeps_consumption_linux_hourly_usd() -> None:
     items = recorded("retail_prices.json")
     prices = parse_items(items)
     assert prices.get("eastus", "Standard_NC4as_T4_v3", Market.ON_DEMAND) == 0.526  # not DevTest
-    bad = [dict(items[0], currencyCode="EUR"), dict(items[0], unitOfMeasure="1/Month"),
-           dict(items[0], retailPrice=0)]
+    bad = [
+        dict(items[0], currencyCode="EUR"),
+        dict(items[0], unitOfMeasure="1/Month"),
+        dict(items[0], retailPrice=0),
+    ]
     assert parse_items(bad).usd_per_hour == {}
 
 

@@ -11,9 +11,21 @@ from providers.base import FailureKind
 
 def test_the_gpu_regions_are_in_the_catalog() -> None:
     """The regions Azure sells GPU sizes in, each with a grid zone and continent."""
-    wanted = {"eastus", "southcentralus", "westus3", "swedencentral", "norwayeast",
-              "japaneast", "koreacentral", "southeastasia", "australiaeast", "uaenorth",
-              "centralindia", "brazilsouth", "southafricanorth"}
+    wanted = {
+        "eastus",
+        "southcentralus",
+        "westus3",
+        "swedencentral",
+        "norwayeast",
+        "japaneast",
+        "koreacentral",
+        "southeastasia",
+        "australiaeast",
+        "uaenorth",
+        "centralindia",
+        "brazilsouth",
+        "southafricanorth",
+    }
     assert wanted <= set(regions.known_regions())
     for region in catalog.regions("azure"):
         info = catalog.region_info("azure", region)
@@ -22,8 +34,13 @@ def test_the_gpu_regions_are_in_the_catalog() -> None:
 
 @pytest.mark.parametrize(
     ("region", "zone"),
-    [("eastus", "US-MIDA-PJM"), ("eastus-2", "US-MIDA-PJM"), ("japaneast", "JP-TK"),
-     ("NorwayEast", "NO-NO1"), ("atlantis", None)],
+    [
+        ("eastus", "US-MIDA-PJM"),
+        ("eastus-2", "US-MIDA-PJM"),
+        ("japaneast", "JP-TK"),
+        ("NorwayEast", "NO-NO1"),
+        ("atlantis", None),
+    ],
 )
 def test_grid_zone(region: str, zone: str | None) -> None:
     assert regions.grid_zone(region) == zone
@@ -36,8 +53,12 @@ def test_grid_zone(region: str, zone: str | None) -> None:
         (["ZonalAllocationFailed"], "", None, FailureKind.CAPACITY),
         (["OverconstrainedAllocationRequest"], "", None, FailureKind.CAPACITY),
         (["SkuNotAvailable"], "", 409, FailureKind.CAPACITY),
-        (["OperationNotAllowed"], "exceeding approved Total Regional Cores quota", 409,
-         FailureKind.QUOTA),
+        (
+            ["OperationNotAllowed"],
+            "exceeding approved Total Regional Cores quota",
+            409,
+            FailureKind.QUOTA,
+        ),
         (["OperationNotAllowed", "QuotaExceeded"], "", 409, FailureKind.QUOTA),
         (["OperationNotAllowed"], "VM is being deleted", 409, FailureKind.INVALID),
         (["TooManyRequests"], "", 429, FailureKind.TRANSIENT),
@@ -74,8 +95,12 @@ def test_bad_settings_name_the_field(overrides: dict[str, object], field: str) -
     from orchestrator.errors import InputError
     from providers.azure import AzureProvider
 
-    kwargs: dict[str, object] = {"cluster": "c", "subscription_id": "s",
-                                 "resource_group": "rg", "regions": ["eastus"]}
+    kwargs: dict[str, object] = {
+        "cluster": "c",
+        "subscription_id": "s",
+        "resource_group": "rg",
+        "regions": ["eastus"],
+    }
     with pytest.raises(InputError) as raised:
         AzureProvider(**{**kwargs, **overrides})  # type: ignore[arg-type]
     assert raised.value.field == field

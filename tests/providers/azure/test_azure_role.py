@@ -25,8 +25,9 @@ SUBSCRIPTION_ROLE = INFRA / "role-subscription.json"
 
 # A delete of a VM whose NIC and OS disk have deleteOption Delete (ours always do; see
 # test_azure_launch) deletes them as the caller.
-DELETE_LINKED = frozenset({"Microsoft.Network/networkInterfaces/delete",
-                           "Microsoft.Compute/disks/delete"})
+DELETE_LINKED = frozenset(
+    {"Microsoft.Network/networkInterfaces/delete", "Microsoft.Compute/disks/delete"}
+)
 
 
 def create_linked(body: dict[str, Any]) -> set[str]:
@@ -34,14 +35,18 @@ def create_linked(body: dict[str, Any]) -> set[str]:
     props = body.get("properties", {})
     needed: set[str] = set()
     for nic in props.get("networkProfile", {}).get("networkInterfaceConfigurations", []):
-        needed |= {"Microsoft.Network/networkInterfaces/write",
-                   "Microsoft.Network/networkInterfaces/join/action"}
+        needed |= {
+            "Microsoft.Network/networkInterfaces/write",
+            "Microsoft.Network/networkInterfaces/join/action",
+        }
         for ip in nic.get("properties", {}).get("ipConfigurations", []):
             if ip.get("properties", {}).get("subnet"):
                 needed.add("Microsoft.Network/virtualNetworks/subnets/join/action")
             if ip.get("properties", {}).get("publicIPAddressConfiguration"):
-                needed |= {"Microsoft.Network/publicIPAddresses/write",
-                           "Microsoft.Network/publicIPAddresses/join/action"}
+                needed |= {
+                    "Microsoft.Network/publicIPAddresses/write",
+                    "Microsoft.Network/publicIPAddresses/join/action",
+                }
     for ref in props.get("networkProfile", {}).get("networkInterfaces", []):
         if ref.get("id"):
             needed.add("Microsoft.Network/networkInterfaces/join/action")
@@ -79,8 +84,16 @@ def role(path: Path) -> dict[str, Any]:
 def test_roles_are_well_formed() -> None:
     for path in (ROLE, SUBSCRIPTION_ROLE):
         spec_ = role(path)
-        assert set(spec_) == {"Name", "IsCustom", "Description", "Actions", "NotActions",
-                              "DataActions", "NotDataActions", "AssignableScopes"}
+        assert set(spec_) == {
+            "Name",
+            "IsCustom",
+            "Description",
+            "Actions",
+            "NotActions",
+            "DataActions",
+            "NotDataActions",
+            "AssignableScopes",
+        }
         assert spec_["IsCustom"] is True and spec_["Name"] and spec_["Description"]
         assert spec_["Actions"] == sorted(set(spec_["Actions"])), "keep Actions sorted, unique"
         assert not any("*" in a for a in spec_["Actions"]), "no wildcards"
@@ -115,8 +128,10 @@ def test_a_managed_identity_needs_an_action_the_role_does_not_grant(
     """docs/providers.md documents it as an addition; the default configuration needs none."""
     arm.record_globally = False
     fields = {f: getattr(CONFIG, f) for f in CONFIG.__dataclass_fields__}
-    fields["managed_identity"] = "/subscriptions/s/resourceGroups/rg/providers/" \
+    fields["managed_identity"] = (
+        "/subscriptions/s/resourceGroups/rg/providers/"
         "Microsoft.ManagedIdentity/userAssignedIdentities/job"
+    )
     from providers.azure import AzureLaunchConfig
 
     make_provider(launch_config=AzureLaunchConfig(**fields)).launch(spec(), request_id="mi")

@@ -341,6 +341,10 @@ def test_a_value_holding_the_heredoc_end_never_breaks_out(tmp_path: Path) -> Non
     runnable = script.replace("/var/lib/heliotrope", str(tmp_path / "lib"))
     subprocess.run(["bash", "-c", runnable], check=True, capture_output=True)
     assert not canary.exists()
-    out = subprocess.run(["bash", "-c", f'. "{tmp_path}/lib/job.env"; printf %s "$EVIL"'],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        ["bash", "-c", f'. "{tmp_path}/lib/job.env"; printf %s "$EVIL"'],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert out.stdout == env["EVIL"]

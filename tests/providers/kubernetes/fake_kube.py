@@ -70,8 +70,13 @@ _ROUTES: list[tuple[str, re.Pattern[str], str, str, bool]] = [
         ("GET", _NS + r"/services/(?P<name>[^/]+)$", "services", "get", True),
         ("DELETE", _NS + r"/services/(?P<name>[^/]+)$", "services", "delete", True),
         ("GET", _NS + r"/events$", "events", "list", True),
-        ("POST", r"^/apis/authorization\.k8s\.io/v1/selfsubjectaccessreviews$",
-         "selfsubjectaccessreviews", "create", False),
+        (
+            "POST",
+            r"^/apis/authorization\.k8s\.io/v1/selfsubjectaccessreviews$",
+            "selfsubjectaccessreviews",
+            "create",
+            False,
+        ),
     ]
 ]
 
@@ -110,7 +115,9 @@ def _expression_matches(expr: dict[str, Any], labels: dict[str, str]) -> bool:
 
 def _affinity_matches(pod: dict[str, Any], labels: dict[str, str]) -> bool:
     required = (
-        pod["spec"].get("affinity", {}).get("nodeAffinity", {})
+        pod["spec"]
+        .get("affinity", {})
+        .get("nodeAffinity", {})
         .get("requiredDuringSchedulingIgnoredDuringExecution")
     )
     if not required:
@@ -122,8 +129,9 @@ def _affinity_matches(pod: dict[str, Any], labels: dict[str, str]) -> bool:
 
 
 def _pod_gpus(pod: dict[str, Any]) -> int:
-    return sum(int(c.get("resources", {}).get("limits", {}).get(GPU, 0))
-               for c in pod["spec"]["containers"])
+    return sum(
+        int(c.get("resources", {}).get("limits", {}).get(GPU, 0)) for c in pod["spec"]["containers"]
+    )
 
 
 @dataclass
@@ -187,36 +195,71 @@ class FakeKube:
     def requests_for(self, resource: str, verb: str) -> list[Call]:
         return [c for c in self.calls if c.resource == resource and c.verb == verb]
 
-    def add_pod(self, name: str, labels: dict[str, str], annotations: dict[str, str],
-                phase: str = "Running", *, node: str = "dgx-a100-01", gpus: int = 0) -> None:
+    def add_pod(
+        self,
+        name: str,
+        labels: dict[str, str],
+        annotations: dict[str, str],
+        phase: str = "Running",
+        *,
+        node: str = "dgx-a100-01",
+        gpus: int = 0,
+    ) -> None:
         self.pods[name] = {
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": self.namespace, "labels": labels,
-                         "annotations": annotations, "uid": f"uid-{next(self._ids)}",
-                         "creationTimestamp": NOW, "resourceVersion": str(next(self._ids))},
-            "spec": {"containers": [{"name": "c", "image": "busybox", "resources": {
-                "limits": {GPU: str(gpus)}} if gpus else {}}], "nodeName": node},
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": self.namespace,
+                "labels": labels,
+                "annotations": annotations,
+                "uid": f"uid-{next(self._ids)}",
+                "creationTimestamp": NOW,
+                "resourceVersion": str(next(self._ids)),
+            },
+            "spec": {
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": "busybox",
+                        "resources": {"limits": {GPU: str(gpus)}} if gpus else {},
+                    }
+                ],
+                "nodeName": node,
+            },
             "status": {"phase": phase},
         }
 
-    def disrupt(self, name: str, reason: str = "EvictionByEvictionAPI",
-                message: str = "Eviction API: evicting") -> None:
+    def disrupt(
+        self,
+        name: str,
+        reason: str = "EvictionByEvictionAPI",
+        message: str = "Eviction API: evicting",
+    ) -> None:
         """What the eviction API, the scheduler's preemption or the taint manager does first:
         a DisruptionTarget condition and a deletion timestamp (the kubelet sends SIGTERM)."""
         pod = self.pods[name]
         pod["status"].setdefault("conditions", []).append(
-            {"type": "DisruptionTarget", "status": "True", "reason": reason,
-             "message": message, "lastTransitionTime": NOW})
+            {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": reason,
+                "message": message,
+                "lastTransitionTime": NOW,
+            }
+        )
         pod["metadata"]["deletionTimestamp"] = NOW
         pod["metadata"]["deletionGracePeriodSeconds"] = pod["spec"].get(
-            "terminationGracePeriodSeconds", 30)
+            "terminationGracePeriodSeconds", 30
+        )
         self.event(name, "Killing", "Stopping container job", "Normal")
 
     def kubelet_evict(self, name: str) -> None:
         """Node-pressure eviction: the pod fails with reason Evicted (it stays, Failed)."""
         pod = self.pods[name]
-        pod["status"].update(phase="Failed", reason="Evicted",
-                             message="The node was low on resource: memory.")
+        pod["status"].update(
+            phase="Failed", reason="Evicted", message="The node was low on resource: memory."
+        )
         self.event(name, "Evicted", "The node was low on resource: memory.", "Warning")
 
     def remove(self, name: str) -> None:
@@ -225,28 +268,59 @@ class FakeKube:
     def finish(self, name: str, exit_code: int) -> None:
         pod = self.pods[name]
         pod["status"]["phase"] = "Succeeded" if exit_code == 0 else "Failed"
-        pod["status"]["containerStatuses"] = [{
-            "name": "job", "ready": False, "restartCount": 0, "image": "i", "imageID": "i",
-            "state": {"terminated": {"exitCode": exit_code,
-                                     "reason": "Completed" if exit_code == 0 else "Error",
-                                     "startedAt": NOW, "finishedAt": NOW}}}]
+        pod["status"]["containerStatuses"] = [
+            {
+                "name": "job",
+                "ready": False,
+                "restartCount": 0,
+                "image": "i",
+                "imageID": "i",
+                "state": {
+                    "terminated": {
+                        "exitCode": exit_code,
+                        "reason": "Completed" if exit_code == 0 else "Error",
+                        "startedAt": NOW,
+                        "finishedAt": NOW,
+                    }
+                },
+            }
+        ]
 
     def event(self, pod: str, reason: str, message: str, kind: str = "Warning") -> None:
         n = next(self._ids)
-        self.events.append({
-            "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"{pod}.17c{n:013x}", "namespace": self.namespace,
-                         "uid": f"ev-{n}", "resourceVersion": str(n), "creationTimestamp": NOW},
-            "involvedObject": {"kind": "Pod", "namespace": self.namespace, "name": pod,
-                               "apiVersion": "v1", "uid": f"uid-{pod}"},
-            "reason": reason, "message": message, "type": kind, "count": 1,
-            "firstTimestamp": NOW, "lastTimestamp": NOW,
-            "source": {"component": "kubelet"}, "reportingComponent": "kubelet",
-        })
+        self.events.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {
+                    "name": f"{pod}.17c{n:013x}",
+                    "namespace": self.namespace,
+                    "uid": f"ev-{n}",
+                    "resourceVersion": str(n),
+                    "creationTimestamp": NOW,
+                },
+                "involvedObject": {
+                    "kind": "Pod",
+                    "namespace": self.namespace,
+                    "name": pod,
+                    "apiVersion": "v1",
+                    "uid": f"uid-{pod}",
+                },
+                "reason": reason,
+                "message": message,
+                "type": kind,
+                "count": 1,
+                "firstTimestamp": NOW,
+                "lastTimestamp": NOW,
+                "source": {"component": "kubelet"},
+                "reportingComponent": "kubelet",
+            }
+        )
 
     # -- serving ---------------------------------------------------------------------------
-    def handle(self, method: str, raw_path: str, headers: dict[str, str],
-               raw: bytes) -> tuple[int, Any]:
+    def handle(
+        self, method: str, raw_path: str, headers: dict[str, str], raw: bytes
+    ) -> tuple[int, Any]:
         parts = urlsplit(raw_path)
         query = parse_qs(parts.query)
         body = json.loads(raw) if raw else None
@@ -267,8 +341,9 @@ class FakeKube:
             if auth != f"Bearer {self.token}":
                 return 401, recorded("status_401.json")
             if namespaced and args["ns"] != self.namespace:
-                return 404, recorded("status_404_not_found.json", kind="namespaces",
-                                     name=args["ns"])
+                return 404, recorded(
+                    "status_404_not_found.json", kind="namespaces", name=args["ns"]
+                )
             queue = self.scripted.get((method, f"{resource}/{verb}"))
             if queue:
                 return queue.popleft()
@@ -280,14 +355,16 @@ class FakeKube:
             if resource == "selfsubjectaccessreviews":
                 attrs = body["spec"]["resourceAttributes"]
                 allowed = (attrs["resource"], attrs["verb"]) not in self.denied and (
-                    attrs.get("namespace") in (None, self.namespace))
+                    attrs.get("namespace") in (None, self.namespace)
+                )
                 review = copy.deepcopy(body)
                 review["metadata"] = {"creationTimestamp": None}
                 review["status"] = {"allowed": allowed}
                 if allowed:
                     review["status"]["reason"] = (
                         'RBAC: allowed by RoleBinding "heliotrope/heliotrope" of Role '
-                        '"heliotrope" to ServiceAccount "heliotrope/heliotrope"')
+                        '"heliotrope" to ServiceAccount "heliotrope/heliotrope"'
+                    )
                 return 201, review
             assert store is not None
             if verb == "list":
@@ -309,14 +386,19 @@ class FakeKube:
     def _list(self, kind: str, items: list[dict[str, Any]], query: dict[str, list[str]]) -> Any:
         selector = query.get("labelSelector", [""])[0]
         fields = query.get("fieldSelector", [""])[0]
-        chosen = [i for i in items
-                  if _selector_matches(selector, i["metadata"].get("labels") or {})]
+        chosen = [
+            i for i in items if _selector_matches(selector, i["metadata"].get("labels") or {})
+        ]
         if fields:
             key, _, value = fields.partition("=")
             assert key == "involvedObject.kind", f"the fake does not know field {key}"
             chosen = [i for i in chosen if i["involvedObject"]["kind"] == value]
-        return {"kind": kind, "apiVersion": "v1",
-                "metadata": {"resourceVersion": str(next(self._ids))}, "items": chosen}
+        return {
+            "kind": kind,
+            "apiVersion": "v1",
+            "metadata": {"resourceVersion": str(next(self._ids))},
+            "items": chosen,
+        }
 
     def _create(self, resource: str, store: dict[str, Any], body: Any) -> tuple[int, Any]:
         name = body["metadata"]["name"]
@@ -324,8 +406,9 @@ class FakeKube:
             return 409, recorded("status_409_already_exists.json", name=name)
         obj = copy.deepcopy(body)
         n = next(self._ids)
-        obj["metadata"].update(namespace=self.namespace, uid=f"uid-{n}", resourceVersion=str(n),
-                               creationTimestamp=NOW)
+        obj["metadata"].update(
+            namespace=self.namespace, uid=f"uid-{n}", resourceVersion=str(n), creationTimestamp=NOW
+        )
         if resource == "pods":
             self._schedule(obj)
         else:
@@ -343,17 +426,36 @@ class FakeKube:
         for node in self.nodes:
             labels = node["metadata"]["labels"]
             name = node["metadata"]["name"]
-            ready = any(c["type"] == "Ready" and c["status"] == "True"
-                        for c in node["status"]["conditions"])
+            ready = any(
+                c["type"] == "Ready" and c["status"] == "True" for c in node["status"]["conditions"]
+            )
             free = int(node["status"]["allocatable"].get(GPU, 0)) - used.get(name, 0)
-            if ready and not node["spec"].get("unschedulable") and free >= want and \
-                    _affinity_matches(pod, labels):
+            if (
+                ready
+                and not node["spec"].get("unschedulable")
+                and free >= want
+                and _affinity_matches(pod, labels)
+            ):
                 pod["spec"]["nodeName"] = name
-                pod["status"] = {"phase": "Running", "startTime": NOW, "conditions": [
-                    {"type": "PodScheduled", "status": "True", "lastTransitionTime": NOW}]}
+                pod["status"] = {
+                    "phase": "Running",
+                    "startTime": NOW,
+                    "conditions": [
+                        {"type": "PodScheduled", "status": "True", "lastTransitionTime": NOW}
+                    ],
+                }
                 return
         message = f"0/{len(self.nodes)} nodes are available: {want} Insufficient nvidia.com/gpu."
-        pod["status"] = {"phase": "Pending", "conditions": [
-            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-             "message": message, "lastTransitionTime": NOW}]}
+        pod["status"] = {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": message,
+                    "lastTransitionTime": NOW,
+                }
+            ],
+        }
         self.event(pod["metadata"]["name"], "FailedScheduling", message)

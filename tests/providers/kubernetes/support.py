@@ -70,5 +70,12 @@ def spec(
     startup_s: float = 120.0,
     cluster: str = CLUSTER,
 ) -> LaunchSpec:
-    return LaunchSpec(job_id=job, offer_id=offer, cluster=cluster, startup_s=startup_s,
-                      count=count, entrypoint=entrypoint, env=env or {})
+    return LaunchSpec(
+        job_id=job,
+        offer_id=offer,
+        cluster=cluster,
+        startup_s=startup_s,
+        count=count,
+        entrypoint=entrypoint,
+        env=env or {},
+    )

@@ -45,11 +45,16 @@ def test_a_spot_pod_asks_for_its_gpus_on_spot_nodes(
     assert pod["spec"]["restartPolicy"] == "Never"
     assert pod["spec"]["terminationGracePeriodSeconds"] == CONFIG.termination_grace_s
     terms = pod["spec"]["affinity"]["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
     assert {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]} in [
-        e for t in terms for e in t["matchExpressions"]]
-    assert all({"key": "nvidia.com/gpu.product", "operator": "In",
-                "values": ["NVIDIA-H100-80GB-HBM3"]} in t["matchExpressions"] for t in terms)
+        e for t in terms for e in t["matchExpressions"]
+    ]
+    assert all(
+        {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H100-80GB-HBM3"]}
+        in t["matchExpressions"]
+        for t in terms
+    )
     env = env_of(pod)
     assert env["WANDB_PROJECT"] == "x" and env["HELIOTROPE_INSTANCE_ID"] == out.instance_id
     # the fake scheduler honoured the affinity: a spot node
@@ -91,8 +96,10 @@ def test_a_gang_gets_a_headless_service_and_ranks(make_provider: Factory, onprem
     [service] = onprem.requests_for("services", "create")
     assert service.body["metadata"]["name"] == gang
     assert service.body["spec"]["clusterIP"] == "None"
-    assert service.body["spec"]["selector"] == {"heliotrope-cluster": CLUSTER,
-                                                "heliotrope-gang": gang}
+    assert service.body["spec"]["selector"] == {
+        "heliotrope-cluster": CLUSTER,
+        "heliotrope-gang": gang,
+    }
     pods = [c.body for c in onprem.requests_for("pods", "create")]
     assert [p["metadata"]["name"] for p in pods] == [f"{gang}-{k}" for k in range(3)]
     for rank, pod in enumerate(pods):
@@ -121,7 +128,8 @@ def test_a_checkpoint_pvc_is_mounted(make_provider: Factory, onprem: FakeKube) -
     assert make_provider(launch_config=config).launch(spec(A100X1), request_id="p").ok
     pod = onprem.requests_for("pods", "create")[0].body
     assert pod["spec"]["volumes"] == [
-        {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "ckpt-ml-prod"}}]
+        {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "ckpt-ml-prod"}}
+    ]
     assert env_of(pod)["HELIOTROPE_CHECKPOINT_DIR"] == "/checkpoints"
 
 
@@ -134,7 +142,11 @@ def test_a_checkpoint_pvc_is_mounted(make_provider: Factory, onprem: FakeKube) -
     ],
 )
 def test_refused_creates_come_back_as_data(
-    make_provider: Factory, onprem: FakeKube, sleeps: list[float], status: int, fixture: str,
+    make_provider: Factory,
+    onprem: FakeKube,
+    sleeps: list[float],
+    status: int,
+    fixture: str,
     kind: FailureKind,
 ) -> None:
     onprem.script("POST", "pods", "create", (status, recorded(fixture, name="p")))
@@ -143,8 +155,9 @@ def test_refused_creates_come_back_as_data(
     assert sleeps == [] and onprem.pods == {}
 
 
-def test_throttling_is_retried(make_provider: Factory, onprem: FakeKube,
-                               sleeps: list[float]) -> None:
+def test_throttling_is_retried(
+    make_provider: Factory, onprem: FakeKube, sleeps: list[float]
+) -> None:
     onprem.script("POST", "pods", "create", (429, recorded("status_429.json")))
     assert make_provider().launch(spec(A100X8), request_id="busy").ok
     assert len(sleeps) == 1 and len(onprem.pods) == 1
@@ -161,8 +174,9 @@ def test_throttling_is_retried(make_provider: Factory, onprem: FakeKube,
         (H100X8_SPOT, {"HF_TOKEN": "x"}, "HF_TOKEN"),
     ],
 )
-def test_bad_launches_are_refused(make_provider: Factory, kube: dict[str, FakeKube], offer: str,
-                                  env: dict[str, str], why: str) -> None:
+def test_bad_launches_are_refused(
+    make_provider: Factory, kube: dict[str, FakeKube], offer: str, env: dict[str, str], why: str
+) -> None:
     out = make_provider().launch(spec(offer, env=env), request_id="bad")
     assert out.error is not None and out.error.kind is FailureKind.INVALID
     assert why in out.error.message

@@ -20,14 +20,21 @@ from tests.providers.kubernetes.support import (
 
 def foreign_pods(fake: FakeKube, our_name: str) -> None:
     fake.add_pod("notebook-0", labels={"app": "jupyter"}, annotations={})
-    fake.add_pod("hel-0123456789abcdef0123",  # another cluster's Heliotrope pod
-                 labels={"heliotrope-cluster": "other"},
-                 annotations={"heliotrope.io/cluster": "other"})
-    fake.add_pod("trainer-x",  # labelled like ours by hand, not a name we make
-                 labels={"heliotrope-cluster": CLUSTER},
-                 annotations={"heliotrope.io/cluster": CLUSTER})
-    fake.add_pod(f"{our_name}-g9-0",  # our label, no exact cluster annotation
-                 labels={"heliotrope-cluster": CLUSTER}, annotations={})
+    fake.add_pod(
+        "hel-0123456789abcdef0123",  # another cluster's Heliotrope pod
+        labels={"heliotrope-cluster": "other"},
+        annotations={"heliotrope.io/cluster": "other"},
+    )
+    fake.add_pod(
+        "trainer-x",  # labelled like ours by hand, not a name we make
+        labels={"heliotrope-cluster": CLUSTER},
+        annotations={"heliotrope.io/cluster": CLUSTER},
+    )
+    fake.add_pod(
+        f"{our_name}-g9-0",  # our label, no exact cluster annotation
+        labels={"heliotrope-cluster": CLUSTER},
+        annotations={},
+    )
 
 
 def test_list_shows_our_gangs_in_every_context(
@@ -55,8 +62,14 @@ def test_terminate_deletes_ours_with_the_grace_period_and_nothing_else(
     foreign_pods(onprem, gang.split("/")[1])
     before = set(onprem.pods)
     provider.terminate(
-        [gang, "onprem/notebook-0", "onprem/trainer-x", "onprem/hel-0123456789abcdef0123",
-         "elsewhere/hel-0123456789abcdef0123", "junk"],
+        [
+            gang,
+            "onprem/notebook-0",
+            "onprem/trainer-x",
+            "onprem/hel-0123456789abcdef0123",
+            "elsewhere/hel-0123456789abcdef0123",
+            "junk",
+        ],
         request_id="stop",
     )
     deletes = onprem.requests_for("pods", "delete")
@@ -132,8 +145,13 @@ def test_a_gang_that_stays_unschedulable_is_deleted_and_preempted(
 ) -> None:
     # Another tenant holds a whole node: Heliotrope counts only its own pods, so the gang
     # looks like it fits; the scheduler leaves one pod Pending (Unschedulable).
-    onprem.add_pod("someone-elses-training", labels={"team": "vision"}, annotations={},
-                   node="dgx-a100-02", gpus=8)
+    onprem.add_pod(
+        "someone-elses-training",
+        labels={"team": "vision"},
+        annotations={},
+        node="dgx-a100-02",
+        gpus=8,
+    )
     provider = make_provider()
     gang = provider.launch(spec(A100X8, count=2), request_id="fits").instance_id
     assert gang is not None
@@ -158,8 +176,9 @@ def test_a_restarted_provider_learns_its_pods(make_provider: Factory, gpucloud: 
     assert event.type is EventType.PREEMPTED and event.instance_id == vm
 
 
-def test_listing_errors_raise(make_provider: Factory, onprem: FakeKube,
-                              sleeps: list[float]) -> None:
+def test_listing_errors_raise(
+    make_provider: Factory, onprem: FakeKube, sleeps: list[float]
+) -> None:
     onprem.script("GET", "pods", "list", *[(503, recorded("status_429.json"))] * 2)
     with pytest.raises(TransientError):
         make_provider(max_attempts=2).list_instances(cluster=CLUSTER)

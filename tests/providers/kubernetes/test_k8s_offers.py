@@ -21,7 +21,11 @@ def test_offers_are_gpu_pools_by_type_and_market(make_provider: Factory) -> None
     }  # not: the L4 node (not ready), the CPU node, the GPU the catalog does not know
     h100 = offers[H100X8_SPOT]
     assert (h100.gpu_type, h100.gpu_count, h100.market, h100.region) == (
-        "H100", 8, Market.SPOT, "gpucloud")
+        "H100",
+        8,
+        Market.SPOT,
+        "gpucloud",
+    )
     assert h100.grid_zone == "US-MIDA-PJM" and h100.pue == 1.25
     assert h100.power_kw == catalog.instance_power_kw("H100", 8)
     assert offers[A100X8].pue == catalog.pue("local") and offers[A100X8].grid_zone == "DE"
@@ -78,8 +82,9 @@ def test_node_listing_errors_raise(make_provider: Factory, gpucloud: FakeKube) -
         ({"regions": (KubeRegion("a", usd_per_gpu_hour={"H100": -1.0}),)}, "regions[a] prices"),
     ],
 )
-def test_bad_settings_name_the_field(make_provider: Factory, overrides: dict[str, object],
-                                     field: str) -> None:
+def test_bad_settings_name_the_field(
+    make_provider: Factory, overrides: dict[str, object], field: str
+) -> None:
     from orchestrator.errors import InputError
 
     with pytest.raises(InputError) as raised:

@@ -52,14 +52,20 @@ def needed(calls: list[Call]) -> tuple[set[tuple[str, str]], set[tuple[str, str]
 
 def test_bindings_name_the_roles_and_the_namespace() -> None:
     docs = {(d["kind"], d["metadata"]["name"]): d for d in documents()}
-    assert set(docs) == {("ServiceAccount", "heliotrope"), ("Role", "heliotrope"),
-                         ("RoleBinding", "heliotrope"), ("ClusterRole", "heliotrope-nodes"),
-                         ("ClusterRoleBinding", "heliotrope-nodes")}
+    assert set(docs) == {
+        ("ServiceAccount", "heliotrope"),
+        ("Role", "heliotrope"),
+        ("RoleBinding", "heliotrope"),
+        ("ClusterRole", "heliotrope-nodes"),
+        ("ClusterRoleBinding", "heliotrope-nodes"),
+    }
     assert docs[("Role", "heliotrope")]["metadata"]["namespace"] == NAMESPACE
     assert docs[("RoleBinding", "heliotrope")]["roleRef"]["name"] == "heliotrope"
     assert docs[("ClusterRoleBinding", "heliotrope-nodes")]["roleRef"] == {
-        "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-        "name": "heliotrope-nodes"}
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "heliotrope-nodes",
+    }
 
 
 def test_rbac_grants_exactly_what_the_adapter_calls(

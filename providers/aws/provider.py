@@ -691,8 +691,8 @@ class AwsProvider:
             r
             for page in pages
             for r in page.get("SpotInstanceRequests", [])
-            if tags_of(r.get("Tags")).get(TAG_CLUSTER) == self._cluster
-        ]  # type: ignore[arg-type]
+            if tags_of(r.get("Tags")).get(TAG_CLUSTER) == self._cluster  # type: ignore[arg-type]
+        ]
 
     def _spot_event(
         self,

@@ -210,7 +210,6 @@ class World:
         return self.provider if isinstance(self.provider, LocalProvider) else None
 
 
-LocalWorld = World  # the name earlier code used
 
 
 def db_url(settings: LiveSettings) -> str:

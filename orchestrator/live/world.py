@@ -210,8 +210,6 @@ class World:
         return self.provider if isinstance(self.provider, LocalProvider) else None
 
 
-
-
 def db_url(settings: LiveSettings) -> str:
     """The state store's URL: the settings', else $HELIOTROPE_DB_URL, else the home's
     SQLite file."""

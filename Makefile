@@ -28,8 +28,11 @@ demo: setup
 test: setup
 	$(BIN)/pytest $(PYTEST_ARGS)
 
+PY_DIRS := orchestrator providers policies tests dags examples infra
+
 lint: setup
-	$(BIN)/ruff check orchestrator providers policies tests dags
+	$(BIN)/ruff check $(PY_DIRS)
+	$(BIN)/ruff format --check $(PY_DIRS)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

@@ -136,8 +136,11 @@ class Hindsight:
     def of(grid: GridLike) -> Hindsight:
         """The hindsight of a replay's signal grid (after spot gaps were realized)."""
         return Hindsight(
-            start_s=float(grid.start_s), tick_s=float(grid.tick_s), offers=tuple(grid.offers),
-            usd_per_hour=grid.usd_per_hour, spot_capacity=grid.spot_capacity,
+            start_s=float(grid.start_s),
+            tick_s=float(grid.tick_s),
+            offers=tuple(grid.offers),
+            usd_per_hour=grid.usd_per_hour,
+            spot_capacity=grid.spot_capacity,
             carbon_g_per_kwh=grid.carbon_g_per_kwh,
             carbon_marginal_g_per_kwh=grid.carbon_marginal_g_per_kwh,
             curtailing=grid.curtailing,
@@ -147,19 +150,25 @@ class Hindsight:
     def persistent(snapshot: Snapshot, n_ticks: int) -> Hindsight:
         """The present held constant for `n_ticks` ticks (no future is known)."""
         held = snapshot.fleet.offer >= 0
-        used = np.bincount(snapshot.fleet.offer[held],
-                           weights=snapshot.fit.instances[held, snapshot.fleet.offer[held]],
-                           minlength=len(snapshot.offers))
-        capacity = np.nan_to_num(np.asarray(snapshot.spot_capacity, dtype=np.float64) + used,
-                                 nan=0.0, posinf=np.inf)
+        used = np.bincount(
+            snapshot.fleet.offer[held],
+            weights=snapshot.fit.instances[held, snapshot.fleet.offer[held]],
+            minlength=len(snapshot.offers),
+        )
+        capacity = np.nan_to_num(
+            np.asarray(snapshot.spot_capacity, dtype=np.float64) + used, nan=0.0, posinf=np.inf
+        )
 
         def rows(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
             return np.repeat(np.asarray(a)[None, :], n_ticks, axis=0)
 
         return Hindsight(
-            start_s=snapshot.now_s, tick_s=snapshot.tick_h * 3600.0,
-            offers=tuple(snapshot.offers), usd_per_hour=rows(snapshot.usd_per_hour),
-            spot_capacity=rows(capacity), carbon_g_per_kwh=rows(snapshot.carbon_g_per_kwh),
+            start_s=snapshot.now_s,
+            tick_s=snapshot.tick_h * 3600.0,
+            offers=tuple(snapshot.offers),
+            usd_per_hour=rows(snapshot.usd_per_hour),
+            spot_capacity=rows(capacity),
+            carbon_g_per_kwh=rows(snapshot.carbon_g_per_kwh),
             carbon_marginal_g_per_kwh=rows(snapshot.carbon_marginal_g_per_kwh),
             curtailing=rows(snapshot.curtailing),
         )
@@ -273,8 +282,7 @@ class Oracle:
     max_progress_levels: int = 16384
     max_cells: int = 300_000_000
     drop_finishing_tick: bool = False
-    _plans: dict[str, JobPlan] = field(default_factory=dict, init=False, repr=False,
-                                       compare=False)
+    _plans: dict[str, JobPlan] = field(default_factory=dict, init=False, repr=False, compare=False)
     _cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
     name = "oracle"
 
@@ -284,8 +292,12 @@ class Oracle:
 
     def with_hindsight(self, hindsight: Hindsight) -> Oracle:
         """A fresh oracle (no plans yet) that knows `hindsight`."""
-        return Oracle(hindsight=hindsight, max_progress_levels=self.max_progress_levels,
-                      max_cells=self.max_cells, drop_finishing_tick=self.drop_finishing_tick)
+        return Oracle(
+            hindsight=hindsight,
+            max_progress_levels=self.max_progress_levels,
+            max_cells=self.max_cells,
+            drop_finishing_tick=self.drop_finishing_tick,
+        )
 
     @property
     def plans(self) -> dict[str, JobPlan]:
@@ -295,15 +307,17 @@ class Oracle:
     def __call__(self, snapshot: Snapshot) -> Decision:
         fleet = snapshot.fleet
         phase = fleet.phase
-        active = np.flatnonzero((phase == Phase.WAITING) | (phase == Phase.STARTING)
-                                | (phase == Phase.RUNNING))
+        active = np.flatnonzero(
+            (phase == Phase.WAITING) | (phase == Phase.STARTING) | (phase == Phase.RUNNING)
+        )
         if active.size == 0 or not snapshot.offers:
             return Decision()
         hindsight = self._hindsight(snapshot)
         cols = self._columns(snapshot, hindsight)
         k = round((snapshot.now_s - hindsight.start_s) / hindsight.tick_s)
         if abs(hindsight.start_s + k * hindsight.tick_s - snapshot.now_s) > 1e-3 or not (
-                abs(snapshot.tick_h * 3600.0 - hindsight.tick_s) < 1e-6):
+            abs(snapshot.tick_h * 3600.0 - hindsight.tick_s) < 1e-6
+        ):
             raise ValueError("the oracle's hindsight is on another tick grid than the loop")
         intents: dict[int, Intent] = {}
         for j in map(int, active):
@@ -326,10 +340,15 @@ class Oracle:
             if target == current:
                 continue
             what = snapshot.offers[target].id if target >= 0 else "pause"
-            kind = "deadline unreachable: finish as soon as possible" if plan.fallback else (
-                "hindsight-optimal plan")
-            intents[j] = Intent(None if target < 0 else target,
-                                f"{what}: {kind}, plan J {plan.objective_usd:.2f} USD")
+            kind = (
+                "deadline unreachable: finish as soon as possible"
+                if plan.fallback
+                else ("hindsight-optimal plan")
+            )
+            intents[j] = Intent(
+                None if target < 0 else target,
+                f"{what}: {kind}, plan J {plan.objective_usd:.2f} USD",
+            )
         return Decision(intents)
 
     # -- internals ---------------------------------------------------------------------
@@ -340,7 +359,8 @@ class Oracle:
         horizon_s = max(j.deadline.timestamp() for j in snapshot.jobs) - snapshot.now_s
         tick_s = snapshot.tick_h * 3600.0
         if isinstance(cached, Hindsight) and (
-                cached.start_s + cached.n_ticks * cached.tick_s >= snapshot.now_s + horizon_s):
+            cached.start_s + cached.n_ticks * cached.tick_s >= snapshot.now_s + horizon_s
+        ):
             return cached
         logger.warning("oracle without hindsight: planning on the present held constant")
         n = max(1, math.ceil(horizon_s / tick_s) + 1)
@@ -363,31 +383,57 @@ class Oracle:
         self._cache["columns"] = (key, cols)
         return cols
 
-    def _solve(self, snapshot: Snapshot, j: int, k: int, hindsight: Hindsight,
-               cols: IntArray) -> JobPlan:
+    def _solve(
+        self, snapshot: Snapshot, j: int, k: int, hindsight: Hindsight, cols: IntArray
+    ) -> JobPlan:
         job = snapshot.jobs[j]
         ledger = self._cache.get("ledger")
         if not isinstance(ledger, SpotLedger) or ledger.hindsight is not hindsight:
             ledger = self._cache["ledger"] = SpotLedger(hindsight)
         ledger.release(job.id, k)
-        problem = job_problem(snapshot, j, k, hindsight, cols,
-                              finishing_tick_free=self.drop_finishing_tick,
-                              reserved=ledger.reserved)
+        problem = job_problem(
+            snapshot,
+            j,
+            k,
+            hindsight,
+            cols,
+            finishing_tick_free=self.drop_finishing_tick,
+            reserved=ledger.reserved,
+        )
         plan = plan_job(problem, max_levels=self.max_progress_levels, max_cells=self.max_cells)
-        ledger.reserve(job.id, k, plan.target, cols, snapshot.fit.instances[j],
-                       np.array([o.market is Market.SPOT for o in snapshot.offers]))
+        ledger.reserve(
+            job.id,
+            k,
+            plan.target,
+            cols,
+            snapshot.fit.instances[j],
+            np.array([o.market is Market.SPOT for o in snapshot.offers]),
+        )
         progress0 = float(snapshot.fleet.progress_gpu_h[j])
-        logger.info("oracle: %s planned from tick %d: J %.2f USD, %s%s", job.id, k,
-                    plan.objective_usd, "meets its deadline" if plan.meets_deadline else
-                    "misses its deadline", "" if plan.exact else " (rounded progress grid)")
+        logger.info(
+            "oracle: %s planned from tick %d: J %.2f USD, %s%s",
+            job.id,
+            k,
+            plan.objective_usd,
+            "meets its deadline" if plan.meets_deadline else "misses its deadline",
+            "" if plan.exact else " (rounded progress grid)",
+        )
         return JobPlan(
-            job_id=job.id, first_tick=k, held=plan.held, target=plan.target,
+            job_id=job.id,
+            first_tick=k,
+            held=plan.held,
+            target=plan.target,
             progress_gpu_h=plan.progress_gpu_h + progress0,
-            finish_s=snapshot.now_s + plan.finish_s, usd=plan.usd, kg_co2=plan.kg_co2,
+            finish_s=snapshot.now_s + plan.finish_s,
+            usd=plan.usd,
+            kg_co2=plan.kg_co2,
             finishing_tick_usd=plan.finishing_tick_usd,
-            finishing_tick_kg_co2=plan.finishing_tick_kg_co2, objective_usd=plan.objective_usd,
+            finishing_tick_kg_co2=plan.finishing_tick_kg_co2,
+            objective_usd=plan.objective_usd,
             dp_objective_usd=plan.dp_objective_usd,
-            meets_deadline=plan.meets_deadline, exact=plan.exact, fallback=plan.fallback,
+            meets_deadline=plan.meets_deadline,
+            exact=plan.exact,
+            fallback=plan.fallback,
             progress_levels=plan.progress_levels,
         )
 
@@ -401,8 +447,15 @@ class SpotLedger:
         self.reserved: FloatArray = np.zeros_like(hindsight.spot_capacity, dtype=np.float64)
         self._by_job: dict[str, tuple[IntArray, IntArray, FloatArray]] = {}
 
-    def reserve(self, job_id: str, first_tick: int, target: IntArray, cols: IntArray,
-                instances: npt.NDArray[Any], spot: BoolArray) -> None:
+    def reserve(
+        self,
+        job_id: str,
+        first_tick: int,
+        target: IntArray,
+        cols: IntArray,
+        instances: npt.NDArray[Any],
+        spot: BoolArray,
+    ) -> None:
         """Book `target` (offer held during tick ``first_tick + i``, -1 none) for `job_id`.
         An instance given up at a boundary (the plan moves on, or the job finished in the
         tick before) is still counted there: the loop frees it only after that boundary's
@@ -430,9 +483,16 @@ class SpotLedger:
         np.subtract.at(self.reserved, (ticks[later], columns[later]), amount[later])
 
 
-def job_problem(snapshot: Snapshot, j: int, k: int, hindsight: Hindsight,
-                cols: IntArray | None = None, *, finishing_tick_free: bool = False,
-                reserved: FloatArray | None = None) -> JobProblem:
+def job_problem(
+    snapshot: Snapshot,
+    j: int,
+    k: int,
+    hindsight: Hindsight,
+    cols: IntArray | None = None,
+    *,
+    finishing_tick_free: bool = False,
+    reserved: FloatArray | None = None,
+) -> JobProblem:
     """Job `j`'s problem from hindsight tick `k` (= the snapshot's now) on, in the snapshot's
     offer order. At tick k itself, the snapshot's spot capacity (what other jobs left) also
     bounds what may be launched; later, the realized capacity less what other jobs' plans
@@ -469,8 +529,10 @@ def job_problem(snapshot: Snapshot, j: int, k: int, hindsight: Hindsight,
         if fleet.offer[j] >= 0:
             mine[fleet.offer[j]] = instances[fleet.offer[j]]
         with np.errstate(invalid="ignore"):
-            free_now = np.nan_to_num(np.asarray(snapshot.spot_capacity) + mine, nan=0.0,
-                                     posinf=np.inf) >= instances
+            free_now = (
+                np.nan_to_num(np.asarray(snapshot.spot_capacity) + mine, nan=0.0, posinf=np.inf)
+                >= instances
+            )
         usable[0] &= ~spot | free_now
     kwh_per_hour = fit.power_kw[j] * fit.pue
     price0 = np.nan_to_num(price, nan=0.0)
@@ -495,14 +557,21 @@ def job_problem(snapshot: Snapshot, j: int, k: int, hindsight: Hindsight,
     running = fleet.phase[j] == Phase.RUNNING and held >= 0
     ckpt = int(fleet.checkpoint_offer[j])
     return JobProblem(
-        tick_s=tick_s, deadline_s=deadline_s,
+        tick_s=tick_s,
+        deadline_s=deadline_s,
         work_gpu_h=max(0.0, job.work_gpu_hours - float(fleet.progress_gpu_h[j])),
-        rate=rate, usd_per_hour=price0 * instances[None, :],
+        rate=rate,
+        usd_per_hour=price0 * instances[None, :],
         kg_per_hour=kwh_per_hour[None, :] * carbon / 1000.0,
-        usable=usable, preempted=short, location=location, egress_usd=egress,
-        startup_h=startup, carbon_usd_per_tonne=snapshot.settings.carbon_usd_per_tonne,
+        usable=usable,
+        preempted=short,
+        location=location,
+        egress_usd=egress,
+        startup_h=startup,
+        carbon_usd_per_tonne=snapshot.settings.carbon_usd_per_tonne,
         bill_final_tick=snapshot.settings.bill_final_tick,
-        finishing_tick_free=finishing_tick_free, start_offer=held if running else NO_OFFER,
+        finishing_tick_free=finishing_tick_free,
+        start_offer=held if running else NO_OFFER,
         start_location=int(location[ckpt]) if ckpt >= 0 and not running else -1,
     )
 
@@ -547,8 +616,9 @@ def _exact_unit(increments: Sequence[float]) -> float | None:
     return top * math.gcd(*(f.numerator * (den // f.denominator) for f in fracs)) / den
 
 
-def _progress_unit(work_gpu_h: float, full: Sequence[float], partial: Sequence[float],
-                   max_levels: int) -> tuple[float, bool]:
+def _progress_unit(
+    work_gpu_h: float, full: Sequence[float], partial: Sequence[float], max_levels: int
+) -> tuple[float, bool]:
     """The progress grid: the largest unit every increment (full ticks, partial ticks after a
     startup) is a whole multiple of, when the work needs at most `max_levels` of it (exact).
     Else a unit that divides every full-tick increment, rounding partial ones down; else one
@@ -580,8 +650,9 @@ class _Launch:
     frac: float
 
 
-def plan_job(problem: JobProblem, *, max_levels: int = 16384,
-             max_cells: int = 300_000_000) -> Schedule:
+def plan_job(
+    problem: JobProblem, *, max_levels: int = 16384, max_cells: int = 300_000_000
+) -> Schedule:
     """The minimum-J schedule of `problem` (see the module docstring for the model).
 
     `max_levels` bounds the progress grid; `max_cells` the work (offers x startup classes x
@@ -590,10 +661,14 @@ def plan_job(problem: JobProblem, *, max_levels: int = 16384,
     pb = problem
     n_ticks, n_offers = pb.dp_ticks, pb.usable.shape[1]
     if pb.work_gpu_h <= 0:
-        return _account(pb, np.zeros(0, dtype=np.int64), dp_value=0.0, exact=True,
-                        fallback=False, levels=0)
-    active = ((pb.rate > 0) & pb.usable[:n_ticks].any(axis=0) if n_ticks
-              else np.zeros(n_offers, dtype=bool))
+        return _account(
+            pb, np.zeros(0, dtype=np.int64), dp_value=0.0, exact=True, fallback=False, levels=0
+        )
+    active = (
+        (pb.rate > 0) & pb.usable[:n_ticks].any(axis=0)
+        if n_ticks
+        else np.zeros(n_offers, dtype=bool)
+    )
     if pb.start_offer >= 0:
         active[pb.start_offer] = pb.rate[pb.start_offer] > 0
     if not active.any():
@@ -613,8 +688,9 @@ def _first_at_most(values: FloatArray, bound: float) -> IntArray:
     return out
 
 
-def _location_groups(egress: FloatArray, cls: IntArray) -> list[tuple[list[int],
-                                                                     FloatArray, IntArray]]:
+def _location_groups(
+    egress: FloatArray, cls: IntArray
+) -> list[tuple[list[int], FloatArray, IntArray]]:
     """Rows of (egress, startup class) [L+1, L] grouped so that, within a group, every row
     L reads the same (egress, class) in every column but its own (the diagonal: its own
     region). Returns (rows, egress per column, class per column) per group; the last row
@@ -633,13 +709,19 @@ def _location_groups(egress: FloatArray, cls: IntArray) -> list[tuple[list[int],
                 break
         else:
             cols_new: list[tuple[float, int] | None] = [
-                None if c == row else sig[c] for c in range(n_loc)]
+                None if c == row else sig[c] for c in range(n_loc)
+            ]
             groups.append(([row], cols_new))
     out = []
     for members, cols in groups:
         filled = [c if c is not None else (math.inf, 0) for c in cols]
-        out.append((members, np.array([e for e, _ in filled]),
-                    np.array([k for _, k in filled], dtype=np.int64)))
+        out.append(
+            (
+                members,
+                np.array([e for e, _ in filled]),
+                np.array([k for _, k in filled], dtype=np.int64),
+            )
+        )
     return out
 
 
@@ -668,8 +750,9 @@ def _band_take(band: _Band, levels: IntArray, step: IntArray | None, pad: int) -
     return taken
 
 
-def _backward_forward(pb: JobProblem, act: IntArray, max_levels: int, max_cells: int
-                      ) -> tuple[IntArray, float, bool, int] | None:
+def _backward_forward(
+    pb: JobProblem, act: IntArray, max_levels: int, max_cells: int
+) -> tuple[IntArray, float, bool, int] | None:
     """Backward induction over the active offers `act`; then the optimal path forward.
     Returns (targets per boundary in problem offer indices, value, exact, levels), or None
     when the deadline cannot be met."""
@@ -704,8 +787,9 @@ def _backward_forward(pb: JobProblem, act: IntArray, max_levels: int, max_cells:
         unit, exact = _progress_unit(work, full, partial, levels_cap)
         n_lev = max(1, math.ceil(work / unit - 1e-9))
         step_full = np.floor(rate * tick_h / unit + 1e-6).astype(np.int64)
-        step_launch = [np.floor(rate * lc.frac * tick_h / unit + 1e-6).astype(np.int64)
-                       for lc in launches]
+        step_launch = [
+            np.floor(rate * lc.frac * tick_h / unit + 1e-6).astype(np.int64) for lc in launches
+        ]
         gmax = max(1, int(step_full.max()), *(int(s.max()) for s in step_launch))
         cells = _band_cells(n_ticks, n_lev, gmax) * n_act * (1 + n_cls)
         if cells <= max_cells or n_lev <= 16:
@@ -717,12 +801,17 @@ def _backward_forward(pb: JobProblem, act: IntArray, max_levels: int, max_cells:
     # Finishing is a suffix of levels: from fin_stay[o] in a kept tick, from fin_launch[c][o]
     # in the last tick of a launch of class c.
     fin_stay = _first_at_most(need_s, tick_s + _FINISH_TOL_S)
-    fin_launch = [_first_at_most(need_s, lc.frac * tick_s + _FINISH_TOL_S) if lc.frac > 0
-                  else np.full(n_act, n_lev, dtype=np.int64) for lc in launches]
+    fin_launch = [
+        _first_at_most(need_s, lc.frac * tick_s + _FINISH_TOL_S)
+        if lc.frac > 0
+        else np.full(n_act, n_lev, dtype=np.int64)
+        for lc in launches
+    ]
 
     cum_j = np.vstack([np.zeros(n_act), np.cumsum(jrate * tick_h, axis=0)])
-    cum_bad = np.vstack([np.zeros(n_act, dtype=np.int64),
-                         np.cumsum(~usable, axis=0, dtype=np.int64)])
+    cum_bad = np.vstack(
+        [np.zeros(n_act, dtype=np.int64), np.cumsum(~usable, axis=0, dtype=np.int64)]
+    )
     members = [np.flatnonzero(loc == ell) for ell in range(n_loc)]
     egress = pb.egress_usd
     rows_l = np.arange(n_loc + 1)[:, None]
@@ -749,8 +838,16 @@ def _backward_forward(pb: JobProblem, act: IntArray, max_levels: int, max_cells:
     dec_stay: list[npt.NDArray[np.uint8]] = [np.zeros((0, 0), dtype=np.uint8)] * n_ticks
     dtype = np.int8 if len(pb.rate) < 127 else np.int32
 
-    def finish_suffix(out: FloatArray, first: IntArray, lo: int, hi: int, base: FloatArray,
-                      row_rate: FloatArray, offset_s: float, tick: int) -> None:
+    def finish_suffix(
+        out: FloatArray,
+        first: IntArray,
+        lo: int,
+        hi: int,
+        base: FloatArray,
+        row_rate: FloatArray,
+        offset_s: float,
+        tick: int,
+    ) -> None:
         """Overwrite the finishing levels of `out` (band [lo, hi)) with the finishing cost:
         `base` plus the finishing tick billed from `offset_s` into it."""
         for o in np.flatnonzero(first < hi).tolist():
@@ -760,7 +857,7 @@ def _backward_forward(pb: JobProblem, act: IntArray, max_levels: int, max_cells:
             cost = base[o] + row_rate[o] * bill * final_weight
             if (tick + 1) * tick_s > deadline:
                 cost = np.where(tick * tick_s + offset_s + ns <= deadline, cost, np.inf)
-            out[o, a - lo:] = cost
+            out[o, a - lo :] = cost
 
     for k in range(n_ticks - 1, -1, -1):
         lo = max(0, n_lev - (n_ticks - k) * gmax - 3)
@@ -792,8 +889,16 @@ def _backward_forward(pb: JobProblem, act: IntArray, max_levels: int, max_cells:
             val += (cum_j[end] - cum_j[k])[:, None]
             if lc.frac > 0:
                 last = end - 1
-                finish_suffix(val, fin_launch[c], lo, hi, cum_j[last] - cum_j[k], jrate[last],
-                              (1.0 - lc.frac) * tick_s, last)
+                finish_suffix(
+                    val,
+                    fin_launch[c],
+                    lo,
+                    hi,
+                    cum_j[last] - cum_j[k],
+                    jrate[last],
+                    (1.0 - lc.frac) * tick_s,
+                    last,
+                )
             val[~ok] = np.inf
             cur, arg = best_loc[c], arg_loc[c]
             table = val.reshape(n_loc, width_m, width) if regular else None
@@ -803,7 +908,7 @@ def _backward_forward(pb: JobProblem, act: IntArray, max_levels: int, max_cells:
                 other = table[:, col] if table is not None else val[mem_tab[:, col]]
                 better = other < cur
                 np.copyto(cur, other, where=better)
-                np.copyto(arg, mem_tab[:, col:col + 1], where=better)
+                np.copyto(arg, mem_tab[:, col : col + 1], where=better)
 
         # From each checkpoint location: the best launch anywhere (egress included). A
         # group of rows shares one minimum over the columns; a row whose own column wins
@@ -842,13 +947,13 @@ def _backward_forward(pb: JobProblem, act: IntArray, max_levels: int, max_cells:
         keep = ~(leave < stay - np.where(np.isfinite(stay), _TIE * np.abs(stay), 0.0))
         r_vals = np.empty((n_act, 2 * pad + width))
         r_vals[:, :pad] = np.inf
-        r_vals[:, pad + width:] = np.inf
-        np.copyto(r_vals[:, pad:pad + width], leave)
-        np.copyto(r_vals[:, pad:pad + width], stay, where=keep)
+        r_vals[:, pad + width :] = np.inf
+        np.copyto(r_vals[:, pad : pad + width], leave)
+        np.copyto(r_vals[:, pad : pad + width], stay, where=keep)
         n_vals = np.empty((n_loc + 1, 2 * pad + width))
         n_vals[:, :pad] = np.inf
-        n_vals[:, pad + width:] = np.inf
-        n_vals[:, pad:pad + width] = n_now
+        n_vals[:, pad + width :] = np.inf
+        n_vals[:, pad : pad + width] = n_now
         r_band[k], n_band[k] = _Band(lo, width, r_vals), _Band(lo, width, n_vals)
         dec_launch[k] = np.where(go, act[chosen], NO_OFFER).astype(dtype)
         dec_stay[k] = np.packbits(keep, axis=1)
@@ -927,29 +1032,49 @@ def _fallback(pb: JobProblem) -> Schedule:
         if ticks > n_ticks or not pb.usable[:ticks, o].all():
             continue
         cost = float(jrate[:ticks, o].sum()) * tick_h + (
-            0.0 if kept else float(pb.egress_usd[ckpt, pb.location[o]]))
+            0.0 if kept else float(pb.egress_usd[ckpt, pb.location[o]])
+        )
         key = (round(finish_h, 9), cost, o, ticks)
         if best is None or key < best:
             best = key
     if best is not None:
-        return _account(pb, np.full(best[3], best[2], dtype=np.int64), dp_value=math.inf,
-                        exact=False, fallback=True, levels=0)
+        return _account(
+            pb,
+            np.full(best[3], best[2], dtype=np.int64),
+            dp_value=math.inf,
+            exact=False,
+            fallback=True,
+            levels=0,
+        )
     never_preempted = ~pb.preempted.any(axis=0) if n_ticks else np.ones(len(pb.rate), bool)
     priced = pb.usable.any(axis=0) if n_ticks else np.zeros(len(pb.rate), bool)
     pool = np.flatnonzero(never_preempted & priced & (pb.rate > 0))
     if pool.size == 0:
-        return _account(pb, np.full(n_ticks, NO_OFFER, dtype=np.int64), dp_value=math.inf,
-                        exact=False, fallback=True, levels=0)
+        return _account(
+            pb,
+            np.full(n_ticks, NO_OFFER, dtype=np.int64),
+            dp_value=math.inf,
+            exact=False,
+            fallback=True,
+            levels=0,
+        )
     fastest = pool[pb.rate[pool] >= pb.rate[pool].max() - 1e-12]
     pick = int(fastest[int(np.argmin(jrate[0, fastest]))])
     if pb.start_offer in fastest.tolist():
         pick = pb.start_offer
-    return _account(pb, np.full(n_ticks, pick, dtype=np.int64), dp_value=math.inf,
-                    exact=False, fallback=True, levels=0)
+    return _account(
+        pb,
+        np.full(n_ticks, pick, dtype=np.int64),
+        dp_value=math.inf,
+        exact=False,
+        fallback=True,
+        levels=0,
+    )
 
 
-def _account(pb: JobProblem, targets: IntArray, *, dp_value: float, exact: bool,
-             fallback: bool, levels: int) -> Schedule:
+def _account(
+    pb: JobProblem, targets: IntArray, *, dp_value: float, exact: bool, fallback: bool, levels: int
+) -> Schedule:
     """Bill `targets` as the loop would (accounting.accrue, executor, sim provider)."""
     tick_s = pb.tick_s
     work = pb.work_gpu_h
@@ -986,8 +1111,9 @@ def _account(pb: JobProblem, targets: IntArray, *, dp_value: float, exact: bool,
         r = float(pb.rate[held])
         need = (work - progress) / r * 3600.0 if r > 0 else math.inf
         finishing = need <= run_s + _FINISH_TOL_S
-        billed_h = ((run_from - t0) + need if finishing and not pb.bill_final_tick
-                    else tick_s) / 3600.0
+        billed_h = (
+            (run_from - t0) + need if finishing and not pb.bill_final_tick else tick_s
+        ) / 3600.0
         row = min(i, pb.n_ticks - 1)
         usd += float(pb.usd_per_hour[row, held]) * billed_h
         kg += float(pb.kg_per_hour[row, held]) * billed_h
@@ -1003,8 +1129,19 @@ def _account(pb: JobProblem, targets: IntArray, *, dp_value: float, exact: bool,
     if pb.finishing_tick_free:
         objective -= final_usd + pb.carbon_usd_per_tonne * final_kg / 1000.0
     met = math.isfinite(finish_s) and finish_s <= pb.deadline_s + _DEADLINE_TOL_S
-    return Schedule(held=held_out, target=np.asarray(targets, dtype=np.int64),
-                    progress_gpu_h=progress_out, finish_s=finish_s, usd=usd, kg_co2=kg,
-                    finishing_tick_usd=final_usd, finishing_tick_kg_co2=final_kg,
-                    objective_usd=objective, dp_objective_usd=dp_value, meets_deadline=met,
-                    exact=exact, fallback=fallback, progress_levels=levels)
+    return Schedule(
+        held=held_out,
+        target=np.asarray(targets, dtype=np.int64),
+        progress_gpu_h=progress_out,
+        finish_s=finish_s,
+        usd=usd,
+        kg_co2=kg,
+        finishing_tick_usd=final_usd,
+        finishing_tick_kg_co2=final_kg,
+        objective_usd=objective,
+        dp_objective_usd=dp_value,
+        meets_deadline=met,
+        exact=exact,
+        fallback=fallback,
+        progress_levels=levels,
+    )

@@ -54,7 +54,8 @@ def chunk_differs(
 ) -> CorruptCheckpoint:
     """The error for a chunk whose sha256 is not the manifest's."""
     return CorruptCheckpoint(
-        uri, name,
+        uri,
+        name,
         f"sha256 differs in chunk {index} (bytes {start}-{end}; manifest {want[:16]}…, "
         f"read {got[:16]}…)",
     )
@@ -85,8 +86,9 @@ def hash_pool() -> ThreadPoolExecutor:
     if holder.executor is None:
         with holder.lock:
             if holder.executor is None:
-                holder.executor = ThreadPoolExecutor(max_workers=hash_workers(),
-                                                     thread_name_prefix="sha256")
+                holder.executor = ThreadPoolExecutor(
+                    max_workers=hash_workers(), thread_name_prefix="sha256"
+                )
     return holder.executor
 
 
@@ -135,8 +137,9 @@ class ChunkHasher:
     """An open chunk hands what it has to a job every this many bytes (only matters for
     chunks much larger than that: whole-file digests of version 1 manifests)."""
 
-    def __init__(self, chunk_bytes: int = HASH_CHUNK_BYTES,
-                 expected: Sequence[str] | None = None) -> None:
+    def __init__(
+        self, chunk_bytes: int = HASH_CHUNK_BYTES, expected: Sequence[str] | None = None
+    ) -> None:
         if chunk_bytes <= 0:
             raise ValueError(f"chunk_bytes must be > 0, got {chunk_bytes}")
         self.chunk_bytes = chunk_bytes
@@ -280,8 +283,14 @@ class FileWriter:
     it on the pool while writing it; `write_stable` does the same without waiting for the
     hashes, for buffers that stay unchanged until the file is closed."""
 
-    def __init__(self, raw: IO[bytes], name: str, *, durable: bool = False,
-                 chunk_bytes: int = HASH_CHUNK_BYTES) -> None:
+    def __init__(
+        self,
+        raw: IO[bytes],
+        name: str,
+        *,
+        durable: bool = False,
+        chunk_bytes: int = HASH_CHUNK_BYTES,
+    ) -> None:
         self._raw = raw
         self.name = name
         self.size_bytes = 0
@@ -441,7 +450,8 @@ class CheckpointReader:
         self.position += len(data)
         if self.position > self.expected_size and self._verify:
             raise CorruptCheckpoint(
-                self._uri, self.name,
+                self._uri,
+                self.name,
                 f"size differs (manifest {self.expected_size} bytes, file is longer)",
             )
         if self._hasher is not None and len(data):
@@ -471,7 +481,8 @@ class CheckpointReader:
                 break
         if self.position != self.expected_size:
             raise CorruptCheckpoint(
-                self._uri, self.name,
+                self._uri,
+                self.name,
                 f"size differs (manifest {self.expected_size} bytes, file {self.position})",
             )
         self._hasher.finish()

@@ -84,8 +84,11 @@ class Manifest:
             "step": self.step,
             "created_at_s": self.created_at_s,
             "files": {
-                name: {"size_bytes": e.size_bytes, "chunk_bytes": e.chunk_bytes,
-                       "sha256": list(e.sha256)}
+                name: {
+                    "size_bytes": e.size_bytes,
+                    "chunk_bytes": e.chunk_bytes,
+                    "sha256": list(e.sha256),
+                }
                 for name, e in sorted(self.files.items())
             },
             "metadata": dict(sorted(self.metadata.items())),
@@ -117,8 +120,10 @@ def decode(data: bytes) -> Manifest:
         raise ValueError(f"bad job_id {job_id!r}")
     if not isinstance(step, int) or isinstance(step, bool) or step < 0:
         raise ValueError(f"bad step {step!r}")
-    if not isinstance(created, int | float) or isinstance(created, bool) or not math.isfinite(
-        created
+    if (
+        not isinstance(created, int | float)
+        or isinstance(created, bool)
+        or not math.isfinite(created)
     ):
         raise ValueError(f"bad created_at_s {created!r}")
     if not isinstance(files, dict) or not files:
@@ -205,7 +210,9 @@ def as_str_dict(values: Mapping[str, Any] | None) -> dict[str, str]:
     for key, value in values.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise InputError(
-                "checkpoint store", "metadata", "a mapping of strings to strings",
+                "checkpoint store",
+                "metadata",
+                "a mapping of strings to strings",
                 got=f"{key!r}: {value!r}",
             )
         out[key] = value

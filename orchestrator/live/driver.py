@@ -115,8 +115,11 @@ class MigrationDriver:
             if not wanted:
                 continue
             found = sorted(
-                (i for i in self.store.instances(self.cluster, job_id=m.job_id)
-                 if i.request_id in wanted),
+                (
+                    i
+                    for i in self.store.instances(self.cluster, job_id=m.job_id)
+                    if i.request_id in wanted
+                ),
                 key=lambda i: wanted[i.request_id][1],
             )
             for inst in found:  # newest attempt last: it wins
@@ -306,14 +309,24 @@ class MigrationDriver:
         )
         prev = self._launches.get(key)
         if prev is None or prev[1] != outcome:
-            same = outcome.instance_id is not None and prev is not None and (
-                prev[0], prev[1].instance_id) == (action.request_id, outcome.instance_id)
+            same = (
+                outcome.instance_id is not None
+                and prev is not None
+                and (prev[0], prev[1].instance_id) == (action.request_id, outcome.instance_id)
+            )
             if outcome.instance_id is not None and not same:
-                self._record_instances(InstanceRecord(
-                    id=outcome.instance_id, provider=self.provider.name, cluster=self.cluster,
-                    job_id=job.id, offer_id=offer.id, state=InstanceState.BOOTING.value,
-                    launched_at=datetime.fromtimestamp(now_s, UTC),
-                    request_id=action.request_id))
+                self._record_instances(
+                    InstanceRecord(
+                        id=outcome.instance_id,
+                        provider=self.provider.name,
+                        cluster=self.cluster,
+                        job_id=job.id,
+                        offer_id=offer.id,
+                        state=InstanceState.BOOTING.value,
+                        launched_at=datetime.fromtimestamp(now_s, UTC),
+                        request_id=action.request_id,
+                    )
+                )
             # The same instance again (e.g. found in the store after a takeover) keeps the
             # time it was launched at.
             self._launches[key] = (action.request_id, outcome, prev[2] if same and prev else now_s)
@@ -347,8 +360,9 @@ class MigrationDriver:
             try:
                 self.store.record_instance(record)
             except TransientError as exc:
-                logger.warning("instance %s not recorded yet (%s); retrying next tick",
-                               record.id, exc)
+                logger.warning(
+                    "instance %s not recorded yet (%s); retrying next tick", record.id, exc
+                )
                 return
             del self._unrecorded[rid]
 
@@ -357,12 +371,14 @@ class MigrationDriver:
 
 
 #: Phases in which a migration may have launched instances (at the destination or back).
-_LAUNCHED_PHASES = frozenset({
-    MigrationPhase.PROVISIONING,
-    MigrationPhase.RESTORING,
-    MigrationPhase.RUNNING,
-    MigrationPhase.ROLLING_BACK,
-})
+_LAUNCHED_PHASES = frozenset(
+    {
+        MigrationPhase.PROVISIONING,
+        MigrationPhase.RESTORING,
+        MigrationPhase.RUNNING,
+        MigrationPhase.ROLLING_BACK,
+    }
+)
 
 
 def to_record(m: Migration) -> MigrationRecord:

@@ -86,8 +86,10 @@ class FleetLock:
         if self.held:
             if self._backend.still_held():
                 return True
-            logger.warning("fleet lock on %s was lost (session gone); trying to retake it",
-                           self.url.render_as_string(hide_password=True))
+            logger.warning(
+                "fleet lock on %s was lost (session gone); trying to retake it",
+                self.url.render_as_string(hide_password=True),
+            )
             self.held = False
         self.held = self._backend.try_lock()
         return self.held
@@ -99,7 +101,9 @@ class FleetLock:
             if time.monotonic() >= deadline:
                 raise TransientError(
                     f"the fleet lock on {self.url.render_as_string(hide_password=True)} is "
-                    f"held by another controller (waited {timeout_s:g} s)", retry_after_s=5.0)
+                    f"held by another controller (waited {timeout_s:g} s)",
+                    retry_after_s=5.0,
+                )
             time.sleep(_POLL_S)
 
     def release(self) -> None:
@@ -152,8 +156,9 @@ class _PgLock:
         if self._conn is not None:
             return self._conn
         if self._engine is None:
-            self._engine = sa.create_engine(self._url, poolclass=sa.NullPool,
-                                            isolation_level="AUTOCOMMIT")
+            self._engine = sa.create_engine(
+                self._url, poolclass=sa.NullPool, isolation_level="AUTOCOMMIT"
+            )
         conn = self._engine.connect()
         if self._key is None:
             self._key = pg_lock_key(str(conn.scalar(sa.text("SELECT current_schema()"))))
@@ -177,8 +182,12 @@ class _PgLock:
         try:
             with _errors():  # unreachable server: TransientError
                 conn = self._connect()
-                return bool(conn.scalar(sa.text("SELECT pg_try_advisory_lock(:c, :k)"),
-                                        {"c": PG_LOCK_CLASS, "k": self._key}))
+                return bool(
+                    conn.scalar(
+                        sa.text("SELECT pg_try_advisory_lock(:c, :k)"),
+                        {"c": PG_LOCK_CLASS, "k": self._key},
+                    )
+                )
         except (DBAPIError, TransientError):
             self._drop()  # next time, a new session
             raise
@@ -189,10 +198,16 @@ class _PgLock:
         if self._conn is None:
             return False
         try:
-            return bool(self._conn.scalar(sa.text(
-                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' "
-                "AND pid = pg_backend_pid() AND granted AND classid = :c AND objid = :k "
-                "AND objsubid = 2)"), {"c": PG_LOCK_CLASS, "k": self._key}))
+            return bool(
+                self._conn.scalar(
+                    sa.text(
+                        "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' "
+                        "AND pid = pg_backend_pid() AND granted AND classid = :c AND objid = :k "
+                        "AND objsubid = 2)"
+                    ),
+                    {"c": PG_LOCK_CLASS, "k": self._key},
+                )
+            )
         except Exception:  # the session died: so did the lock
             logger.debug("fleet-lock session check failed", exc_info=True)
             self._drop()
@@ -265,4 +280,3 @@ class _ProcessLock:
         if self._mine:
             self._mine = False
             self._lock.release()
-

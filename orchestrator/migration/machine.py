@@ -116,68 +116,85 @@ _P = MigrationPhase
 
 # Valid phase changes, one line per edge with the reason it exists. `advance` enforces this
 # table. Staying in the same phase (waiting, or retrying with attempt + 1) is not a change.
-TRANSITIONS: Mapping[MigrationPhase, frozenset[MigrationPhase]] = MappingProxyType({
-    _P.PLANNED: frozenset({
-        # The job has a live instance: ask it to write a checkpoint and stop.
-        _P.CHECKPOINTING,
-        # The job holds no instance (preempted, paused): there is nobody to ask, so its
-        # newest verified checkpoint is what moves.
-        _P.COPYING,
-        # No live instance and no verified checkpoint, or the job already finished: nothing
-        # to move and nothing has been changed, so there is nothing to roll back.
-        _P.FAILED,
-    }),
-    _P.CHECKPOINTING: frozenset({
-        # A verified checkpoint written since the migration started exists and the source
-        # has stopped; or the source died without one and the timeout passed, so its newest
-        # older verified checkpoint moves (going back would lose the same work).
-        _P.COPYING,
-        # The job did not checkpoint and stop in time: give it back its place.
-        _P.ROLLING_BACK,
-        # The job finished its work at the source: nothing is left to move (no destination
-        # instance exists yet, so there is nothing to undo either).
-        _P.FAILED,
-    }),
-    _P.COPYING: frozenset({
-        # The destination's copy verified, at the step the source wrote: launch there.
-        _P.PROVISIONING,
-        # The copy failed or did not verify in time on its last attempt.
-        _P.ROLLING_BACK,
-        # The job had finished at the source before it stopped: nothing is left to move.
-        _P.FAILED,
-    }),
-    _P.PROVISIONING: frozenset({
-        # The destination instance exists and is booting or running; or it has already
-        # restored and written a newer checkpoint there (it may even have finished while
-        # the controller was down).
-        _P.RESTORING,
-        # The launch was refused (capacity, quota, auth, invalid; transient ones after the
-        # last attempt), the instance was lost before booting, or it never appeared in time.
-        _P.ROLLING_BACK,
-    }),
-    _P.RESTORING: frozenset({
-        # The job reported progress on the new instance, or wrote a checkpoint newer than
-        # the one moved into the destination's store: the restore worked.
-        _P.RUNNING,
-        # The instance was preempted or terminated while restoring, or made no progress in
-        # time.
-        _P.ROLLING_BACK,
-    }),
-    _P.RUNNING: frozenset({
-        # Nothing is left to do: the source stopped before the copy and its checkpoint is
-        # kept (retention is elsewhere). A later preemption is the loop's, not a migration's.
-        _P.DONE,
-    }),
-    _P.ROLLING_BACK: frozenset({
-        # The job runs at the source again and no destination instance is alive; or the
-        # source cannot be relaunched, or the rollback ran out of time (`error` says what).
-        _P.FAILED,
-    }),
-    # Terminal.
-    _P.DONE: frozenset(),
-    # Terminal.
-    _P.FAILED: frozenset(),
-})
+TRANSITIONS: Mapping[MigrationPhase, frozenset[MigrationPhase]] = MappingProxyType(
+    {
+        _P.PLANNED: frozenset(
+            {
+                # The job has a live instance: ask it to write a checkpoint and stop.
+                _P.CHECKPOINTING,
+                # The job holds no instance (preempted, paused): there is nobody to ask, so its
+                # newest verified checkpoint is what moves.
+                _P.COPYING,
+                # No live instance and no verified checkpoint, or the job already finished: nothing
+                # to move and nothing has been changed, so there is nothing to roll back.
+                _P.FAILED,
+            }
+        ),
+        _P.CHECKPOINTING: frozenset(
+            {
+                # A verified checkpoint written since the migration started exists and the source
+                # has stopped; or the source died without one and the timeout passed, so its newest
+                # older verified checkpoint moves (going back would lose the same work).
+                _P.COPYING,
+                # The job did not checkpoint and stop in time: give it back its place.
+                _P.ROLLING_BACK,
+                # The job finished its work at the source: nothing is left to move (no destination
+                # instance exists yet, so there is nothing to undo either).
+                _P.FAILED,
+            }
+        ),
+        _P.COPYING: frozenset(
+            {
+                # The destination's copy verified, at the step the source wrote: launch there.
+                _P.PROVISIONING,
+                # The copy failed or did not verify in time on its last attempt.
+                _P.ROLLING_BACK,
+                # The job had finished at the source before it stopped: nothing is left to move.
+                _P.FAILED,
+            }
+        ),
+        _P.PROVISIONING: frozenset(
+            {
+                # The destination instance exists and is booting or running; or it has already
+                # restored and written a newer checkpoint there (it may even have finished while
+                # the controller was down).
+                _P.RESTORING,
+                # The launch was refused (capacity, quota, auth, invalid; transient ones after the
+                # last attempt), the instance was lost before booting, or it never appeared in time.
+                _P.ROLLING_BACK,
+            }
+        ),
+        _P.RESTORING: frozenset(
+            {
+                # The job reported progress on the new instance, or wrote a checkpoint newer than
+                # the one moved into the destination's store: the restore worked.
+                _P.RUNNING,
+                # The instance was preempted or terminated while restoring, or made no progress in
+                # time.
+                _P.ROLLING_BACK,
+            }
+        ),
+        _P.RUNNING: frozenset(
+            {
+                # Nothing is left to do: the source stopped before the copy and its checkpoint
+                # is kept (retention is elsewhere). A later preemption is the loop's, not a
+                # migration's.
+                _P.DONE,
+            }
+        ),
+        _P.ROLLING_BACK: frozenset(
+            {
+                # The job runs at the source again and no destination instance is alive; or the
+                # source cannot be relaunched, or the rollback ran out of time (`error` says what).
+                _P.FAILED,
+            }
+        ),
+        # Terminal.
+        _P.DONE: frozenset(),
+        # Terminal.
+        _P.FAILED: frozenset(),
+    }
+)
 
 TERMINAL: frozenset[MigrationPhase] = frozenset(p for p, nxt in TRANSITIONS.items() if not nxt)
 
@@ -360,8 +377,14 @@ class Limits:
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
             raise MigrationError(f"max_attempts must be at least 1, got {self.max_attempts}")
-        for name in ("checkpoint_timeout_s", "stop_grace_s", "copy_timeout_s",
-                     "provision_timeout_s", "restore_timeout_s", "rollback_timeout_s"):
+        for name in (
+            "checkpoint_timeout_s",
+            "stop_grace_s",
+            "copy_timeout_s",
+            "provision_timeout_s",
+            "restore_timeout_s",
+            "rollback_timeout_s",
+        ):
             if not getattr(self, name) >= 0:
                 raise MigrationError(f"{name} must be a number of seconds >= 0")
 
@@ -422,13 +445,22 @@ def _checkpointing(m: Migration, obs: Observation, now_s: float, limits: Limits)
         return nxt, [_copy(nxt)]
     if _timed_out(m, now_s, limits):
         if not alive and ck is not None:
-            why = (f"source stopped without a new checkpoint in {limits.checkpoint_timeout_s:g} s; "
-                   f"moving the verified one at step {ck.step}")
-            nxt = _to(replace(m, src_checkpoint_uri=ck.uri, checkpoint_step=ck.step, error=why),
-                      _P.COPYING, now_s)
+            why = (
+                f"source stopped without a new checkpoint in {limits.checkpoint_timeout_s:g} s; "
+                f"moving the verified one at step {ck.step}"
+            )
+            nxt = _to(
+                replace(m, src_checkpoint_uri=ck.uri, checkpoint_step=ck.step, error=why),
+                _P.COPYING,
+                now_s,
+            )
             return nxt, [_copy(nxt)]
-        return _roll_back(m, obs, now_s, f"the job did not checkpoint and stop within "
-                                         f"{limits.checkpoint_timeout_s:g} s")
+        return _roll_back(
+            m,
+            obs,
+            now_s,
+            f"the job did not checkpoint and stop within {limits.checkpoint_timeout_s:g} s",
+        )
     if fresh is not None:  # checkpointed but still running: stop it after the grace period
         if now_s - fresh.created_at_s >= limits.stop_grace_s:
             step = f"stop-source/{m.src_instance_id}"
@@ -472,8 +504,12 @@ def _provisioning(m: Migration, obs: Observation, now_s: float, limits: Limits) 
             why = _last_try(why, m, limits)
         return _roll_back(m, obs, now_s, why)
     if _timed_out(m, now_s, limits):
-        return _roll_back(m, obs, now_s, f"no instance booting at {m.dst_offer_id} within "
-                                         f"{limits.provision_timeout_s:g} s")
+        return _roll_back(
+            m,
+            obs,
+            now_s,
+            f"no instance booting at {m.dst_offer_id} within {limits.provision_timeout_s:g} s",
+        )
     return m, [_launch_dst(m)]
 
 
@@ -519,14 +555,19 @@ def _rolling_back(m: Migration, obs: Observation, now_s: float, limits: Limits) 
     elif not safe_on:
         state = obs.rollback_state
         if state in _GONE or (obs.launch_error is not None and state not in _LIVE):
-            why = (f"rollback launch at {m.src_offer_id} refused: {obs.launch_error}"
-                   if obs.launch_error is not None else f"rollback instance {state}")
+            why = (
+                f"rollback launch at {m.src_offer_id} refused: {obs.launch_error}"
+                if obs.launch_error is not None
+                else f"rollback instance {state}"
+            )
             if obs.launch_error not in _PERMANENT and _can_retry(m, limits):
                 nxt = _retry(replace(m, error=f"{m.error}; {why}"), now_s)
                 return nxt, [*actions, _launch_src(nxt)]
             kept = m.src_checkpoint_uri or "none was ever verified"
-            why = (f"{m.error}; {_last_try(why, m, limits)}; the job holds no instance "
-                   f"(checkpoint kept: {kept})")
+            why = (
+                f"{m.error}; {_last_try(why, m, limits)}; the job holds no instance "
+                f"(checkpoint kept: {kept})"
+            )
             return _to(replace(m, error=why), _P.FAILED, now_s), actions
         if state is None:
             actions.append(_launch_src(m))  # until the instance shows up
@@ -542,8 +583,10 @@ def _rolling_back(m: Migration, obs: Observation, now_s: float, limits: Limits) 
         if dst_live:
             left.append(f"destination instance {obs.dst_instance_id or '(id unknown)'} still alive")
         if not holder:
-            left.append(f"rollback instance not seen ({m.request_id('rollback')}); "
-                        "the job holds no instance")
+            left.append(
+                f"rollback instance not seen ({m.request_id('rollback')}); "
+                "the job holds no instance"
+            )
         elif not safe_on:
             left.append(f"rollback instance {holder} still booting")
         timeout = f"rollback timed out after {limits.rollback_timeout_s:g} s"
@@ -553,17 +596,19 @@ def _rolling_back(m: Migration, obs: Observation, now_s: float, limits: Limits) 
     return m, actions
 
 
-_STEPS: Mapping[MigrationPhase, Step] = MappingProxyType({
-    _P.PLANNED: _planned,
-    _P.CHECKPOINTING: _checkpointing,
-    _P.COPYING: _copying,
-    _P.PROVISIONING: _provisioning,
-    _P.RESTORING: _restoring,
-    _P.RUNNING: _running,
-    _P.ROLLING_BACK: _rolling_back,
-    _P.DONE: _terminal,
-    _P.FAILED: _terminal,
-})
+_STEPS: Mapping[MigrationPhase, Step] = MappingProxyType(
+    {
+        _P.PLANNED: _planned,
+        _P.CHECKPOINTING: _checkpointing,
+        _P.COPYING: _copying,
+        _P.PROVISIONING: _provisioning,
+        _P.RESTORING: _restoring,
+        _P.RUNNING: _running,
+        _P.ROLLING_BACK: _rolling_back,
+        _P.DONE: _terminal,
+        _P.FAILED: _terminal,
+    }
+)
 
 
 # --- helpers -----------------------------------------------------------------------------

@@ -24,8 +24,11 @@ def capture_rng() -> dict[str, Any]:
         return state
     kind, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
     state["numpy"] = {
-        "kind": str(kind), "keys": [int(k) for k in keys], "pos": int(pos),
-        "has_gauss": int(has_gauss), "cached_gaussian": float(cached),
+        "kind": str(kind),
+        "keys": [int(k) for k in keys],
+        "pos": int(pos),
+        "has_gauss": int(has_gauss),
+        "cached_gaussian": float(cached),
     }
     return state
 
@@ -40,5 +43,12 @@ def restore_rng(state: dict[str, Any]) -> None:
         import numpy as np  # optional dependency
 
         st = state["numpy"]
-        np.random.set_state((st["kind"], np.asarray(st["keys"], dtype=np.uint32), st["pos"],
-                             st["has_gauss"], st["cached_gaussian"]))
+        np.random.set_state(
+            (
+                st["kind"],
+                np.asarray(st["keys"], dtype=np.uint32),
+                st["pos"],
+                st["has_gauss"],
+                st["cached_gaussian"],
+            )
+        )

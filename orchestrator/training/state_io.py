@@ -106,8 +106,12 @@ def byte_view(t: torch.Tensor) -> memoryview:
 
 def _check_dense(t: torch.Tensor) -> None:
     if t.layout != torch.strided or t.is_quantized or t.is_nested:
-        raise InputError("checkpoint state", "tensor", "a dense (strided) tensor",
-                         got=f"{t.layout} quantized={t.is_quantized}")
+        raise InputError(
+            "checkpoint state",
+            "tensor",
+            "a dense (strided) tensor",
+            got=f"{t.layout} quantized={t.is_quantized}",
+        )
 
 
 OpenSink = Callable[[str], AbstractContextManager[Sink]]
@@ -131,8 +135,10 @@ def _flatten(tree: Any) -> tuple[Any, list[torch.Tensor]]:
 
 def _header(skeleton: Any, shards: list[str], shard_bytes: int, total: int) -> bytes:
     buf = io.BytesIO()
-    torch.save({"skeleton": skeleton, "shards": shards, "shard_bytes": shard_bytes,
-                "total_bytes": total}, buf)
+    torch.save(
+        {"skeleton": skeleton, "shards": shards, "shard_bytes": shard_bytes, "total_bytes": total},
+        buf,
+    )
     head = buf.getvalue()
     return MAGIC + struct.pack("<Q", len(head)) + head
 
@@ -145,8 +151,10 @@ def _read_header(source: Source) -> dict[str, Any]:
     if head_len > _MAX_HEADER_BYTES:
         raise PermanentError(f"{FORMAT} header of {head_len} bytes: damaged")
     header = torch.load(io.BytesIO(_read_exact(source, head_len)), weights_only=True)
-    if not isinstance(header, dict) or not {"skeleton", "shards", "shard_bytes",
-                                            "total_bytes"} <= header.keys():
+    if (
+        not isinstance(header, dict)
+        or not {"skeleton", "shards", "shard_bytes", "total_bytes"} <= header.keys()
+    ):
         raise PermanentError(f"{FORMAT} header is not readable")
     return header
 
@@ -192,8 +200,9 @@ def _parallel(jobs: list[Callable[[], None]], threads: int) -> None:
         for job in jobs:
             job()
         return
-    with ThreadPoolExecutor(max_workers=min(threads, len(jobs)),
-                            thread_name_prefix="state-io") as pool:
+    with ThreadPoolExecutor(
+        max_workers=min(threads, len(jobs)), thread_name_prefix="state-io"
+    ) as pool:
         futures = [pool.submit(job) for job in jobs]
         for future in futures:
             future.result()
@@ -259,8 +268,7 @@ def save_state_files(
     return len(head) + total
 
 
-def load_state_files(open_file: OpenSource, *, name: str = "state",
-                     threads: int = THREADS) -> Any:
+def load_state_files(open_file: OpenSource, *, name: str = "state", threads: int = THREADS) -> Any:
     """Read a tree written by `save_state_files` (or `save_state` into the file `name`)."""
     with open_file(name) as src:
         header = _read_header(src)

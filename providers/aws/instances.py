@@ -107,8 +107,10 @@ def gang_state(members: Sequence[AwsInstance]) -> InstanceState:
     """BOOTING while any member is pending, RUNNING when all run; a gang with a member
     gone is PREEMPTED when the spot market took one, TERMINATED otherwise."""
     if all(m.live for m in members):
-        return InstanceState.BOOTING if any(m.state == "pending" for m in members) else (
-            InstanceState.RUNNING
+        return (
+            InstanceState.BOOTING
+            if any(m.state == "pending" for m in members)
+            else (InstanceState.RUNNING)
         )
     if any(m.state_reason == SPOT_RECLAIM_REASON for m in members):
         return InstanceState.PREEMPTED

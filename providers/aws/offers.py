@@ -78,8 +78,9 @@ class OfferBook:
         items = sorted(priced, key=lambda p: p.offer.id)
         return OfferBook(
             offers=tuple(p.offer for p in items),
-            usd_per_hour={p.offer.id: p.usd_per_hour for p in items
-                          if not math.isnan(p.usd_per_hour)},
+            usd_per_hour={
+                p.offer.id: p.usd_per_hour for p in items if not math.isnan(p.usd_per_hour)
+            },
             price_source={p.offer.id: p.price_source for p in items if p.price_source},
             fetched_at_s=fetched_at_s,
         )
@@ -175,12 +176,27 @@ def region_offers(
     for instance_type, (gpu_type, gpu_count) in sorted(gpus.items()):
         power_kw = instance_power_kw(gpu_type, gpu_count)
         for zone in sorted(zones.get(instance_type, ())):
-            def offer(market: Market, zone: str = zone, it: str = instance_type,
-                      g: str = gpu_type, n: int = gpu_count, kw: float = power_kw) -> Offer:
+
+            def offer(
+                market: Market,
+                zone: str = zone,
+                it: str = instance_type,
+                g: str = gpu_type,
+                n: int = gpu_count,
+                kw: float = power_kw,
+            ) -> Offer:
                 return Offer(
-                    id=Offer.make_id(CLOUD, zone, it, market), cloud=CLOUD, region=region,
-                    zone=zone, instance_type=it, gpu_type=g, gpu_count=n, market=market,
-                    grid_zone=grid, power_kw=kw, pue=cloud_pue,
+                    id=Offer.make_id(CLOUD, zone, it, market),
+                    cloud=CLOUD,
+                    region=region,
+                    zone=zone,
+                    instance_type=it,
+                    gpu_type=g,
+                    gpu_count=n,
+                    market=market,
+                    grid_zone=grid,
+                    power_kw=kw,
+                    pue=cloud_pue,
                 )
 
             usd, source = on_demand.get(instance_type, (math.nan, ""))
@@ -203,8 +219,9 @@ def fetch_gpu_types(ec2: EC2Client, retry: EdgeRetry, region: str) -> dict[str, 
     """GPU instance types of a region: {type: (gpu type, count)}."""
     paginator = ec2.get_paginator("describe_instance_types")
     filters: list[FilterTypeDef] = [{"Name": "instance-type", "Values": list(GPU_FAMILIES)}]
-    pages = retry(lambda: list(paginator.paginate(Filters=filters)),
-                  f"ec2:DescribeInstanceTypes {region}")
+    pages = retry(
+        lambda: list(paginator.paginate(Filters=filters)), f"ec2:DescribeInstanceTypes {region}"
+    )
     found: dict[str, tuple[str, int]] = {}
     skipped: list[str] = []
     for page in pages:
@@ -217,8 +234,11 @@ def fetch_gpu_types(ec2: EC2Client, retry: EdgeRetry, region: str) -> dict[str, 
                 continue
             found[info.get("InstanceType", "")] = gpu
     if skipped:
-        logger.debug("%s: GPU instance types without a catalog GPU, left out: %s",
-                     region, ", ".join(sorted(skipped)))
+        logger.debug(
+            "%s: GPU instance types without a catalog GPU, left out: %s",
+            region,
+            ", ".join(sorted(skipped)),
+        )
     return found
 
 
@@ -275,8 +295,9 @@ def pricing_filters(region: str, instance_type: str) -> list[PricingFilterTypeDe
         "preInstalledSw": "NA",
         "capacitystatus": "Used",
     }
-    return [{"Type": "TERM_MATCH", "Field": field, "Value": value}
-            for field, value in terms.items()]
+    return [
+        {"Type": "TERM_MATCH", "Field": field, "Value": value} for field, value in terms.items()
+    ]
 
 
 def fetch_on_demand(
@@ -286,8 +307,9 @@ def fetch_on_demand(
     paginator = pricing.get_paginator("get_products")
     filters = pricing_filters(region, instance_type)
     pages: list[Any] = retry(
-        lambda: list(paginator.paginate(ServiceCode="AmazonEC2", Filters=filters,
-                                        FormatVersion="aws_v1")),
+        lambda: list(
+            paginator.paginate(ServiceCode="AmazonEC2", Filters=filters, FormatVersion="aws_v1")
+        ),
         f"pricing:GetProducts {region} {instance_type}",
     )
     items: list[str] = []

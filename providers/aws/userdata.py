@@ -25,8 +25,18 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # TOKENIZERS_PARALLELISM passes while HF_TOKEN and WANDB_API_KEY do not.
 _SECRET_WORDS: Final = frozenset(
     {
-        "SECRET", "SECRETS", "TOKEN", "TOKENS", "PASSWORD", "PASSWD", "PASSPHRASE",
-        "CREDENTIAL", "CREDENTIALS", "PRIVATE", "APIKEY", "AUTH",
+        "SECRET",
+        "SECRETS",
+        "TOKEN",
+        "TOKENS",
+        "PASSWORD",
+        "PASSWD",
+        "PASSPHRASE",
+        "CREDENTIAL",
+        "CREDENTIALS",
+        "PRIVATE",
+        "APIKEY",
+        "AUTH",
     }
 )
 _SECRET_PAIRS: Final = frozenset({("API", "KEY"), ("ACCESS", "KEY"), ("SECRET", "KEY")})
@@ -57,7 +67,8 @@ def job_environment(env: Mapping[str, str]) -> dict[str, str]:
         raise UserDataError(
             f"the job environment has credential-like names ({', '.join(secret)}): user "
             "data is readable by anyone who may describe the instance; give the job an "
-            "instance profile or read the secret from a secret store")
+            "instance profile or read the secret from a secret store"
+        )
     for name in env:
         if not _NAME.fullmatch(name):
             raise UserDataError(f"environment name {name!r} is not a shell variable name")
@@ -92,7 +103,7 @@ def render(
         *(f"export {name}={shlex.quote(value)}" for name, value in exported.items()),
         f"imds_token=$(curl -fsS -X PUT {IMDS}/api/token "
         "-H 'X-aws-ec2-metadata-token-ttl-seconds: 300')",
-        f"imds() {{ curl -fsS -H \"X-aws-ec2-metadata-token: $imds_token\" {IMDS}/meta-data/$1; }}",
+        f'imds() {{ curl -fsS -H "X-aws-ec2-metadata-token: $imds_token" {IMDS}/meta-data/$1; }}',
         "export HELIOTROPE_INSTANCE_ID=$(imds instance-id)",
         "export HELIOTROPE_GANG_RANK=$(imds ami-launch-index)",
         "unset imds_token",

@@ -46,7 +46,7 @@ def proc_stat(pid: int) -> ProcStat | None:
     except (OSError, ValueError):
         return None
     # The command name (field 2) is in parentheses and may itself contain ") ".
-    rest = text[text.rfind(")") + 2:].split()
+    rest = text[text.rfind(")") + 2 :].split()
     try:
         # rest[0] is field 3 (state), rest[2] field 5 (pgrp), rest[19] field 22 (starttime)
         return ProcStat(pid=pid, state=rest[0], pgrp=int(rest[2]), start_ticks=int(rest[19]))

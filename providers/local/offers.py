@@ -29,7 +29,8 @@ def check_region_name(region: str) -> str:
     if not _REGION_NAME.fullmatch(region):
         raise ValueError(
             f"local region {region!r}: expected letters, digits, '.', '_' or '-' "
-            "(one directory name, not starting with '.' or '-')")
+            "(one directory name, not starting with '.' or '-')"
+        )
     return region
 
 
@@ -61,10 +62,19 @@ def local_offers(
     for region in regions:
         check_region_name(region)
         for market in markets:
-            offers.append(Offer(
-                id=Offer.make_id(LOCAL_CLOUD, region, instance_type, market),
-                cloud=LOCAL_CLOUD, region=region, zone=region, instance_type=instance_type,
-                gpu_type=gpu_type, gpu_count=gpu_count, market=market,
-                grid_zone=zones.get(region, UNKNOWN_GRID_ZONE), power_kw=power_kw, pue=pue,
-            ))
+            offers.append(
+                Offer(
+                    id=Offer.make_id(LOCAL_CLOUD, region, instance_type, market),
+                    cloud=LOCAL_CLOUD,
+                    region=region,
+                    zone=region,
+                    instance_type=instance_type,
+                    gpu_type=gpu_type,
+                    gpu_count=gpu_count,
+                    market=market,
+                    grid_zone=zones.get(region, UNKNOWN_GRID_ZONE),
+                    power_kw=power_kw,
+                    pue=pue,
+                )
+            )
     return offers

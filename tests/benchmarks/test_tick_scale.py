@@ -86,10 +86,15 @@ def measure(url: str, n: int, grid: SignalGrid) -> dict[str, float]:
     provider = SimProvider(grid, clock, cluster="bench")
 
     def controller() -> LiveController:
-        return LiveController(store=store, provider=provider, policy=make_policy("heliotrope"),
-                              grid=grid, clock=clock,
-                              store_uri=lambda o: f"memory://bench/{o.region}",
-                              options=LoopOptions(cluster="bench"))
+        return LiveController(
+            store=store,
+            provider=provider,
+            policy=make_policy("heliotrope"),
+            grid=grid,
+            clock=clock,
+            store_uri=lambda o: f"memory://bench/{o.region}",
+            options=LoopOptions(cluster="bench"),
+        )
 
     try:
         store.submit(jobs)
@@ -98,8 +103,7 @@ def measure(url: str, n: int, grid: SignalGrid) -> dict[str, float]:
         for k in range(WARMUP_TICKS):
             clock.set(grid.time_of(k))
             live.tick()
-        parts: dict[str, list[float]] = {p: [] for p in ("cold", "load", "build", "commit",
-                                                         "warm")}
+        parts: dict[str, list[float]] = {p: [] for p in ("cold", "load", "build", "commit", "warm")}
         for _ in range(TIMED):
             k += 1
             clock.set(grid.time_of(k))
@@ -139,10 +143,14 @@ def test_tick_scale(kind: str, tmp_path: Path) -> None:
         pytest.skip(pg_unavailable() or "")
     grid = synthetic_grid(200, 400)
     ref = reference_workload_s()
-    print(f"\ncontroller tick on {kind}: jobs x {len(grid.offers)} offers, median of "
-          f"{TIMED}; reference workload {ref:.3f} s")
-    print(f"  {'jobs':>6} {'cold s':>7} {'growth':>6} {'load':>6} {'reload':>6} "
-          f"{'commit':>6} {'rest':>6} {'warm s':>7} {'growth':>6}")
+    print(
+        f"\ncontroller tick on {kind}: jobs x {len(grid.offers)} offers, median of "
+        f"{TIMED}; reference workload {ref:.3f} s"
+    )
+    print(
+        f"  {'jobs':>6} {'cold s':>7} {'growth':>6} {'load':>6} {'reload':>6} "
+        f"{'commit':>6} {'rest':>6} {'warm s':>7} {'growth':>6}"
+    )
     first: dict[str, float] = {}
     for n in SIZES:
         with database(kind, tmp_path, n) as url:
@@ -152,7 +160,11 @@ def test_tick_scale(kind: str, tmp_path: Path) -> None:
         verdict = ""
         if n == max(SIZES) and kind == "postgresql":
             verdict = "   target <= {:g} s: cold {}, warm {}".format(
-                TARGET_S, *("met" if r[p] <= TARGET_S else "MISSED" for p in ("cold", "warm")))
-        print(f"  {n:>6} {r['cold']:7.3f} {r['cold'] / first['cold']:5.1f}x {r['load']:6.2f} "
-              f"{r['build']:6.2f} {r['commit']:6.2f} {rest:6.2f} {r['warm']:7.3f} "
-              f"{r['warm'] / first['warm']:5.1f}x{verdict}", flush=True)
+                TARGET_S, *("met" if r[p] <= TARGET_S else "MISSED" for p in ("cold", "warm"))
+            )
+        print(
+            f"  {n:>6} {r['cold']:7.3f} {r['cold'] / first['cold']:5.1f}x {r['load']:6.2f} "
+            f"{r['build']:6.2f} {r['commit']:6.2f} {rest:6.2f} {r['warm']:7.3f} "
+            f"{r['warm'] / first['warm']:5.1f}x{verdict}",
+            flush=True,
+        )

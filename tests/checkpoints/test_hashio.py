@@ -17,8 +17,9 @@ DATA = random.Random(0).randbytes(7 * CHUNK + 12345)
 
 
 def chunk_digests(data: bytes, chunk: int) -> tuple[str, ...]:
-    return tuple(hashlib.sha256(data[i : i + chunk]).hexdigest()
-                 for i in range(0, len(data), chunk)) or (hashlib.sha256(b"").hexdigest(),)
+    return tuple(
+        hashlib.sha256(data[i : i + chunk]).hexdigest() for i in range(0, len(data), chunk)
+    ) or (hashlib.sha256(b"").hexdigest(),)
 
 
 def cuts(seed: int, total: int) -> list[tuple[int, int]]:
@@ -79,8 +80,15 @@ def test_the_reader_checks_every_chunk(stable: bool) -> None:
     bad = bytearray(DATA)
     bad[4 * CHUNK + 3] ^= 0x10
     for data, ok in ((DATA, True), (bytes(bad), False)):
-        reader = CheckpointReader(io.BytesIO(data), uri="u", name="f", size_bytes=len(DATA),
-                                  sha256=digests, verify=True, chunk_bytes=CHUNK)
+        reader = CheckpointReader(
+            io.BytesIO(data),
+            uri="u",
+            name="f",
+            size_bytes=len(DATA),
+            sha256=digests,
+            verify=True,
+            chunk_bytes=CHUNK,
+        )
         buf = bytearray(len(DATA))
         try:
             with reader:

@@ -37,9 +37,12 @@ class BootingSim(SimProvider):
 
     def list_instances(self, *, cluster: str) -> Mapping[InstanceId, InstanceInfo]:
         now = self._clock.now().timestamp()
-        return {i: dataclasses.replace(info, state=InstanceState.RUNNING)
-                if info.state is InstanceState.BOOTING and now >= info.ready_at_s else info
-                for i, info in super().list_instances(cluster=cluster).items()}
+        return {
+            i: dataclasses.replace(info, state=InstanceState.RUNNING)
+            if info.state is InstanceState.BOOTING and now >= info.ready_at_s
+            else info
+            for i, info in super().list_instances(cluster=cluster).items()
+        }
 
 
 @dataclasses.dataclass
@@ -55,10 +58,16 @@ class World:
 
     def controller(self) -> LiveController:
         """A new controller process: its own store connection, the same cloud."""
-        return LiveController(store=self.backend.open(), provider=self.cloud,
-                              policy=make_policy("on-demand"), grid=self.grid,
-                              clock=self.clock, store_uri=self.store_uri,
-                              options=LoopOptions(cluster=CLUSTER), limits=LIMITS)
+        return LiveController(
+            store=self.backend.open(),
+            provider=self.cloud,
+            policy=make_policy("on-demand"),
+            grid=self.grid,
+            clock=self.clock,
+            store_uri=self.store_uri,
+            options=LoopOptions(cluster=CLUSTER),
+            limits=LIMITS,
+        )
 
     def tick(self, live: LiveController) -> None:
         self.clock.advance(TICK_S)
@@ -70,15 +79,27 @@ class World:
 
 def make_world(backend: Backend) -> World:
     # A one-hour boot: the destination makes no progress before the restore times out.
-    job = JobSpec(id="j0", work_gpu_hours=30.0, gpus=1, start=T0,
-                  deadline=T0 + timedelta(hours=40), checkpoint_size_gb=1.0,
-                  cold_start_h=1.0, home_region="us-east-1",
-                  gpu_types=frozenset({"V100", "A100-80GB"}))
+    job = JobSpec(
+        id="j0",
+        work_gpu_hours=30.0,
+        gpus=1,
+        start=T0,
+        deadline=T0 + timedelta(hours=40),
+        checkpoint_size_gb=1.0,
+        cold_start_h=1.0,
+        home_region="us-east-1",
+        gpu_types=frozenset({"V100", "A100-80GB"}),
+    )
     grid = build_grid(tiny_trace(), [job], TICK_S, 0)
     clock = FakeClock(grid.start)
     backend.clock = clock
-    world = World(backend, grid, clock, BootingSim(grid, clock, cluster=CLUSTER),
-                  f"memory://takeover-{uuid.uuid4().hex[:8]}")
+    world = World(
+        backend,
+        grid,
+        clock,
+        BootingSim(grid, clock, cluster=CLUSTER),
+        f"memory://takeover-{uuid.uuid4().hex[:8]}",
+    )
     world.backend.open().submit([job])
     return world
 
@@ -95,8 +116,9 @@ def start_move(w: World) -> tuple[LiveController, Offer, Offer]:
     a.tick()
     assert a.controller is not None and a.controller.instance_of[0] is not None
     src = w.grid.offers[int(a.controller.fleet.offer[0])]
-    dst = next(k for k, o in enumerate(w.grid.offers)
-               if o.region != src.region and o.market is src.market)
+    dst = next(
+        k for k, o in enumerate(w.grid.offers) if o.region != src.region and o.market is src.market
+    )
     a.policy = ManualMove(0, dst, "test: move across regions")
     a.controller = None
     w.tick(a)
@@ -105,8 +127,9 @@ def start_move(w: World) -> tuple[LiveController, Offer, Offer]:
     assert migration(a.store).phase is MigrationPhase.PLANNED
     w.tick(a)  # asks the source to checkpoint and stop
     assert migration(a.store).phase is MigrationPhase.CHECKPOINTING
-    CheckpointStore(w.store_uri(src)).write("j0", 7, {"model.bin": b"weights"},
-                                            now_s=w.clock.now().timestamp())
+    CheckpointStore(w.store_uri(src)).write(
+        "j0", 7, {"model.bin": b"weights"}, now_s=w.clock.now().timestamp()
+    )
     w.tick(a)
     assert migration(a.store).phase is MigrationPhase.COPYING
     w.tick(a)  # the copy verified: launch at the destination
@@ -127,7 +150,8 @@ def drive_to_end(w: World, live: LiveController, max_ticks: int = 40) -> str:
 
 
 def test_takeover_in_provisioning_then_rollback_terminates_the_destination(
-        backend: Backend) -> None:
+    backend: Backend,
+) -> None:
     w = make_world(backend)
     _, src, dst = start_move(w)
     (d,) = [i for i, info in w.live().items() if info.offer_id == dst.id]

@@ -31,9 +31,15 @@ from tests.migration.world import (
 )
 
 P = MigrationPhase
-LIMITS = Limits(checkpoint_timeout_s=600, stop_grace_s=120, copy_timeout_s=600,
-                provision_timeout_s=600, restore_timeout_s=600, rollback_timeout_s=900,
-                max_attempts=3)
+LIMITS = Limits(
+    checkpoint_timeout_s=600,
+    stop_grace_s=120,
+    copy_timeout_s=600,
+    provision_timeout_s=600,
+    restore_timeout_s=600,
+    rollback_timeout_s=900,
+    max_attempts=3,
+)
 CAP, QUOTA, TRANSIENT = FailureKind.CAPACITY, FailureKind.QUOTA, FailureKind.TRANSIENT
 
 
@@ -48,28 +54,44 @@ class Scenario:
 SCENARIOS = [
     Scenario("moves", Script(), P.DONE, DST),
     Scenario("moves a preempted job (no instance)", Script(src_alive=False), P.DONE, DST),
-    Scenario("terminates a source that keeps running", Script(stops_on_request=False), P.DONE,
-             DST),
+    Scenario("terminates a source that keeps running", Script(stops_on_request=False), P.DONE, DST),
     Scenario("copy fails once", Script(copy_failures=1), P.DONE, DST),
     Scenario("transient launch failure", Script(launch_failures={DST: [TRANSIENT]}), P.DONE, DST),
-    Scenario("no capacity at the destination", Script(launch_failures={DST: [CAP]}), P.FAILED,
-             SRC),
-    Scenario("no capacity, job had no instance",
-             Script(src_alive=False, launch_failures={DST: [CAP]}), P.FAILED, SRC),
+    Scenario("no capacity at the destination", Script(launch_failures={DST: [CAP]}), P.FAILED, SRC),
+    Scenario(
+        "no capacity, job had no instance",
+        Script(src_alive=False, launch_failures={DST: [CAP]}),
+        P.FAILED,
+        SRC,
+    ),
     Scenario("quota at the destination", Script(launch_failures={DST: [QUOTA]}), P.FAILED, SRC),
-    Scenario("transient failures use up the attempts",
-             Script(launch_failures={DST: [TRANSIENT] * 3}), P.FAILED, SRC),
+    Scenario(
+        "transient failures use up the attempts",
+        Script(launch_failures={DST: [TRANSIENT] * 3}),
+        P.FAILED,
+        SRC,
+    ),
     Scenario("copy always fails", Script(copy_failures=3), P.FAILED, SRC),
-    Scenario("destination preempted while booting", Script(preempt_dst=Preempt.BOOTING),
-             P.FAILED, SRC),
-    Scenario("destination preempted while restoring", Script(preempt_dst=Preempt.RESTORING),
-             P.FAILED, SRC),
+    Scenario(
+        "destination preempted while booting", Script(preempt_dst=Preempt.BOOTING), P.FAILED, SRC
+    ),
+    Scenario(
+        "destination preempted while restoring",
+        Script(preempt_dst=Preempt.RESTORING),
+        P.FAILED,
+        SRC,
+    ),
     Scenario("restore hangs", Script(dst_restore_hangs=True), P.FAILED, SRC),
     Scenario("job ignores the checkpoint request", Script(answers_request=False), P.FAILED, SRC),
-    Scenario("rollback launch retried", Script(launch_failures={DST: [CAP], SRC: [CAP]}),
-             P.FAILED, SRC),
-    Scenario("source cannot be relaunched", Script(launch_failures={DST: [CAP], SRC: [QUOTA]}),
-             P.FAILED, None),
+    Scenario(
+        "rollback launch retried", Script(launch_failures={DST: [CAP], SRC: [CAP]}), P.FAILED, SRC
+    ),
+    Scenario(
+        "source cannot be relaunched",
+        Script(launch_failures={DST: [CAP], SRC: [QUOTA]}),
+        P.FAILED,
+        None,
+    ),
 ]
 
 
@@ -145,10 +167,12 @@ scripts = st.builds(
     src_alive=st.booleans(),
     stops_on_request=st.booleans(),
     answers_request=st.booleans(),
-    launch_failures=st.fixed_dictionaries({
-        DST: st.lists(st.sampled_from(list(FailureKind)), max_size=3),
-        SRC: st.lists(st.sampled_from(list(FailureKind)), max_size=3),
-    }),
+    launch_failures=st.fixed_dictionaries(
+        {
+            DST: st.lists(st.sampled_from(list(FailureKind)), max_size=3),
+            SRC: st.lists(st.sampled_from(list(FailureKind)), max_size=3),
+        }
+    ),
     copy_failures=st.integers(0, 3),
     preempt_dst=st.sampled_from(list(Preempt)),
     dst_restore_hangs=st.booleans(),
@@ -156,14 +180,18 @@ scripts = st.builds(
 
 
 @settings(max_examples=300, deadline=None)
-@given(script=scripts, crash_at=st.frozensets(st.integers(0, 60), max_size=8),
-       crash=st.sampled_from(list(Crash)))
+@given(
+    script=scripts,
+    crash_at=st.frozensets(st.integers(0, 60), max_size=8),
+    crash=st.sampled_from(list(Crash)),
+)
 def test_any_world_any_crashes(script: Script, crash_at: frozenset[int], crash: Crash) -> None:
     """Whatever fails and wherever the controller dies, the end is the uninterrupted end."""
     world, m0 = start(script)
     clean = Controller(world, m0, LIMITS).run()
-    expected = Scenario("random", script, clean.final.phase,
-                        world.live()[0].offer_id if world.live() else None)
+    expected = Scenario(
+        "random", script, clean.final.phase, world.live()[0].offer_id if world.live() else None
+    )
     check_end(world, m0, clean, expected)
     world, m0 = start(script)
     run = Controller(world, m0, LIMITS).run(crash_at=crash_at, crash=crash)

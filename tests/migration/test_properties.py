@@ -35,8 +35,9 @@ STEPS = (10, 15)
 
 def checkpoints(side: str) -> st.SearchStrategy[CheckpointSeen | None]:
     return st.none() | st.builds(
-        lambda step, created, verified: CheckpointSeen(f"{side}/ckpt-{step}", step, created,
-                                                       verified),
+        lambda step, created, verified: CheckpointSeen(
+            f"{side}/ckpt-{step}", step, created, verified
+        ),
         st.sampled_from(STEPS),
         st.sampled_from([T - 600.0, T, T + 100.0, T + 5000.0]),
         st.booleans(),
@@ -57,14 +58,19 @@ observations = st.builds(
     rollback_instance_id=st.sampled_from(["", "back-1"]),
     rollback_state=states,
 )
-ticks = st.lists(st.tuples(observations, st.sampled_from([0.0, 30.0, 200.0, 700.0, 4000.0])),
-                 max_size=40)
-limits = st.builds(Limits, checkpoint_timeout_s=st.sampled_from([300.0, 900.0]),
-                   stop_grace_s=st.sampled_from([0.0, 120.0]),
-                   copy_timeout_s=st.sampled_from([600.0, 3600.0]),
-                   provision_timeout_s=st.just(600.0), restore_timeout_s=st.just(600.0),
-                   rollback_timeout_s=st.sampled_from([600.0, 1800.0]),
-                   max_attempts=st.integers(1, 4))
+ticks = st.lists(
+    st.tuples(observations, st.sampled_from([0.0, 30.0, 200.0, 700.0, 4000.0])), max_size=40
+)
+limits = st.builds(
+    Limits,
+    checkpoint_timeout_s=st.sampled_from([300.0, 900.0]),
+    stop_grace_s=st.sampled_from([0.0, 120.0]),
+    copy_timeout_s=st.sampled_from([600.0, 3600.0]),
+    provision_timeout_s=st.just(600.0),
+    restore_timeout_s=st.just(600.0),
+    rollback_timeout_s=st.sampled_from([600.0, 1800.0]),
+    max_attempts=st.integers(1, 4),
+)
 
 
 @dataclass
@@ -87,8 +93,14 @@ class Seen:
 def test_promises_hold_for_any_observations(
     src_instance: str, steps: list[tuple[Observation, float]], limit: Limits
 ) -> None:
-    m = Migration.planned(id="mig-1", job_id="job-a", src_offer_id=SRC, dst_offer_id=DST,
-                          src_instance_id=src_instance, now_s=T)
+    m = Migration.planned(
+        id="mig-1",
+        job_id="job-a",
+        src_offer_id=SRC,
+        dst_offer_id=DST,
+        src_instance_id=src_instance,
+        now_s=T,
+    )
     now = T
     seen = Seen()
     by_target: dict[tuple[str, int], Launch] = {}  # (offer, attempt) -> the one Launch
@@ -133,4 +145,3 @@ def test_promises_hold_for_any_observations(
     # at most `max_attempts` tries at the destination
     tries = {a.request_id for a in by_target.values() if a.offer_id == DST}
     assert len(tries) <= limit.max_attempts
-

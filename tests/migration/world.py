@@ -96,7 +96,8 @@ class World:
         self.stores[SRC].append(CheckpointSeen(f"{SRC}/ckpt-10", 10, now_s - 600.0, True))
         if script.src_alive:
             self.instances["src-0"] = Instance(
-                "src-0", SRC, InstanceState.RUNNING, script.job_step, restored_step=-1)
+                "src-0", SRC, InstanceState.RUNNING, script.job_step, restored_step=-1
+            )
 
     # --- what the controller sees ---------------------------------------------------------
 
@@ -117,8 +118,9 @@ class World:
             dst_checkpoint=self.newest(DST),
             dst_instance_id=dst.id if dst else "",
             dst_state=dst.state if dst else None,
-            dst_progress_after_restore=bool(dst and dst.step > dst.restored_step
-                                            and dst.state is InstanceState.RUNNING),
+            dst_progress_after_restore=bool(
+                dst and dst.step > dst.restored_step and dst.state is InstanceState.RUNNING
+            ),
             launch_error=launch_error,
             copy_error=copy_error,
             rollback_instance_id=back.id if back else "",
@@ -158,7 +160,8 @@ class World:
             uri = f"{action.dst_offer_id}/ckpt-{ck.step}"
             if all(c.uri != uri for c in self.stores[action.dst_offer_id]):
                 self.stores[action.dst_offer_id].append(
-                    CheckpointSeen(uri, ck.step, ck.created_at_s, True))
+                    CheckpointSeen(uri, ck.step, ck.created_at_s, True)
+                )
         elif isinstance(action, Launch):
             failures = self.launch_failures.get(action.offer_id, [])
             if failures:
@@ -170,8 +173,14 @@ class World:
                 assert ck.verified, "launched from an unverified checkpoint"
                 step = ck.step
             iid = f"i-{len(self.instances)}"
-            self.instances[iid] = Instance(iid, action.offer_id, InstanceState.BOOTING,
-                                           max(step, 0), step, launched_by=action.request_id)
+            self.instances[iid] = Instance(
+                iid,
+                action.offer_id,
+                InstanceState.BOOTING,
+                max(step, 0),
+                step,
+                launched_by=action.request_id,
+            )
         elif isinstance(action, Terminate):
             inst = self.instances[action.instance_id]
             if not inst.launched_by:
@@ -229,8 +238,13 @@ class Controller:
         self.limits = limits
         self.saved = Record(migration, [])
 
-    def run(self, *, crash_at: frozenset[int] = frozenset(), crash: Crash = Crash.BEFORE_ACT,
-            max_ticks: int = 200) -> Run:
+    def run(
+        self,
+        *,
+        crash_at: frozenset[int] = frozenset(),
+        crash: Crash = Crash.BEFORE_ACT,
+        max_ticks: int = 200,
+    ) -> Run:
         phases = [str(self.saved.migration.phase)]
         reissued: list[tuple[Result, Result]] = []
         lost: Result | None = None
@@ -281,6 +295,12 @@ class Controller:
 
 def start(script: Script) -> tuple[World, Migration]:
     world = World(script)
-    m = Migration.planned(id="mig-1", job_id="job-a", src_offer_id=SRC, dst_offer_id=DST,
-                          src_instance_id="src-0" if script.src_alive else "", now_s=world.now_s)
+    m = Migration.planned(
+        id="mig-1",
+        job_id="job-a",
+        src_offer_id=SRC,
+        dst_offer_id=DST,
+        src_instance_id="src-0" if script.src_alive else "",
+        now_s=world.now_s,
+    )
     return world, m

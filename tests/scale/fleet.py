@@ -45,6 +45,7 @@ HOME_REGIONS = ("us-east-1", "us-west-2", "us-central1", "europe-west4", "europe
 
 # -- PostgreSQL --------------------------------------------------------------------------
 
+
 @cache
 def pg_unavailable() -> str | None:
     """Why PostgreSQL tests cannot run here, or None when they can."""
@@ -86,6 +87,7 @@ def pg_schema(prefix: str = "heliotrope_scale") -> Iterator[str]:
 
 # -- the fleet ---------------------------------------------------------------------------
 
+
 def scenario_jobs(n: int, seed: int = 0) -> list[JobSpec]:
     """`n` single-GPU jobs starting over the first six hours, due in two to four days."""
     rng = np.random.default_rng(seed)
@@ -122,6 +124,7 @@ def store_uri(offer: Offer) -> str:
 
 # -- one cloud shared by every controller -------------------------------------------------
 
+
 @dataclass(frozen=True, slots=True)
 class LaunchRecord:
     request_id: str
@@ -148,9 +151,16 @@ class SharedCloud:
 
     def launch(self, spec: LaunchSpec, request_id: str, caller: str) -> LaunchOutcome:
         outcome = self.sim.launch(spec, request_id=request_id)
-        self.requests.append(LaunchRecord(request_id, spec.job_id, spec.offer_id,
-                                          outcome.instance_id,
-                                          self.clock.now().timestamp(), caller))
+        self.requests.append(
+            LaunchRecord(
+                request_id,
+                spec.job_id,
+                spec.offer_id,
+                outcome.instance_id,
+                self.clock.now().timestamp(),
+                caller,
+            )
+        )
         return outcome
 
     def terminate(self, ids: Sequence[InstanceId], request_id: str) -> None:
@@ -213,6 +223,7 @@ class CloudProvider:
 
 # -- checks ------------------------------------------------------------------------------
 
+
 @dataclass
 class Findings:
     """What the checks found; empty lists mean the run was clean."""
@@ -230,10 +241,13 @@ class Findings:
         return {k: v[:10] for k, v in vars(self).items() if isinstance(v, list) and v}
 
 
-def check_fleet(history: Mapping[str, Sequence[Event]], rows: Mapping[str, Any],
-                migrations: Sequence[Mapping[str, Any]] | None,
-                cloud_launches: Sequence[LaunchRecord] | None,
-                live: Mapping[str, Sequence[InstanceId]] | None) -> Findings:
+def check_fleet(
+    history: Mapping[str, Sequence[Event]],
+    rows: Mapping[str, Any],
+    migrations: Sequence[Mapping[str, Any]] | None,
+    cloud_launches: Sequence[LaunchRecord] | None,
+    live: Mapping[str, Sequence[InstanceId]] | None,
+) -> Findings:
     """Check every job's committed history against itself, its row, its migration
     records, and (when given) what the shared cloud saw.
 
@@ -261,11 +275,13 @@ def check_fleet(history: Mapping[str, Sequence[Event]], rows: Mapping[str, Any],
             at = f"{job_id} at {e.time_s:.0f}: {e.kind.value}"
             if e.kind is EventKind.LAUNCHED:
                 if holds or done:
-                    f.double_launches.append(f"{at} {e.instance_id} while holding {holds!r}"
-                                             f"{' (done)' if done else ''}")
+                    f.double_launches.append(
+                        f"{at} {e.instance_id} while holding {holds!r}{' (done)' if done else ''}"
+                    )
                 if e.instance_id in launched_by:
-                    f.shared_requests.append(f"{e.instance_id}: launched for "
-                                             f"{launched_by[e.instance_id]} and {job_id}")
+                    f.shared_requests.append(
+                        f"{e.instance_id}: launched for {launched_by[e.instance_id]} and {job_id}"
+                    )
                 launched_by[e.instance_id] = job_id
                 holds = e.instance_id
                 launches += 1
@@ -298,22 +314,30 @@ def check_fleet(history: Mapping[str, Sequence[Event]], rows: Mapping[str, Any],
                     open_migration = False
         row = rows[job_id]
         if (Phase(row.phase) is Phase.DONE) != done:
-            f.final_mismatch.append(f"{job_id}: row phase {Phase(row.phase).name}, events "
-                                    f"say {'done' if done else 'not done'}")
+            f.final_mismatch.append(
+                f"{job_id}: row phase {Phase(row.phase).name}, events "
+                f"say {'done' if done else 'not done'}"
+            )
         if (row.instance_id or "") != holds:
-            f.final_mismatch.append(f"{job_id}: row instance {row.instance_id!r}, events "
-                                    f"say {holds!r}")
+            f.final_mismatch.append(
+                f"{job_id}: row instance {row.instance_id!r}, events say {holds!r}"
+            )
         if row.launches != launches or row.preemptions != preemptions:
-            f.final_mismatch.append(f"{job_id}: row launches/preemptions {row.launches}/"
-                                    f"{row.preemptions}, events {launches}/{preemptions}")
+            f.final_mismatch.append(
+                f"{job_id}: row launches/preemptions {row.launches}/"
+                f"{row.preemptions}, events {launches}/{preemptions}"
+            )
     if migrations is not None:
         records: Counter[str] = Counter(m["job_id"] for m in migrations)
-        opened: Counter[str] = Counter(m["job_id"] for m in migrations
-                                       if m["phase"] not in ("done", "failed"))
+        opened: Counter[str] = Counter(
+            m["job_id"] for m in migrations if m["phase"] not in ("done", "failed")
+        )
         for job_id in set(records) | set(planned_per_job):
             if records[job_id] != planned_per_job[job_id]:
-                f.double_migrations.append(f"{job_id}: {planned_per_job[job_id]} planned, "
-                                           f"{records[job_id]} migration records")
+                f.double_migrations.append(
+                    f"{job_id}: {planned_per_job[job_id]} planned, "
+                    f"{records[job_id]} migration records"
+                )
             if opened[job_id] > 1:
                 f.double_migrations.append(f"{job_id}: {opened[job_id]} open migrations")
     if cloud_launches is not None:
@@ -323,8 +347,10 @@ def check_fleet(history: Mapping[str, Sequence[Event]], rows: Mapping[str, Any],
                 created.setdefault(r.instance_id, r)
         for instance_id, r in created.items():
             if instance_id not in launched_by:
-                f.orphans.append(f"{instance_id} ({r.job_id}, request {r.request_id} by "
-                                 f"{r.caller}) is in no LAUNCHED event")
+                f.orphans.append(
+                    f"{instance_id} ({r.job_id}, request {r.request_id} by "
+                    f"{r.caller}) is in no LAUNCHED event"
+                )
         for instance_id, job_id in launched_by.items():
             if instance_id not in created:
                 f.orphans.append(f"{job_id}: LAUNCHED {instance_id} the cloud never made")
@@ -332,24 +358,27 @@ def check_fleet(history: Mapping[str, Sequence[Event]], rows: Mapping[str, Any],
         for r in cloud_launches:
             if r.instance_id is not None:
                 per_request[r.request_id].add(r.instance_id)
-        f.shared_requests += [f"request {q} made {sorted(i)}"
-                              for q, i in per_request.items() if len(i) > 1]
+        f.shared_requests += [
+            f"request {q} made {sorted(i)}" for q, i in per_request.items() if len(i) > 1
+        ]
     if live is not None:
         alive = {i for ids in live.values() for i in ids}
-        f.ghosts += [f"{job_id}: row holds {row.instance_id}, which the cloud no longer runs"
-                     for job_id, row in rows.items()
-                     if row.instance_id and row.instance_id not in alive]
+        f.ghosts += [
+            f"{job_id}: row holds {row.instance_id}, which the cloud no longer runs"
+            for job_id, row in rows.items()
+            if row.instance_id and row.instance_id not in alive
+        ]
         for job_id, ids in live.items():
             if len(ids) > 1:
                 f.double_launches.append(f"{job_id}: {len(ids)} live instances {ids}")
             elif (rows[job_id].instance_id or "") != ids[0]:
-                f.orphans.append(f"{job_id}: live {ids[0]}, row says "
-                                 f"{rows[job_id].instance_id!r}")
+                f.orphans.append(f"{job_id}: live {ids[0]}, row says {rows[job_id].instance_id!r}")
     return f
 
 
-def store_snapshot(url: str) -> tuple[dict[str, list[Event]], dict[str, Any],
-                                      list[dict[str, Any]], int]:
+def store_snapshot(
+    url: str,
+) -> tuple[dict[str, list[Event]], dict[str, Any], list[dict[str, Any]], int]:
     """Every job's history, its row, every migration record and the version."""
     import sqlalchemy as sa
 
@@ -376,6 +405,7 @@ def store_snapshot(url: str) -> tuple[dict[str, list[Event]], dict[str, Any],
 
 
 # -- the controller processes -------------------------------------------------------------
+
 
 def controller_process(name: str, conn: Any) -> None:
     """One controller process, set up and driven over `conn`.
@@ -408,9 +438,16 @@ def _serve(name: str, conn: Any) -> None:
     clock = FakeClock(grid.start)
     store = open_store(url, clock=clock)
     lock = FleetLock(url) if use_lock else None
-    live = LiveController(store=store, provider=CloudProvider(cloud, grid.offers, name),
-                          policy=make_policy(policy), grid=grid, clock=clock,
-                          store_uri=store_uri, options=LoopOptions(cluster=CLUSTER), lock=lock)
+    live = LiveController(
+        store=store,
+        provider=CloudProvider(cloud, grid.offers, name),
+        policy=make_policy(policy),
+        grid=grid,
+        clock=clock,
+        store_uri=store_uri,
+        options=LoopOptions(cluster=CLUSTER),
+        lock=lock,
+    )
     conn.send(("ready", os.getpid(), 0.0))
     try:
         while True:
@@ -425,8 +462,12 @@ def _serve(name: str, conn: Any) -> None:
                     lock.release()
                 conn.send(("released", False, 0.0))
             elif msg == "stop":
-                stats = {"commits": live.commits, "conflicts": live.conflicts,
-                         "standby": live.standby_ticks, "ticks": live.ticks}
+                stats = {
+                    "commits": live.commits,
+                    "conflicts": live.conflicts,
+                    "standby": live.standby_ticks,
+                    "ticks": live.ticks,
+                }
                 conn.send(("stats", stats, None))
                 return
     finally:

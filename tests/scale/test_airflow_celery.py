@@ -75,8 +75,10 @@ def _redis(*command: str, db: int) -> str:
     host, port = REDIS.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=5.0) as s:
         for cmd in (("SELECT", str(db)), command):
-            s.sendall(f"*{len(cmd)}\r\n".encode()
-                      + b"".join(f"${len(a)}\r\n{a}\r\n".encode() for a in cmd))
+            s.sendall(
+                f"*{len(cmd)}\r\n".encode()
+                + b"".join(f"${len(a)}\r\n{a}\r\n".encode() for a in cmd)
+            )
         reply = b""
         while reply.count(b"\r\n") < 2:
             chunk = s.recv(4096)
@@ -100,8 +102,9 @@ def _database() -> Iterator[str]:
     import psycopg
 
     name = f"heliotrope_airflow_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(PG_URL.replace("postgresql+psycopg", "postgresql"),
-                         autocommit=True) as conn:
+    with psycopg.connect(
+        PG_URL.replace("postgresql+psycopg", "postgresql"), autocommit=True
+    ) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     base = PG_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://")
     try:
@@ -147,45 +150,57 @@ def _hostname_module(root: Path, name: str) -> str:
     return str(pkg)
 
 
-def _environment(root: Path, db_url: str, redis_db: int, port: int, home: Path,
-                 state_url: str, uk_url: str) -> dict[str, str]:
+def _environment(
+    root: Path, db_url: str, redis_db: int, port: int, home: Path, state_url: str, uk_url: str
+) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "HELIOTROPE"))}
-    env.update({
-        "PATH": f"{BIN}:{env.get('PATH', '')}",
-        "PYTHONPATH": str(REPO),
-        "AIRFLOW_HOME": str(root / "airflow"),
-        "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": db_url,
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC": db_url,  # psycopg 3 does async too
-        "AIRFLOW__CELERY__BROKER_URL": f"redis://{REDIS}/{redis_db}",
-        "AIRFLOW__CELERY__RESULT_BACKEND": f"db+{db_url}",
-        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
-        "AIRFLOW__API__HOST": "127.0.0.1",
-        "AIRFLOW__API__PORT": str(port),
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-        "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(32),
-        "AIRFLOW__API__SECRET_KEY": secrets.token_hex(32),
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
-        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
-        "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
-        # Heliotrope: its home and signal sources through the Variable, its store here.
-        "AIRFLOW_VAR_HELIOTROPE": json.dumps({
-            "home": str(home), "sources": ["uk-carbon"],
-            "regions": ["aws:eu-west-2", "gcp:us-central1"]}),
-        "HELIOTROPE_HOME": str(home),
-        "HELIOTROPE_DB_URL": state_url,
-        "HELIOTROPE_UK_CARBON_URL": uk_url,
-    })
+    env.update(
+        {
+            "PATH": f"{BIN}:{env.get('PATH', '')}",
+            "PYTHONPATH": str(REPO),
+            "AIRFLOW_HOME": str(root / "airflow"),
+            "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": db_url,
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC": db_url,  # psycopg 3 does async too
+            "AIRFLOW__CELERY__BROKER_URL": f"redis://{REDIS}/{redis_db}",
+            "AIRFLOW__CELERY__RESULT_BACKEND": f"db+{db_url}",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(port),
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(32),
+            "AIRFLOW__API__SECRET_KEY": secrets.token_hex(32),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+            # Heliotrope: its home and signal sources through the Variable, its store here.
+            "AIRFLOW_VAR_HELIOTROPE": json.dumps(
+                {
+                    "home": str(home),
+                    "sources": ["uk-carbon"],
+                    "regions": ["aws:eu-west-2", "gcp:us-central1"],
+                }
+            ),
+            "HELIOTROPE_HOME": str(home),
+            "HELIOTROPE_DB_URL": state_url,
+            "HELIOTROPE_UK_CARBON_URL": uk_url,
+        }
+    )
     return env
 
 
 def _start(cluster: Cluster, name: str, args: list[str], env: dict[str, str]) -> None:
     log = (cluster.root / f"{name}.log").open("wb")
     cluster.procs[name] = subprocess.Popen(
-        [str(BIN / "airflow"), *args], env=env, stdout=log, stderr=subprocess.STDOUT,
-        start_new_session=True, cwd=cluster.root)
+        [str(BIN / "airflow"), *args],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        cwd=cluster.root,
+    )
 
 
 def _ours(marker: str) -> list[int]:
@@ -214,7 +229,8 @@ def _stop(cluster: Cluster) -> None:
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline:
             if all(p.poll() is not None for p in cluster.procs.values()) and not any(
-                    _running(pid) for pid in _ours(marker)):
+                _running(pid) for pid in _ours(marker)
+            ):
                 return
             time.sleep(0.5)
 
@@ -234,8 +250,10 @@ def _wait_ready(cluster: Cluster, timeout_s: float = 300.0) -> None:
         assert time.monotonic() < deadline, f"not ready in {timeout_s:.0f} s; see {cluster.logs()}"
         try:
             health = cluster.call("GET", "/api/v2/monitor/health")
-            if all(health.get(c, {}).get("status") == "healthy"
-                   for c in ("metadatabase", "scheduler", "dag_processor")):
+            if all(
+                health.get(c, {}).get("status") == "healthy"
+                for c in ("metadatabase", "scheduler", "dag_processor")
+            ):
                 cluster.token = cluster.call("GET", "/auth/token")["access_token"]
                 dags = {d["dag_id"] for d in cluster.call("GET", "/api/v2/dags?limit=100")["dags"]}
                 if dags >= set(DAG_IDS):
@@ -264,13 +282,34 @@ def _run_dag(cluster: Cluster, dag_id: str, timeout_s: float = 300.0) -> tuple[s
 
 def _submit_job(env: dict[str, str], root: Path) -> None:
     jobs = root / "jobs.yaml"
-    jobs.write_text(yaml.safe_dump({"jobs": [{
-        "name": "lm", "work_gpu_hours": 4.0, "gpus": 1, "gpu_types": ["L4"],
-        "throughput": {"L4": 1.0}, "start_offset_h": 0, "deadline_h": 100,
-        "home_region": "us-east-1", "checkpoint_size_gb": 0.01,
-        "command": [sys.executable, "-c", "pass"]}]}))
-    done = subprocess.run([str(BIN / "heliotrope"), "jobs", "submit", str(jobs)], env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+    jobs.write_text(
+        yaml.safe_dump(
+            {
+                "jobs": [
+                    {
+                        "name": "lm",
+                        "work_gpu_hours": 4.0,
+                        "gpus": 1,
+                        "gpu_types": ["L4"],
+                        "throughput": {"L4": 1.0},
+                        "start_offset_h": 0,
+                        "deadline_h": 100,
+                        "home_region": "us-east-1",
+                        "checkpoint_size_gb": 0.01,
+                        "command": [sys.executable, "-c", "pass"],
+                    }
+                ]
+            }
+        )
+    )
+    done = subprocess.run(
+        [str(BIN / "heliotrope"), "jobs", "submit", str(jobs)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -294,8 +333,14 @@ def test_signals_and_rebalance_on_two_celery_workers(tmp_path: Path) -> None:
         port = _free_port()
         env = _environment(tmp_path, db_url, redis_db, port, home, state_url, uk_url)
         cluster = Cluster(f"http://127.0.0.1:{port}", tmp_path, home, state_url)
-        migrate = subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=env,
-                                 capture_output=True, text=True, timeout=300, check=False)
+        migrate = subprocess.run(
+            [str(BIN / "airflow"), "db", "migrate"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
         assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
         _submit_job(env, tmp_path)  # Heliotrope's schema (Alembic) and one job, in PostgreSQL
         try:
@@ -303,13 +348,17 @@ def test_signals_and_rebalance_on_two_celery_workers(tmp_path: Path) -> None:
             _start(cluster, "scheduler", ["scheduler"], env)
             _start(cluster, "dag-processor", ["dag-processor"], env)
             for name in WORKERS:
-                _start(cluster, name, ["celery", "worker", "--concurrency", "1",
-                                       "--celery-hostname", f"{name}@%h"], {
-                    **env,
-                    "PYTHONPATH": f"{_hostname_module(tmp_path, name)}:{REPO}",
-                    "AIRFLOW__CORE__HOSTNAME_CALLABLE": "workername.name",
-                    "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
-                })
+                _start(
+                    cluster,
+                    name,
+                    ["celery", "worker", "--concurrency", "1", "--celery-hostname", f"{name}@%h"],
+                    {
+                        **env,
+                        "PYTHONPATH": f"{_hostname_module(tmp_path, name)}:{REPO}",
+                        "AIRFLOW__CORE__HOSTNAME_CALLABLE": "workername.name",
+                        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
+                    },
+                )
             _wait_ready(cluster)
             ready_s = time.monotonic() - t0
             results = {dag_id: _run_dag(cluster, dag_id) for dag_id in DAG_IDS}
@@ -331,10 +380,17 @@ def test_signals_and_rebalance_on_two_celery_workers(tmp_path: Path) -> None:
             store.close()
 
     hosts = {ti["hostname"] for _, tis in results.values() for ti in tis}
-    summary = {d: (s, sorted((ti["task_id"], ti.get("map_index"), ti["state"], ti["hostname"])
-                             for ti in tis)) for d, (s, tis) in results.items()}
-    print(f"\nCelery: ready after {ready_s:.0f} s, done after {time.monotonic() - t0:.0f} s; "
-          f"{summary}; Heliotrope store version {version}, {samples} samples")
+    summary = {
+        d: (
+            s,
+            sorted((ti["task_id"], ti.get("map_index"), ti["state"], ti["hostname"]) for ti in tis),
+        )
+        for d, (s, tis) in results.items()
+    }
+    print(
+        f"\nCelery: ready after {ready_s:.0f} s, done after {time.monotonic() - t0:.0f} s; "
+        f"{summary}; Heliotrope store version {version}, {samples} samples"
+    )
     for dag_id, (state, _tis) in results.items():
         assert state == "success", (dag_id, summary[dag_id], cluster.logs())
     assert hosts <= set(WORKERS) | {""}, hosts

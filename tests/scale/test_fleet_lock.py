@@ -40,9 +40,16 @@ def _holders(url: str) -> list[int]:
     try:
         with engine.connect() as conn:
             key = pg_lock_key(str(conn.scalar(sa.text("SELECT current_schema()"))))
-            return [int(p) for p in conn.scalars(sa.text(
-                "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted "
-                "AND classid = :c AND objid = :k"), {"c": PG_LOCK_CLASS, "k": key})]
+            return [
+                int(p)
+                for p in conn.scalars(
+                    sa.text(
+                        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted "
+                        "AND classid = :c AND objid = :k"
+                    ),
+                    {"c": PG_LOCK_CLASS, "k": key},
+                )
+            ]
     finally:
         engine.dispose()
 
@@ -136,18 +143,34 @@ def test_in_memory_database_lock_is_per_process() -> None:
 
 
 def _controller(url: str, lock: FleetLock | None) -> tuple[LiveController, FakeClock]:
-    jobs = [JobSpec(id=f"j{i}", work_gpu_hours=4.0, gpus=1, start=T0,
-                    deadline=T0 + timedelta(hours=40), checkpoint_size_gb=1.0,
-                    cold_start_h=0.1, home_region="us-east-1") for i in range(3)]
+    jobs = [
+        JobSpec(
+            id=f"j{i}",
+            work_gpu_hours=4.0,
+            gpus=1,
+            start=T0,
+            deadline=T0 + timedelta(hours=40),
+            checkpoint_size_gb=1.0,
+            cold_start_h=0.1,
+            home_region="us-east-1",
+        )
+        for i in range(3)
+    ]
     grid = build_grid(tiny_trace(), jobs, 600, 0)
     clock = FakeClock(grid.start)
     store = open_store(url, clock=clock)
     if not store.load()[0].jobs:
         store.submit(jobs)
-    live = LiveController(store=store, provider=SimProvider(grid, clock, cluster="t"),
-                          policy=make_policy("on-demand"), grid=grid, clock=clock,
-                          store_uri=lambda o: f"memory://lock-test/{o.region}",
-                          options=LoopOptions(cluster="t"), lock=lock)
+    live = LiveController(
+        store=store,
+        provider=SimProvider(grid, clock, cluster="t"),
+        policy=make_policy("on-demand"),
+        grid=grid,
+        clock=clock,
+        store_uri=lambda o: f"memory://lock-test/{o.region}",
+        options=LoopOptions(cluster="t"),
+        lock=lock,
+    )
     return live, clock
 
 

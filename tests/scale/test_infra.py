@@ -59,7 +59,7 @@ def _dockerfile() -> list[str]:
 
 
 def _instr(name: str) -> list[str]:
-    return [ln[len(name) + 1:] for ln in _dockerfile() if ln.upper().startswith(name + " ")]
+    return [ln[len(name) + 1 :] for ln in _dockerfile() if ln.upper().startswith(name + " ")]
 
 
 def _env_default(value: str) -> str:
@@ -86,6 +86,7 @@ def _command(service: dict[str, Any]) -> str:
 
 # -- the Dockerfile --------------------------------------------------------------------------
 
+
 def test_dockerfile_builds_heliotrope_on_the_pinned_airflow() -> None:
     assert _instr("FROM") == [f"apache/airflow:{_airflow_pin()}"]
     (run,) = [r for r in _instr("RUN") if "pip install" in r]
@@ -108,6 +109,7 @@ def test_dockerfile_builds_heliotrope_on_the_pinned_airflow() -> None:
 
 
 # -- Docker Compose: CeleryExecutor ---------------------------------------------------------
+
 
 def test_compose_runs_every_airflow_3_component_and_two_workers() -> None:
     compose = _compose()
@@ -142,7 +144,10 @@ def test_compose_settings_match_what_the_code_expects() -> None:
     assert meta.path == "/airflow"
     pg = compose["services"]["postgres"]["environment"]
     assert (pg["POSTGRES_USER"], pg["POSTGRES_PASSWORD"], pg["POSTGRES_DB"]) == (
-        meta.username, meta.password, "airflow")
+        meta.username,
+        meta.password,
+        "airflow",
+    )
     assert env["AIRFLOW__CELERY__RESULT_BACKEND"].startswith("db+postgresql://")
     broker = urlsplit(env["AIRFLOW__CELERY__BROKER_URL"])
     assert (broker.scheme, broker.hostname, broker.port) == ("redis", "redis", 6379)
@@ -179,13 +184,16 @@ def test_compose_image_is_the_dockerfile_image() -> None:
 
 # -- Helm: KubernetesExecutor ----------------------------------------------------------------
 
+
 def test_helm_values_match_the_image_and_the_code() -> None:
     helm, compose = _helm(), _compose()
     assert helm["executor"] == "KubernetesExecutor"
     assert helm["airflowVersion"] == helm["defaultAirflowTag"] == _airflow_pin()
     repo, tag = _env_default(compose["x-airflow-common"]["image"]).split(":")
     assert (helm["images"]["airflow"]["repository"], helm["images"]["airflow"]["tag"]) == (
-        repo, tag)
+        repo,
+        tag,
+    )
     # DAGs from the image: no git-sync, no DAG volume, the folder the Dockerfile fills.
     assert helm["dags"]["gitSync"]["enabled"] is False
     assert helm["dags"]["persistence"]["enabled"] is False
@@ -204,12 +212,15 @@ def test_helm_values_match_the_image_and_the_code() -> None:
 
 
 def test_celery_executor_class_exists_when_the_provider_is_installed() -> None:
-    pytest.importorskip("airflow.providers.celery",
-                        reason="apache-airflow-providers-celery is not installed")
+    pytest.importorskip(
+        "airflow.providers.celery", reason="apache-airflow-providers-celery is not installed"
+    )
     from airflow.providers.celery.executors.celery_executor import CeleryExecutor
 
-    assert CeleryExecutor.__name__ == _compose()["x-airflow-common"]["environment"][
-        "AIRFLOW__CORE__EXECUTOR"]
+    assert (
+        CeleryExecutor.__name__
+        == _compose()["x-airflow-common"]["environment"]["AIRFLOW__CORE__EXECUTOR"]
+    )
 
 
 def _docker_engine() -> str | None:
@@ -218,8 +229,13 @@ def _docker_engine() -> str | None:
     if docker is None:
         return "no docker CLI on this machine"
     try:
-        info = subprocess.run([docker, "info", "--format", "{{.ServerVersion}}"],
-                              check=False, capture_output=True, text=True, timeout=20)
+        info = subprocess.run(
+            [docker, "info", "--format", "{{.ServerVersion}}"],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
     except subprocess.TimeoutExpired:
         return "docker info timed out: no engine answers"
     if info.returncode != 0:
@@ -232,6 +248,12 @@ def test_docker_compose_config_validates() -> None:
     if reason:
         pytest.skip(reason)
     env = {**os.environ, "AIRFLOW_JWT_SECRET": "test", "AIRFLOW_API_SECRET_KEY": "test"}
-    done = subprocess.run(["docker", "compose", "-f", str(COMPOSE), "config", "--quiet"],
-                          check=False, capture_output=True, text=True, env=env, timeout=60)
+    done = subprocess.run(
+        ["docker", "compose", "-f", str(COMPOSE), "config", "--quiet"],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr

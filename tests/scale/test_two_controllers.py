@@ -59,8 +59,9 @@ class Proc:
     def __init__(self, ctx: Any, name: str) -> None:
         self.name = name
         self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=controller_process, name=name, daemon=True,
-                                   args=(name, child))
+        self.process = ctx.Process(
+            target=controller_process, name=name, daemon=True, args=(name, child)
+        )
         self.process.start()
 
     def send(self, msg: str, arg: Any = None) -> None:
@@ -91,11 +92,14 @@ def _cut_lock_session(url: str) -> int:
     try:
         with engine.begin() as conn:
             key = pg_lock_key(str(conn.scalar(sa.text("SELECT current_schema()"))))
-            n = conn.scalar(sa.text(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = "
-                "'advisory' AND granted AND classid = :c AND objid = :k AND database = "
-                "(SELECT oid FROM pg_database WHERE datname = current_database())"),
-                {"c": PG_LOCK_CLASS, "k": key})
+            n = conn.scalar(
+                sa.text(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = "
+                    "'advisory' AND granted AND classid = :c AND objid = :k AND database = "
+                    "(SELECT oid FROM pg_database WHERE datname = current_database())"
+                ),
+                {"c": PG_LOCK_CLASS, "k": key},
+            )
             return int(n or 0)
     finally:
         engine.dispose()
@@ -180,16 +184,29 @@ def _run(tmp_path: Path) -> Run:
             ref.recv()
             history, rows, migrations, version = store_snapshot(url)
             ref_history, ref_rows, ref_migrations, _ = store_snapshot(ref_url)
-        findings = check_fleet(history, rows, migrations, cloud.launch_log(),
-                               cloud.live_per_job())
-        ref_findings = check_fleet(ref_history, ref_rows, ref_migrations, ref_cloud.launch_log(),
-                                   ref_cloud.live_per_job())
+        findings = check_fleet(history, rows, migrations, cloud.launch_log(), cloud.live_per_job())
+        ref_findings = check_fleet(
+            ref_history, ref_rows, ref_migrations, ref_cloud.launch_log(), ref_cloud.live_per_job()
+        )
         manager.shutdown()
     finally:
         for p in (a, b, ref):
             p.stop()
-    return Run(leaders, tick_s, cuts, stats, findings, version, history, ref_history, rows,
-               ref_rows, ref_findings, len(grid.offers), time.perf_counter() - t0)
+    return Run(
+        leaders,
+        tick_s,
+        cuts,
+        stats,
+        findings,
+        version,
+        history,
+        ref_history,
+        rows,
+        ref_rows,
+        ref_findings,
+        len(grid.offers),
+        time.perf_counter() - t0,
+    )
 
 
 def test_two_controllers_never_double_act(tmp_path: Path) -> None:
@@ -200,11 +217,13 @@ def test_two_controllers_never_double_act(tmp_path: Path) -> None:
     leaders, findings = run.leaders, run.findings
     handovers = sum(x != y for x, y in itertools.pairwise(leaders))
     commits = sum(s["commits"] for s in run.stats.values())
-    print(f"\ntwo controllers, {N_JOBS} jobs x {N_TICKS} ticks x {run.offers} offers: "
-          f"{run.seconds:.1f} s; leader ticks a {leaders.count('a')} / b "
-          f"{leaders.count('b')}, {handovers} handovers ({run.cuts} by a cut session); "
-          f"leader tick mean {sum(run.leader_tick_s) / len(run.leader_tick_s):.3f} s, max "
-          f"{max(run.leader_tick_s):.3f} s; events {dict(findings.counts)}; {run.stats}")
+    print(
+        f"\ntwo controllers, {N_JOBS} jobs x {N_TICKS} ticks x {run.offers} offers: "
+        f"{run.seconds:.1f} s; leader ticks a {leaders.count('a')} / b "
+        f"{leaders.count('b')}, {handovers} handovers ({run.cuts} by a cut session); "
+        f"leader tick mean {sum(run.leader_tick_s) / len(run.leader_tick_s):.3f} s, max "
+        f"{max(run.leader_tick_s):.3f} s; events {dict(findings.counts)}; {run.stats}"
+    )
 
     # Both acted on the fleet, taking over from each other.
     assert run.cuts == len(CUT_AT)
@@ -225,19 +244,30 @@ def test_two_controllers_never_double_act(tmp_path: Path) -> None:
     differ = [j for j in run.history if _key(run.history[j]) != _key(run.reference[j])]
     assert not differ, (
         f"{len(differ)} jobs differ from the single controller, e.g. {differ[0]}:\n"
-        f"{_key(run.history[differ[0]])}\n{_key(run.reference[differ[0]])}")
+        f"{_key(run.history[differ[0]])}\n{_key(run.reference[differ[0]])}"
+    )
     # The same numbers: cost, energy, carbon, progress (no interval accrued twice or lost).
     numbers = [j for j in run.rows if run.rows[j] != run.reference_rows[j]]
     assert not numbers, (numbers[:5], run.rows[numbers[0]], run.reference_rows[numbers[0]])
-    reasons = sum(x.detail != y.detail for j in run.history
-                  for x, y in zip(run.history[j], run.reference[j], strict=True))
+    reasons = sum(
+        x.detail != y.detail
+        for j in run.history
+        for x, y in zip(run.history[j], run.reference[j], strict=True)
+    )
     print(f"  migration reasons that differ from the single controller's: {reasons}")
 
 
 def _key(events: Any) -> list[tuple[Any, ...]]:
     """What happened, when, where, to which instance, which phase change, and the job's
     running totals the event carries."""
-    return [(round(e.time_s, 3), e.kind.value, e.offer_id, e.instance_id,
-             e.detail.split(":")[0] if e.kind is EventKind.MIGRATION else e.detail,
-             sorted(e.data.items()))
-            for e in events]
+    return [
+        (
+            round(e.time_s, 3),
+            e.kind.value,
+            e.offer_id,
+            e.instance_id,
+            e.detail.split(":")[0] if e.kind is EventKind.MIGRATION else e.detail,
+            sorted(e.data.items()),
+        )
+        for e in events
+    ]

@@ -32,8 +32,11 @@ class Reply:
 
     @staticmethod
     def file(name: str, status: int = 200, **headers: str) -> Reply:
-        ctype = "application/xml" if name.endswith(".xml") else (
-            "text/csv" if name.endswith(".csv") else "application/json")
+        ctype = (
+            "application/xml"
+            if name.endswith(".xml")
+            else ("text/csv" if name.endswith(".csv") else "application/json")
+        )
         return Reply(status, recorded(name), {"Content-Type": ctype, **headers})
 
 
@@ -70,8 +73,12 @@ class FixtureServer:
 
             def do_GET(self) -> None:
                 parts = urlsplit(self.path)
-                req = Request("GET", parts.path, parse_qs(parts.query, keep_blank_values=True),
-                              {k: v for k, v in self.headers.items()})
+                req = Request(
+                    "GET",
+                    parts.path,
+                    parse_qs(parts.query, keep_blank_values=True),
+                    {k: v for k, v in self.headers.items()},
+                )
                 server.requests.append(req)
                 reply = server._answer(req)
                 if reply.delay_s:
@@ -114,8 +121,11 @@ class FixtureServer:
                     return route.handler(req)
                 assert route.replies
                 return route.replies.pop(0) if len(route.replies) > 1 else route.replies[0]
-        return Reply(404, b'{"error": "no route in the fixture server"}',
-                     {"Content-Type": "application/json"})
+        return Reply(
+            404,
+            b'{"error": "no route in the fixture server"}',
+            {"Content-Type": "application/json"},
+        )
 
     def __enter__(self) -> FixtureServer:
         self._thread.start()

@@ -29,8 +29,9 @@ def _frame_ok(frame: pd.DataFrame) -> None:
 def test_electricitymaps_history_and_forecast(server: FixtureServer) -> None:
     server.add(EM + "history$", Reply.file("em_history_DE.json"))
     server.add(EM + "forecast$", Reply.file("em_forecast_DE.json"))
-    frame = ElectricityMaps(make_ctx(server)).read(["DE"], NOW - timedelta(hours=24),
-                                                   NOW + timedelta(hours=6))
+    frame = ElectricityMaps(make_ctx(server)).read(
+        ["DE"], NOW - timedelta(hours=24), NOW + timedelta(hours=6)
+    )
     _frame_ok(frame)
     past = frame[frame["source"] == "electricitymaps"]
     future = frame[frame["source"] == "electricitymaps-forecast"]
@@ -56,8 +57,9 @@ def test_electricitymaps_past_range_for_old_windows(server: FixtureServer) -> No
 def test_electricitymaps_forecast_not_in_plan_is_skipped(server: FixtureServer) -> None:
     server.add(EM + "history$", Reply.file("em_history_DE.json"))
     server.add(EM + "forecast$", Reply(403, b'{"message": "not in your plan"}'))
-    frame = ElectricityMaps(make_ctx(server)).read(["DE"], NOW - timedelta(hours=2),
-                                                   NOW + timedelta(hours=2))
+    frame = ElectricityMaps(make_ctx(server)).read(
+        ["DE"], NOW - timedelta(hours=2), NOW + timedelta(hours=2)
+    )
     assert set(frame["source"]) == {"electricitymaps"}
 
 
@@ -95,7 +97,8 @@ def test_electricitymaps_one_bad_key_does_not_stop_the_others(server: FixtureSer
 
     server.add(EM + "history$", handler=answer)
     frame, errors = ElectricityMaps(make_ctx(server)).read_partial(
-        ["FR", "DE"], NOW - timedelta(hours=24), NOW)
+        ["FR", "DE"], NOW - timedelta(hours=24), NOW
+    )
     assert set(errors) == {"FR"} and len(frame) == 24
 
 
@@ -118,8 +121,9 @@ def test_uk_carbon_across_the_bst_switch(server: FixtureServer) -> None:
 def test_uk_carbon_forecast_ahead(server: FixtureServer) -> None:
     server.add(r"/fw24h$", Reply.file("uk_intensity_fw24h.json"))
     server.add(r"^/intensity/", Reply.file("uk_intensity_range.json"))
-    frame = UkCarbon(make_ctx(server)).read(["GB"], NOW - timedelta(hours=1),
-                                            NOW + timedelta(hours=24))
+    frame = UkCarbon(make_ctx(server)).read(
+        ["GB"], NOW - timedelta(hours=1), NOW + timedelta(hours=24)
+    )
     assert (frame[frame["time"] >= pd.Timestamp(NOW)]["source"] == "uk-carbon-forecast").all()
     uk = UkCarbon(make_ctx(server))
     assert uk.default_keys([("aws", "us-east-1")]) == []
@@ -131,8 +135,9 @@ def test_watttime_login_then_moer_in_g_per_kwh(server: FixtureServer) -> None:
     server.add(r"^/v3/historical$", Reply.file("wt_historical.json"))
     server.add(r"^/v3/signal-index$", Reply.file("wt_signal_index.json"))
     server.add(r"^/v3/forecast$", Reply.file("wt_forecast.json"))
-    frame = WattTime(make_ctx(server)).read(["US-CAL-CISO"], NOW - timedelta(hours=1),
-                                            NOW + timedelta(hours=2))
+    frame = WattTime(make_ctx(server)).read(
+        ["US-CAL-CISO"], NOW - timedelta(hours=1), NOW + timedelta(hours=2)
+    )
     _frame_ok(frame)
     hist = frame[frame["source"] == "watttime"]
     assert len(hist) == 12 and set(hist["unit"]) == {"g_co2_per_kwh_marginal"}
@@ -158,11 +163,17 @@ def test_watttime_bad_login_is_auth_failed(server: FixtureServer) -> None:
 
 def test_watttime_wrong_units_rejected(server: FixtureServer) -> None:
     server.add(r"^/login$", Reply.file("wt_login.json"))
-    server.add(r"^/v3/historical$", Reply(200, Reply.file("wt_historical.json").body.replace(
-        b"lbs_co2_per_mwh", b"kg_co2_per_mwh")))
+    server.add(
+        r"^/v3/historical$",
+        Reply(
+            200,
+            Reply.file("wt_historical.json").body.replace(b"lbs_co2_per_mwh", b"kg_co2_per_mwh"),
+        ),
+    )
     with pytest.raises(MalformedResponse, match=r"meta\.units"):
-        WattTime(make_ctx(server)).read(["US-CAL-CISO"], NOW - timedelta(hours=1),
-                                        NOW - timedelta(minutes=1))
+        WattTime(make_ctx(server)).read(
+            ["US-CAL-CISO"], NOW - timedelta(hours=1), NOW - timedelta(minutes=1)
+        )
 
 
 def test_null_intensity_stays_unknown(server: FixtureServer) -> None:

@@ -33,8 +33,10 @@ from tests.signals.server import FixtureServer, Reply, recorded
 def _times(obj: Any) -> Any:
     """Recorded JSON with the datetimes boto3 would have parsed."""
     if isinstance(obj, dict):
-        return {k: (datetime.fromisoformat(v) if k == "Timestamp" else _times(v))
-                for k, v in obj.items()}
+        return {
+            k: (datetime.fromisoformat(v) if k == "Timestamp" else _times(v))
+            for k, v in obj.items()
+        }
     if isinstance(obj, list):
         return [_times(x) for x in obj]
     return obj
@@ -48,9 +50,9 @@ class StubClients:
     """`AwsClients` whose EC2 / Pricing clients are botocore-stubbed, one per region."""
 
     def __init__(self) -> None:
-        session = boto3.session.Session(aws_access_key_id="testing",
-                                        aws_secret_access_key="testing",
-                                        region_name="us-east-1")
+        session = boto3.session.Session(
+            aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
+        )
         self._ec2: dict[str, Any] = {}
         self.stubbers: dict[str, Stubber] = {}
         self._session = session
@@ -86,12 +88,20 @@ def aws() -> Iterator[StubClients]:
 def test_spot_price_history_paginated(server: FixtureServer, aws: StubClients) -> None:
     ec2 = aws.stub("ec2", "us-east-1")
     start, end = NOW - timedelta(hours=6), NOW
-    params = {"InstanceTypes": ["g5.xlarge", "p3.2xlarge"], "ProductDescriptions": ["Linux/UNIX"],
-              "StartTime": start, "EndTime": end}
-    ec2.add_response("describe_spot_price_history", _load("aws_spot_price_history_page1.json"),
-                     params)
-    ec2.add_response("describe_spot_price_history", _load("aws_spot_price_history_page2.json"),
-                     {**params, "NextToken": "AAEAAQFKDWQ1c3BvdC1wcmljZS1oaXN0b3J5LXBhZ2UtMg=="})
+    params = {
+        "InstanceTypes": ["g5.xlarge", "p3.2xlarge"],
+        "ProductDescriptions": ["Linux/UNIX"],
+        "StartTime": start,
+        "EndTime": end,
+    }
+    ec2.add_response(
+        "describe_spot_price_history", _load("aws_spot_price_history_page1.json"), params
+    )
+    ec2.add_response(
+        "describe_spot_price_history",
+        _load("aws_spot_price_history_page2.json"),
+        {**params, "NextToken": "AAEAAQFKDWQ1c3BvdC1wcmljZS1oaXN0b3J5LXBhZ2UtMg=="},
+    )
     ctx = make_ctx(server, aws_clients=aws, aws_instance_types=["g5.xlarge", "p3.2xlarge"])
     frame = AwsSpotPrice(ctx).read(["us-east-1"], start, end)
     assert set(frame["kind"]) == {"price"} and set(frame["unit"]) == {"usd_per_hour"}
@@ -107,8 +117,9 @@ def test_spot_price_history_paginated(server: FixtureServer, aws: StubClients) -
 
 def test_spot_price_throttling_is_retried(server: FixtureServer, aws: StubClients) -> None:
     ec2 = aws.stub("ec2", "us-west-2")
-    ec2.add_client_error("describe_spot_price_history", "RequestLimitExceeded",
-                         http_status_code=503)
+    ec2.add_client_error(
+        "describe_spot_price_history", "RequestLimitExceeded", http_status_code=503
+    )
     ec2.add_response("describe_spot_price_history", {"SpotPriceHistory": [], "NextToken": ""})
     sleeps: list[float] = []
     ctx = make_ctx(server, aws_clients=aws, aws_instance_types=["p3.2xlarge"])
@@ -118,8 +129,9 @@ def test_spot_price_throttling_is_retried(server: FixtureServer, aws: StubClient
 
 
 def test_spot_price_auth_error_is_permanent(server: FixtureServer, aws: StubClients) -> None:
-    aws.stub("ec2", "us-east-1").add_client_error("describe_spot_price_history",
-                                                  "UnauthorizedOperation", http_status_code=403)
+    aws.stub("ec2", "us-east-1").add_client_error(
+        "describe_spot_price_history", "UnauthorizedOperation", http_status_code=403
+    )
     ctx = make_ctx(server, aws_clients=aws, aws_instance_types=["p3.2xlarge"])
     frame, errors = AwsSpotPrice(ctx).read_partial(["us-east-1"], NOW - timedelta(hours=1), NOW)
     assert frame.empty and "UnauthorizedOperation" in str(errors["us-east-1"])
@@ -127,11 +139,19 @@ def test_spot_price_auth_error_is_permanent(server: FixtureServer, aws: StubClie
 
 def test_placement_scores_by_zone_name(server: FixtureServer, aws: StubClients) -> None:
     aws.stub("ec2", "us-east-1").add_response(
-        "describe_availability_zones", _load("aws_describe_availability_zones.json"))
+        "describe_availability_zones", _load("aws_describe_availability_zones.json")
+    )
     aws.stub("ec2", "us-east-1").add_response(
-        "get_spot_placement_scores", _load("aws_placement_scores.json"),
-        {"InstanceTypes": ["p5.48xlarge"], "TargetCapacity": 1, "TargetCapacityUnitType": "units",
-         "SingleAvailabilityZone": True, "RegionNames": ["us-east-1"]})
+        "get_spot_placement_scores",
+        _load("aws_placement_scores.json"),
+        {
+            "InstanceTypes": ["p5.48xlarge"],
+            "TargetCapacity": 1,
+            "TargetCapacityUnitType": "units",
+            "SingleAvailabilityZone": True,
+            "RegionNames": ["us-east-1"],
+        },
+    )
     ctx = make_ctx(server, aws_clients=aws, aws_instance_types=["p5.48xlarge"])
     frame = AwsPlacementScore(ctx).read(["us-east-1"], NOW, NOW)
     assert dict(zip(frame["key"], frame["value"], strict=True)) == {
@@ -146,10 +166,16 @@ def test_placement_scores_by_zone_name(server: FixtureServer, aws: StubClients) 
 
 def test_on_demand_from_the_pricing_api(server: FixtureServer, aws: StubClients) -> None:
     pricing = aws.stub("pricing", "us-east-1")
-    pricing.add_response("get_products", _load("aws_pricing_get_products_p3.json"),
-                         {"ServiceCode": "AmazonEC2", "Filters": ANY, "FormatVersion": "aws_v1"})
-    pricing.add_response("get_products", {"FormatVersion": "aws_v1", "PriceList": []},
-                         {"ServiceCode": "AmazonEC2", "Filters": ANY, "FormatVersion": "aws_v1"})
+    pricing.add_response(
+        "get_products",
+        _load("aws_pricing_get_products_p3.json"),
+        {"ServiceCode": "AmazonEC2", "Filters": ANY, "FormatVersion": "aws_v1"},
+    )
+    pricing.add_response(
+        "get_products",
+        {"FormatVersion": "aws_v1", "PriceList": []},
+        {"ServiceCode": "AmazonEC2", "Filters": ANY, "FormatVersion": "aws_v1"},
+    )
     ctx = make_ctx(server, aws_clients=aws, aws_instance_types=["p3.2xlarge", "p5.48xlarge"])
     frame = AwsOnDemand(ctx).read(["us-east-1"], NOW, NOW)
     assert frame["key"].tolist() == ["aws/us-east-1//p3.2xlarge/on_demand"]  # p5: not listed
@@ -192,8 +218,10 @@ def test_gcp_billing_pages_to_machine_prices(server: FixtureServer) -> None:
     assert "gcp/us-central1//a2-highgpu-1g/on_demand" in keys
     assert "gcp/us-central1//a2-highgpu-1g/spot" in keys
     price = frame.set_index("key")["value"]
-    assert price["gcp/us-central1//a2-highgpu-1g/spot"] < price[
-        "gcp/us-central1//a2-highgpu-1g/on_demand"]
+    assert (
+        price["gcp/us-central1//a2-highgpu-1g/spot"]
+        < price["gcp/us-central1//a2-highgpu-1g/on_demand"]
+    )
     assert (frame["value"] > 0).all()
 
 
@@ -205,8 +233,9 @@ def test_gcp_billing_403_is_reported(server: FixtureServer) -> None:
 
 
 def test_gcp_billing_negative_price_is_malformed(server: FixtureServer) -> None:
-    body = recorded("gcp_billing_skus_page1.json").replace(b'"nanos": 31611000',
-                                                          b'"nanos": -31611000')
+    body = recorded("gcp_billing_skus_page1.json").replace(
+        b'"nanos": 31611000', b'"nanos": -31611000'
+    )
     server.add(r"/skus$", Reply(200, body))
     with pytest.raises(MalformedResponse, match="nanos"):
         GcpBilling(make_ctx(server)).read(["us-central1"], NOW, NOW)
@@ -215,15 +244,17 @@ def test_gcp_billing_negative_price_is_malformed(server: FixtureServer) -> None:
 def test_capacity_errors_become_availability_samples() -> None:
     when = datetime(2024, 3, 31, 3, tzinfo=UTC)
     frame = capacity_samples(
-        [CapacityObservation("gcp", "us-central1-a", "a3-highgpu-8g", when, False)], NOW)
+        [CapacityObservation("gcp", "us-central1-a", "a3-highgpu-8g", when, False)], NOW
+    )
     assert frame["key"].tolist() == ["gcp/us-central1/us-central1-a/a3-highgpu-8g"]
     spot = samples_to_rows(frame).spot
     assert spot["capacity"].tolist()[0] == 0.0 and spot["capacity"].isna().tolist()[1]
     assert isinstance(HeliotropeError("x"), Exception)
 
 
-def test_aws_poll_into_a_trace_gives_priced_offers(server: FixtureServer, aws: StubClients,
-                                                   tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_aws_poll_into_a_trace_gives_priced_offers(
+    server: FixtureServer, aws: StubClients, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
     from orchestrator.signals.grid import SignalGrid
     from orchestrator.signals.poll import poll
     from orchestrator.signals.traces import read_trace
@@ -234,10 +265,15 @@ def test_aws_poll_into_a_trace_gives_priced_offers(server: FixtureServer, aws: S
     pricing = aws.stub("pricing", "us-east-1")
     pricing.add_response("get_products", {"FormatVersion": "aws_v1", "PriceList": []})  # g5
     pricing.add_response("get_products", _load("aws_pricing_get_products_p3.json"))
-    report = poll(["aws-spot-price", "aws-ondemand"], tmp_path / "aws", now=NOW,
-                  regions=[("aws", "us-east-1")], env={}, sleep=lambda s: None,
-                  options={"aws_clients": aws,
-                           "aws_instance_types": ["g5.xlarge", "p3.2xlarge"]})
+    report = poll(
+        ["aws-spot-price", "aws-ondemand"],
+        tmp_path / "aws",
+        now=NOW,
+        regions=[("aws", "us-east-1")],
+        env={},
+        sleep=lambda s: None,
+        options={"aws_clients": aws, "aws_instance_types": ["g5.xlarge", "p3.2xlarge"]},
+    )
     assert report.ok, report.table()
     trace = read_trace(tmp_path / "aws")
     assert set(trace.offers["zone"]) == {"us-east-1a", "us-east-1b", "us-east-1c"}

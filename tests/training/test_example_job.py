@@ -30,9 +30,28 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "train_lm.py"
 JOB = "lm-test"
 STEPS = 40
-TINY = ["--steps", str(STEPS), "--seed", "7", "--batch-size", "8", "--context", "32",
-        "--d-model", "32", "--layers", "2", "--heads", "2", "--corpus-bytes", "60000",
-        "--log-every", "1", "--every-steps", "5"]
+TINY = [
+    "--steps",
+    str(STEPS),
+    "--seed",
+    "7",
+    "--batch-size",
+    "8",
+    "--context",
+    "32",
+    "--d-model",
+    "32",
+    "--layers",
+    "2",
+    "--heads",
+    "2",
+    "--corpus-bytes",
+    "60000",
+    "--log-every",
+    "1",
+    "--every-steps",
+    "5",
+]
 STEP_LINE = re.compile(r"^step (\d+)/")
 DONE_LINE = re.compile(r"^done steps=(\d+) loss=\S+ params_sha256=([0-9a-f]{64})$")
 
@@ -72,11 +91,24 @@ class Leg:
 def launch(tmp: Path, name: str, store_root: str, *extra: str, **env: str) -> Leg:
     stderr_path = tmp / f"{name}.stderr"
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("HELIOTROPE_")}
-    full_env.update({"HELIOTROPE_JOB_ID": JOB, "HELIOTROPE_CHECKPOINT_URI": store_root,
-                     "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", **env})
+    full_env.update(
+        {
+            "HELIOTROPE_JOB_ID": JOB,
+            "HELIOTROPE_CHECKPOINT_URI": store_root,
+            "PYTHONPATH": str(REPO),
+            "PYTHONUNBUFFERED": "1",
+            **env,
+        }
+    )
     err: IO[str] = stderr_path.open("w")
-    proc = subprocess.Popen([sys.executable, str(EXAMPLE), *TINY, *extra], cwd=REPO,
-                            env=full_env, stdout=subprocess.PIPE, stderr=err, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(EXAMPLE), *TINY, *extra],
+        cwd=REPO,
+        env=full_env,
+        stdout=subprocess.PIPE,
+        stderr=err,
+        text=True,
+    )
     err.close()
     return Leg(proc, stderr_path, [])
 
@@ -123,8 +155,15 @@ def test_moved_and_interrupted_three_times_ends_bit_identical(tmp_path: Path) ->
 
     # 2. region B, async checkpoints, a local notice file
     flag = tmp_path / "preempt-now"
-    leg = launch(tmp_path, "leg2", region_b.root_uri, *pace, "--async-checkpoint",
-                 HELIOTROPE_NOTICE_SOURCE="local", HELIOTROPE_PREEMPT_FILE=str(flag))
+    leg = launch(
+        tmp_path,
+        "leg2",
+        region_b.root_uri,
+        *pace,
+        "--async-checkpoint",
+        HELIOTROPE_NOTICE_SOURCE="local",
+        HELIOTROPE_PREEMPT_FILE=str(flag),
+    )
     seen = leg.wait_for_step(resumed_at[-1] + 7)
     flag.write_text("spot capacity reclaimed\n")
     assert leg.finish() == 0, leg.output()
@@ -135,8 +174,15 @@ def test_moved_and_interrupted_three_times_ends_bit_identical(tmp_path: Path) ->
 
     # 3. region A, an AWS spot interruption notice from the (fake) instance metadata service
     with metadata_server() as (url, imds):
-        leg = launch(tmp_path, "leg3", region_a.root_uri, *pace, HELIOTROPE_NOTICE_SOURCE="aws",
-                     HELIOTROPE_METADATA_URL=url, HELIOTROPE_NOTICE_POLL_S="0.05")
+        leg = launch(
+            tmp_path,
+            "leg3",
+            region_a.root_uri,
+            *pace,
+            HELIOTROPE_NOTICE_SOURCE="aws",
+            HELIOTROPE_METADATA_URL=url,
+            HELIOTROPE_NOTICE_POLL_S="0.05",
+        )
         leg.wait_for_step(resumed_at[-1] + 4)
         imds.preempted = True
         assert leg.finish() == 0, leg.output()
@@ -170,8 +216,7 @@ def test_moved_and_interrupted_three_times_ends_bit_identical(tmp_path: Path) ->
 
 def test_sigterm_before_any_periodic_checkpoint_saves_and_exits_zero(tmp_path: Path) -> None:
     store = CheckpointStore(f"file://{tmp_path}/ckpt")
-    leg = launch(tmp_path, "leg", store.root_uri, "--step-sleep-s", "0.03", "--every-steps",
-                 "1000")
+    leg = launch(tmp_path, "leg", store.root_uri, "--step-sleep-s", "0.03", "--every-steps", "1000")
     seen = leg.wait_for_step(3)
     leg.proc.send_signal(signal.SIGTERM)
     assert leg.finish() == 0, leg.output()

@@ -7,8 +7,22 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-FORBIDDEN = ("airflow", "boto3", "botocore", "google", "sqlalchemy", "pandas", "s3fs", "gcsfs",
-             "pyarrow", "pydantic", "matplotlib", "orchestrator.loop", "providers", "policies")
+FORBIDDEN = (
+    "airflow",
+    "boto3",
+    "botocore",
+    "google",
+    "sqlalchemy",
+    "pandas",
+    "s3fs",
+    "gcsfs",
+    "pyarrow",
+    "pydantic",
+    "matplotlib",
+    "orchestrator.loop",
+    "providers",
+    "policies",
+)
 
 
 def test_importing_the_sdk_pulls_in_nothing_heavy() -> None:
@@ -20,6 +34,7 @@ def test_importing_the_sdk_pulls_in_nothing_heavy() -> None:
         f"or m in {FORBIDDEN!r})\n"
         "print(','.join(bad))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, check=True, capture_output=True, text=True
+    )
     assert out.stdout.strip() == "", f"orchestrator.training imported: {out.stdout.strip()}"

@@ -28,9 +28,14 @@ def tree() -> dict[Any, Any]:
     return {
         "model": model.state_dict(),
         3: (1, 2.5, None, "s", b"bytes", True, [torch.tensor(7)]),
-        "odd": [torch.arange(12).view(3, 4).t(), torch.zeros(0, 3),
-                torch.ones(2, dtype=torch.bfloat16), torch.tensor([True, False]),
-                torch.randn(33, dtype=torch.float64), torch.tensor(2 + 3j)],
+        "odd": [
+            torch.arange(12).view(3, 4).t(),
+            torch.zeros(0, 3),
+            torch.ones(2, dtype=torch.bfloat16),
+            torch.tensor([True, False]),
+            torch.randn(33, dtype=torch.float64),
+            torch.tensor(2 + 3j),
+        ],
         "nested": {"deep": [{"x": torch.randn(4, 4)}]},
     }
 

@@ -169,11 +169,14 @@ def test_home_region_without_an_allowed_offer_is_refused(
     assert "home_region" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("args", "field"), [
-    (["--suite", "carbon-year", "--carbon-prices", "abc"], "carbon_prices"),
-    (["--suite", "skynomad-h100", "--windows", "2"], "windows"),
-    (["--suite", "carbon-year", "--workers", "0"], "workers"),
-])
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (["--suite", "carbon-year", "--carbon-prices", "abc"], "carbon_prices"),
+        (["--suite", "skynomad-h100", "--windows", "2"], "windows"),
+        (["--suite", "carbon-year", "--workers", "0"], "workers"),
+    ],
+)
 def test_bench_bad_options_name_the_field(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], field: str
 ) -> None:

@@ -55,7 +55,11 @@ def _run(env_spec: str | None) -> subprocess.CompletedProcess[str]:
         "print('survived')\n"
     )
     return subprocess.run(
-        [sys.executable, "-c", code], check=False, env=env, capture_output=True, text=True,
+        [sys.executable, "-c", code],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=60,
     )
 

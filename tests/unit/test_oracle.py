@@ -98,8 +98,9 @@ def simulate(pb: JobProblem, seq: tuple[int, ...]) -> float:
 
 def exhaustive(pb: JobProblem) -> float:
     n_offers = pb.usable.shape[1]
-    return min(simulate(pb, seq) for seq in
-               itertools.product(range(-1, n_offers), repeat=pb.dp_ticks))
+    return min(
+        simulate(pb, seq) for seq in itertools.product(range(-1, n_offers), repeat=pb.dp_ticks)
+    )
 
 
 def random_problem(rng: np.random.Generator) -> JobProblem:
@@ -131,11 +132,21 @@ def random_problem(rng: np.random.Generator) -> JobProblem:
         start_offer = int(np.flatnonzero(available[0] | ~spot)[0])
         start_location = -1
     return JobProblem(
-        tick_s=TICK_S, deadline_s=deadline, work_gpu_h=work, rate=rate, usd_per_hour=price,
-        kg_per_hour=kg, usable=~short, preempted=short, location=location, egress_usd=egress,
-        startup_h=startup, carbon_usd_per_tonne=float(rng.choice([0.0, 150.0])),
+        tick_s=TICK_S,
+        deadline_s=deadline,
+        work_gpu_h=work,
+        rate=rate,
+        usd_per_hour=price,
+        kg_per_hour=kg,
+        usable=~short,
+        preempted=short,
+        location=location,
+        egress_usd=egress,
+        startup_h=startup,
+        carbon_usd_per_tonne=float(rng.choice([0.0, 150.0])),
         bill_final_tick=bool(rng.random() < 0.5),
-        finishing_tick_free=bool(rng.random() < 0.2), start_offer=start_offer,
+        finishing_tick_free=bool(rng.random() < 0.2),
+        start_offer=start_offer,
         start_location=start_location,
     )
 
@@ -152,8 +163,9 @@ def test_dp_equals_exhaustive_search(seed: int) -> None:
     assert plan.dp_objective_usd == pytest.approx(best, rel=1e-9, abs=1e-9)
     # Its own schedule, billed by the independent simulator, costs what the DP says.
     assert plan.objective_usd == pytest.approx(best, rel=1e-9, abs=1e-9)
-    assert simulate(pb, tuple(int(t) for t in plan.target)) == pytest.approx(best, rel=1e-9,
-                                                                               abs=1e-9)
+    assert simulate(pb, tuple(int(t) for t in plan.target)) == pytest.approx(
+        best, rel=1e-9, abs=1e-9
+    )
 
 
 def test_dp_hand_worked_case() -> None:
@@ -164,9 +176,15 @@ def test_dp_hand_worked_case() -> None:
     tick_h = TICK_S / 3600.0
     short = np.array([[False, False], [False, False], [True, False], [False, False]])
     pb = JobProblem(
-        tick_s=TICK_S, deadline_s=4 * TICK_S, work_gpu_h=2 * tick_h, rate=np.ones(2),
-        usd_per_hour=np.array([[1.0, 4.0]] * 4), kg_per_hour=np.zeros((4, 2)),
-        usable=~short, preempted=short, location=np.array([0, 1]),
+        tick_s=TICK_S,
+        deadline_s=4 * TICK_S,
+        work_gpu_h=2 * tick_h,
+        rate=np.ones(2),
+        usd_per_hour=np.array([[1.0, 4.0]] * 4),
+        kg_per_hour=np.zeros((4, 2)),
+        usable=~short,
+        preempted=short,
+        location=np.array([0, 1]),
         egress_usd=np.array([[0.0, 0.1], [0.1, 0.0], [0.0, 0.0]]),
         startup_h=np.full((3, 2), 0.6 * tick_h),
     )
@@ -204,9 +222,16 @@ def test_coarse_grid_is_conservative(limits: dict[str, int]) -> None:
 
 def job(work: float = 4.0, hours: float = 14.0, **kw: object) -> JobSpec:
     args: dict[str, object] = {
-        "id": "a", "work_gpu_hours": work, "gpus": 1, "start": T0,
-        "deadline": T0 + timedelta(hours=hours), "checkpoint_size_gb": 10.0,
-        "cold_start_h": 0.1, "home_region": "us-east-1", "checkpoint_interval_h": 0.0}
+        "id": "a",
+        "work_gpu_hours": work,
+        "gpus": 1,
+        "start": T0,
+        "deadline": T0 + timedelta(hours=hours),
+        "checkpoint_size_gb": 10.0,
+        "cold_start_h": 0.1,
+        "home_region": "us-east-1",
+        "checkpoint_interval_h": 0.0,
+    }
     args.update(kw)
     return JobSpec(**args)  # type: ignore[arg-type]
 
@@ -218,22 +243,33 @@ def objective(fleet_usd: float, fleet_kg: float, settings: CostSettings) -> floa
 SCENARIOS = [
     # (spot pattern of the AWS spot offer, job options, settings)
     (((0.0, 1.0), (3.0, 0.0), (6.0, 1.0), (9.0, 0.0)), {}, CostSettings()),
-    (((0.0, 0.0), (1.0, 1.0), (2.5, 0.0), (4.0, 1.0)), {"work": 1.5, "hours": 6.0},
-     CostSettings(bill_final_tick=True)),
-    (((0.0, 1.0), (0.5, 0.0), (2.0, 1.0)), {"work": 2.0, "hours": 8.0,
-                                            "cold_start_h": 0.25, "checkpoint_size_gb": 200.0},
-     CostSettings(carbon_usd_per_tonne=300.0)),
-    (((0.0, 1.0), (2.0, 0.0)), {"work": 3.0, "hours": 9.0, "gpu_types": frozenset({"V100"})},
-     CostSettings(bill_final_tick=True)),
-    (((0.0, 1.0), (1.0, 0.0), (1.5, 1.0)), {"work": 3.0, "hours": 5.0},
-     CostSettings(egress_usd_per_gb=0.5, transfer_time=False)),
+    (
+        ((0.0, 0.0), (1.0, 1.0), (2.5, 0.0), (4.0, 1.0)),
+        {"work": 1.5, "hours": 6.0},
+        CostSettings(bill_final_tick=True),
+    ),
+    (
+        ((0.0, 1.0), (0.5, 0.0), (2.0, 1.0)),
+        {"work": 2.0, "hours": 8.0, "cold_start_h": 0.25, "checkpoint_size_gb": 200.0},
+        CostSettings(carbon_usd_per_tonne=300.0),
+    ),
+    (
+        ((0.0, 1.0), (2.0, 0.0)),
+        {"work": 3.0, "hours": 9.0, "gpu_types": frozenset({"V100"})},
+        CostSettings(bill_final_tick=True),
+    ),
+    (
+        ((0.0, 1.0), (1.0, 0.0), (1.5, 1.0)),
+        {"work": 3.0, "hours": 5.0},
+        CostSettings(egress_usd_per_gb=0.5, transfer_time=False),
+    ),
 ]
 
 
 @pytest.mark.parametrize("pattern,options,settings", SCENARIOS)
-def test_replayed_cost_equals_dp_value(pattern: tuple[tuple[float, float], ...],
-                                       options: dict[str, object],
-                                       settings: CostSettings) -> None:
+def test_replayed_cost_equals_dp_value(
+    pattern: tuple[tuple[float, float], ...], options: dict[str, object], settings: CostSettings
+) -> None:
     trace = tiny_trace(spot_pattern=pattern, carbon={"US-MIDA-PJM": 450.0, "NL": 150.0})
     spec = job(**options)  # type: ignore[arg-type]
     grid = build_grid(trace, [spec], 600, 0)
@@ -257,14 +293,21 @@ def test_never_worse_than_a_baseline_on_random_instances() -> None:
     baselines: list[Policy] = [OnDemand(), SpotFailover(), UniformProgress(), CarbonGreedy()]
     for _ in range(8):
         changes = np.cumsum(rng.uniform(0.3, 3.0, 8))
-        pattern = ((0.0, float(rng.integers(0, 2))),
-                   *((float(h), float(rng.integers(0, 2))) for h in changes))
+        pattern = (
+            (0.0, float(rng.integers(0, 2))),
+            *((float(h), float(rng.integers(0, 2))) for h in changes),
+        )
         trace = tiny_trace(spot_pattern=pattern, hours=30.0)
-        settings = CostSettings(bill_final_tick=bool(rng.integers(0, 2)),
-                                carbon_usd_per_tonne=float(rng.choice([0.0, 200.0])))
-        spec = job(work=float(rng.uniform(1.0, 5.0)), hours=float(rng.uniform(8.0, 20.0)),
-                   cold_start_h=float(rng.choice([0.05, 0.1, 0.2])),
-                   gpu_types=frozenset({"V100", "A100-80GB"}))
+        settings = CostSettings(
+            bill_final_tick=bool(rng.integers(0, 2)),
+            carbon_usd_per_tonne=float(rng.choice([0.0, 200.0])),
+        )
+        spec = job(
+            work=float(rng.uniform(1.0, 5.0)),
+            hours=float(rng.uniform(8.0, 20.0)),
+            cold_start_h=float(rng.choice([0.05, 0.1, 0.2])),
+            gpu_types=frozenset({"V100", "A100-80GB"}),
+        )
         grid = build_grid(trace, [spec], 600, 0)
         options = LoopOptions(settings=settings)
         oracle = run_policy(Oracle(Hindsight.of(grid)), [spec], grid, options=options)
@@ -276,7 +319,8 @@ def test_never_worse_than_a_baseline_on_random_instances() -> None:
             if f.phase[0] != Phase.DONE or f.finished_at_s[0] > spec.deadline.timestamp() + 1e-6:
                 continue
             assert best <= objective(float(f.usd[0]), float(f.kg_co2[0]), settings) + 1e-9, (
-                policy.name)
+                policy.name
+            )
 
 
 def test_jobs_share_one_spot_slot_through_the_ledger() -> None:
@@ -285,8 +329,7 @@ def test_jobs_share_one_spot_slot_through_the_ledger() -> None:
     is never planned twice in one tick (the tick after a stay included: the loop frees an
     instance only after that boundary's launches)."""
     trace = tiny_trace(spot_pattern=((0.0, 1.0),))
-    jobs = [job(id=name, work=2.0, hours=6.0, gpu_types=frozenset({"V100"}))
-            for name in ("a", "b")]
+    jobs = [job(id=name, work=2.0, hours=6.0, gpu_types=frozenset({"V100"})) for name in ("a", "b")]
     grid = build_grid(trace, jobs, 600, 0)
     oracle = Oracle(Hindsight.of(grid))
     run = run_policy(oracle, jobs, grid, options=LoopOptions())
@@ -319,7 +362,8 @@ def test_unreachable_deadline_finishes_as_soon_as_possible() -> None:
     v100 = catalog.gpu("V100").relative_throughput
     fastest = max(a100, v100)
     assert run.fleet.finished_at_s[0] == pytest.approx(
-        T0.timestamp() + (0.1 + 10.0 / fastest) * 3600)
+        T0.timestamp() + (0.1 + 10.0 / fastest) * 3600
+    )
 
 
 def _extended(grid: SignalGrid, hours: int) -> SignalGrid:
@@ -330,12 +374,15 @@ def _extended(grid: SignalGrid, hours: int) -> SignalGrid:
     def grow(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
         return np.concatenate([a, np.repeat(a[-1:], extra, axis=0)]) if extra > 0 else a
 
-    return replace(grid, usd_per_hour=grow(grid.usd_per_hour),
-                   spot_capacity=grow(grid.spot_capacity),
-                   carbon_g_per_kwh=grow(grid.carbon_g_per_kwh),
-                   carbon_marginal_g_per_kwh=grow(grid.carbon_marginal_g_per_kwh),
-                   carbon_hourly_known=grow(grid.carbon_hourly_known),
-                   curtailing=grow(grid.curtailing))
+    return replace(
+        grid,
+        usd_per_hour=grow(grid.usd_per_hour),
+        spot_capacity=grow(grid.spot_capacity),
+        carbon_g_per_kwh=grow(grid.carbon_g_per_kwh),
+        carbon_marginal_g_per_kwh=grow(grid.carbon_marginal_g_per_kwh),
+        carbon_hourly_known=grow(grid.carbon_hourly_known),
+        curtailing=grow(grid.curtailing),
+    )
 
 
 def test_registry_oracle_is_bound_by_the_replay_and_works_unbound() -> None:
@@ -381,8 +428,9 @@ def test_skynomad_h100_window_shape_and_oracle(shared_data: Path) -> None:
     case = suite.cases[0]
     (spec,) = case.jobs
     assert case.tick_s == 600
-    assert case.settings == CostSettings(egress_usd_per_gb=0.02, transfer_time=False,
-                                         bill_final_tick=True)
+    assert case.settings == CostSettings(
+        egress_usd_per_gb=0.02, transfer_time=False, bill_final_tick=True
+    )
     assert spec.work_gpu_hours * 3600 == pytest.approx(124_400)
     assert (spec.deadline - spec.start).total_seconds() == 311 * 600
     assert spec.start.isoformat() == "2025-10-04T00:10:00+00:00"
@@ -390,13 +438,19 @@ def test_skynomad_h100_window_shape_and_oracle(shared_data: Path) -> None:
     assert spec.checkpoint_interval_h == 0.0
     grid = case_grid(case)
     assert len(grid.offers) == 12  # 6 zones x (spot, on-demand)
-    assert {o.zone for o in grid.offers} == {"us-central1-a", "us-west1-a", "europe-west1-c",
-                                             "europe-west3-c", "asia-southeast1-b",
-                                             "asia-south2-b"}
+    assert {o.zone for o in grid.offers} == {
+        "us-central1-a",
+        "us-west1-a",
+        "europe-west1-c",
+        "europe-west3-c",
+        "asia-southeast1-b",
+        "asia-south2-b",
+    }
     assert grid.n_ticks >= 311
     assert not np.isnan(grid.spot_capacity).any()
-    assert set(np.unique(grid.spot_capacity[:, [o.market.value == "spot"
-                                                for o in grid.offers]])) <= {0.0, 1.0}
+    assert set(
+        np.unique(grid.spot_capacity[:, [o.market.value == "spot" for o in grid.offers]])
+    ) <= {0.0, 1.0}
     oracle = Oracle(Hindsight.of(grid))
     run = run_policy(oracle, case.jobs, grid, options=LoopOptions(settings=case.settings))
     plan = oracle.plans[spec.id]
@@ -417,8 +471,13 @@ def test_suite_api_one_window(shared_data: Path) -> None:
 
     assert set(SUITES) == {"skynomad-h100", "cbl-v100", "carbon-year"}
     seen: list[tuple[str, int, int]] = []
-    result = run_suite("skynomad-h100", shared_data, ["on-demand"], {"start_ticks": "0"},
-                       progress=lambda what, done, total: seen.append((what, done, total)))
+    result = run_suite(
+        "skynomad-h100",
+        shared_data,
+        ["on-demand"],
+        {"start_ticks": "0"},
+        progress=lambda what, done, total: seen.append((what, done, total)),
+    )
     assert result.policies == ("oracle", "on-demand")
     assert seen[-1] == ("done", 2, 2)
     oracle, on_demand = result.policy("oracle"), result.policy("on-demand")
@@ -436,8 +495,12 @@ def test_suite_api_one_window(shared_data: Path) -> None:
         run_suite("skynomad-h100", shared_data, ["no-such-policy"])
 
     cbl = cbl_v100(shared_data, {"start_ticks": [0]})
-    assert [c.setting for c in cbl.cases] == ["slack 4 h, cold 0.05 h", "slack 4 h, cold 0.2 h",
-                                             "slack 22 h, cold 0.05 h", "slack 22 h, cold 0.2 h"]
+    assert [c.setting for c in cbl.cases] == [
+        "slack 4 h, cold 0.05 h",
+        "slack 4 h, cold 0.2 h",
+        "slack 22 h, cold 0.05 h",
+        "slack 22 h, cold 0.2 h",
+    ]
     case = cbl.cases[-1]
     (spec,) = case.jobs
     assert case.tick_s == 195 and spec.work_gpu_hours == 48.0
@@ -465,8 +528,9 @@ def test_carbon_year_window_shares_capacity_and_skips_unpriced_gpus(shared_data:
     plans for a window of several jobs never book more spot instances than the trace has."""
     from orchestrator.replay.suites import carbon_year, case_grid
 
-    suite = carbon_year(shared_data, {"windows": 1, "jobs_per_window": 3,
-                                      "carbon_prices": [200], "window_days": 3})
+    suite = carbon_year(
+        shared_data, {"windows": 1, "jobs_per_window": 3, "carbon_prices": [200], "window_days": 3}
+    )
     assert "northamerica-northeast2 a2-highgpu-1g" in suite.config["dropped_unpriced_gpu"]
     (case,) = suite.cases
     grid = case_grid(case)

@@ -115,8 +115,14 @@ def parse_em_latest(body: bytes | str, zone: str, source: str = "electricitymaps
     _em_zone(p.zone, zone, source)
     when = p.datetime.astimezone(UTC)
     return [
-        Obs(when, zone, finite_or_nan(p.carbonIntensity), "g_co2_per_kwh", when + EM_VALID_FOR,
-            source)
+        Obs(
+            when,
+            zone,
+            finite_or_nan(p.carbonIntensity),
+            "g_co2_per_kwh",
+            when + EM_VALID_FOR,
+            source,
+        )
     ]
 
 
@@ -235,13 +241,18 @@ def parse_uk_intensity(body: bytes | str, source: str = "uk-carbon") -> list[Obs
             )
         if period.intensity.actual is not None:
             out.append(
-                Obs(start, UK_ZONE, period.intensity.actual, "g_co2_per_kwh", stop + UK_LAG,
-                    source)
+                Obs(start, UK_ZONE, period.intensity.actual, "g_co2_per_kwh", stop + UK_LAG, source)
             )
         elif period.intensity.forecast is not None:
             out.append(
-                Obs(start, UK_ZONE, period.intensity.forecast, "g_co2_per_kwh", stop,
-                    source + FORECAST_SUFFIX)
+                Obs(
+                    start,
+                    UK_ZONE,
+                    period.intensity.forecast,
+                    "g_co2_per_kwh",
+                    stop,
+                    source + FORECAST_SUFFIX,
+                )
             )
         else:
             out.append(Obs(start, UK_ZONE, float("nan"), "g_co2_per_kwh", stop, source))
@@ -279,8 +290,14 @@ class UkCarbon(KeyedSource):
             url = f"{self.url}/intensity/{_uk_time(now)}/fw24h"
             got = parse_uk_intensity(self.ctx.http.get(self.name, url).body, self.name)
             out.extend(
-                Obs(o.time, o.key, o.value, o.unit, o.valid_until,
-                    o.source if o.source.endswith(FORECAST_SUFFIX) else o.source + FORECAST_SUFFIX)
+                Obs(
+                    o.time,
+                    o.key,
+                    o.value,
+                    o.unit,
+                    o.valid_until,
+                    o.source if o.source.endswith(FORECAST_SUFFIX) else o.source + FORECAST_SUFFIX,
+                )
                 for o in got
                 if o.time > now - timedelta(minutes=30)
             )
@@ -356,8 +373,9 @@ def parse_wt_moer(
             key=zone,
             value=units.g_per_kwh_from_lbs_per_mwh(p.value),
             unit="g_co2_per_kwh_marginal",
-            valid_until=p.point_time.astimezone(UTC) + period + (timedelta(0) if forecast
-                                                                 else WT_LAG),
+            valid_until=p.point_time.astimezone(UTC)
+            + period
+            + (timedelta(0) if forecast else WT_LAG),
             source=name,
         )
         for p in points
@@ -374,8 +392,9 @@ def parse_wt_index(body: bytes | str, zone: str, source: str = "watttime") -> li
                 source, f"data[{i}].value", f"expected a percentile 0..100, got {p.value}"
             )
         when = p.point_time.astimezone(UTC)
-        out.append(Obs(when, zone, p.value, "percentile", when + period + WT_LAG,
-                       source + "-index"))
+        out.append(
+            Obs(when, zone, p.value, "percentile", when + period + WT_LAG, source + "-index")
+        )
     return out
 
 
@@ -428,8 +447,10 @@ class WattTime(KeyedSource):
         region = self.regions.get(key)
         if region is None:
             raise MalformedResponse(
-                self.name, "key", f"no WattTime region known for zone {key!r}; "
-                "add it with options['watttime_regions']"
+                self.name,
+                "key",
+                f"no WattTime region known for zone {key!r}; "
+                "add it with options['watttime_regions']",
             )
         now = self.ctx.clock.now()
         base = {"region": region, "signal_type": WT_SIGNAL}
@@ -446,7 +467,8 @@ class WattTime(KeyedSource):
             hours = max(1, min(72, int((end - now).total_seconds() // 3600) or 1))
             body = self._get("/v3/forecast", {**base, "horizon_hours": str(hours)})
             out.extend(
-                o for o in parse_wt_moer(body, key, forecast=True, source=self.name)
+                o
+                for o in parse_wt_moer(body, key, forecast=True, source=self.name)
                 if o.time <= end
             )
         return out

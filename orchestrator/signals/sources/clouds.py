@@ -141,7 +141,11 @@ class SpotPricePage(Strict):
 
 
 def parse_spot_price_pages(
-    pages: Sequence[Any], region: str, start: datetime, end: datetime, now: datetime,
+    pages: Sequence[Any],
+    region: str,
+    start: datetime,
+    end: datetime,
+    now: datetime,
     source: str = "aws-spot-price",
 ) -> list[Obs]:
     """DescribeSpotPriceHistory pages -> a change log per (zone, instance type). A record
@@ -154,9 +158,11 @@ def parse_spot_price_pages(
         parsed = validate(SpotPricePage, page, source, f"page[{n}]")
         for r in parsed.SpotPriceHistory:
             if catalog.region_of_zone("aws", r.AvailabilityZone) != region:
-                raise MalformedResponse(source, f"page[{n}].AvailabilityZone",
-                                        f"expected a zone of {region}, got "
-                                        f"{short(r.AvailabilityZone)}")
+                raise MalformedResponse(
+                    source,
+                    f"page[{n}].AvailabilityZone",
+                    f"expected a zone of {region}, got {short(r.AvailabilityZone)}",
+                )
             stamp = r.Timestamp.astimezone(UTC)
             when = max(stamp, start)
             slot = records.setdefault((r.AvailabilityZone, r.InstanceType), {})
@@ -169,8 +175,16 @@ def parse_spot_price_pages(
         times = sorted(t for t in series if t <= end)
         for i, when in enumerate(times):
             until = times[i + 1] if i + 1 < len(times) else end + tail
-            out.append(Obs(when, price_key("aws", region, zone, instance_type, "spot"),
-                           series[when][1], "usd_per_hour", until, source))
+            out.append(
+                Obs(
+                    when,
+                    price_key("aws", region, zone, instance_type, "spot"),
+                    series[when][1],
+                    "usd_per_hour",
+                    until,
+                    source,
+                )
+            )
     return out
 
 
@@ -196,10 +210,14 @@ class AwsSpotPrice(_AwsBase):
                     paginator = ec2.get_paginator("describe_spot_price_history")
 
                     def fetch(chunk: list[str] = chunk, paginator: Any = paginator) -> list[Any]:
-                        return list(paginator.paginate(
-                            InstanceTypes=chunk, ProductDescriptions=[SPOT_PRODUCT],
-                            StartTime=start, EndTime=end,
-                        ))
+                        return list(
+                            paginator.paginate(
+                                InstanceTypes=chunk,
+                                ProductDescriptions=[SPOT_PRODUCT],
+                                StartTime=start,
+                                EndTime=end,
+                            )
+                        )
 
                     pages.extend(self.call(fetch, f"ec2:DescribeSpotPriceHistory {region}"))
                 rows.extend(parse_spot_price_pages(pages, region, start, end, now, self.name))
@@ -231,15 +249,26 @@ class AzPage(Strict):
 
 
 def parse_placement_scores(
-    pages: Sequence[Any], instance_type: str, zone_names: Mapping[str, str], now: datetime,
+    pages: Sequence[Any],
+    instance_type: str,
+    zone_names: Mapping[str, str],
+    now: datetime,
     source: str = "aws-placement-score",
 ) -> list[Obs]:
     out = []
     for n, page in enumerate(pages):
         for s in validate(PlacementPage, page, source, f"page[{n}]").SpotPlacementScores:
             zone = zone_names.get(s.AvailabilityZoneId or "", s.AvailabilityZoneId or "")
-            out.append(Obs(now, spot_key("aws", s.Region, zone, instance_type), float(s.Score),
-                           "placement_score", now + PLACEMENT_VALID, source))
+            out.append(
+                Obs(
+                    now,
+                    spot_key("aws", s.Region, zone, instance_type),
+                    float(s.Score),
+                    "placement_score",
+                    now + PLACEMENT_VALID,
+                    source,
+                )
+            )
     return out
 
 
@@ -263,8 +292,10 @@ class AwsPlacementScore(_AwsBase):
         for region in keys:
             try:
                 ec2 = self.clients.ec2(region)
-                page = self.call(lambda ec2=ec2: ec2.describe_availability_zones(),  # type: ignore[misc]
-                                 f"ec2:DescribeAvailabilityZones {region}")
+                page = self.call(
+                    lambda ec2=ec2: ec2.describe_availability_zones(),  # type: ignore[misc]
+                    f"ec2:DescribeAvailabilityZones {region}",
+                )
                 for az in validate(AzPage, page, self.name, region).AvailabilityZones:
                     names[az.ZoneId] = az.ZoneName
             except HeliotropeError as exc:
@@ -278,11 +309,15 @@ class AwsPlacementScore(_AwsBase):
                 paginator = ec2.get_paginator("get_spot_placement_scores")
 
                 def fetch(it: str = instance_type, paginator: Any = paginator) -> list[Any]:
-                    return list(paginator.paginate(
-                        InstanceTypes=[it], TargetCapacity=capacity,
-                        TargetCapacityUnitType="units", SingleAvailabilityZone=True,
-                        RegionNames=regions,
-                    ))
+                    return list(
+                        paginator.paginate(
+                            InstanceTypes=[it],
+                            TargetCapacity=capacity,
+                            TargetCapacityUnitType="units",
+                            SingleAvailabilityZone=True,
+                            RegionNames=regions,
+                        )
+                    )
 
                 pages = self.call(fetch, f"ec2:GetSpotPlacementScores {instance_type}")
                 rows.extend(parse_placement_scores(pages, instance_type, names, now, self.name))
@@ -324,10 +359,21 @@ class AwsOnDemand(_AwsBase):
                     if usd is None:
                         continue
                     if not (math.isfinite(usd) and usd > 0):
-                        raise MalformedResponse(self.name, f"{region} {it} price",
-                                                f"expected a positive price, got {usd}")
-                    rows.append(Obs(now, price_key("aws", region, "", it, "on_demand"), usd,
-                                    "usd_per_hour", now + ON_DEMAND_VALID, self.name))
+                        raise MalformedResponse(
+                            self.name,
+                            f"{region} {it} price",
+                            f"expected a positive price, got {usd}",
+                        )
+                    rows.append(
+                        Obs(
+                            now,
+                            price_key("aws", region, "", it, "on_demand"),
+                            usd,
+                            "usd_per_hour",
+                            now + ON_DEMAND_VALID,
+                            self.name,
+                        )
+                    )
             except HeliotropeError as exc:
                 errors[region] = exc
         return make_frame(rows, self.kind, now), errors
@@ -362,8 +408,11 @@ class AdvisorData(Strict):
 
 
 def parse_spot_advisor(
-    body: bytes | str, regions: Sequence[str], instance_types: Sequence[str] | None,
-    now: datetime, source: str = "aws-spot-advisor",
+    body: bytes | str,
+    regions: Sequence[str],
+    instance_types: Sequence[str] | None,
+    now: datetime,
+    source: str = "aws-spot-advisor",
 ) -> list[Obs]:
     """Linux rows of the Spot Advisor JSON for `regions`: the interruption band's upper
     bound (%) and the saving (%), per GPU instance type the catalog knows."""
@@ -376,8 +425,11 @@ def parse_spot_advisor(
             if catalog.instance_gpus("aws", it) is None or (wanted and it not in wanted):
                 continue
             if entry.r not in bands:
-                raise MalformedResponse(source, f"spot_advisor.{region}.Linux.{it}.r",
-                                        f"expected one of the range indexes, got {entry.r}")
+                raise MalformedResponse(
+                    source,
+                    f"spot_advisor.{region}.Linux.{it}.r",
+                    f"expected one of the range indexes, got {entry.r}",
+                )
             key = spot_key("aws", region, "", it)
             until = now + ADVISOR_VALID
             out.append(Obs(now, key, bands[entry.r], "interruption_pct_max", until, source))
@@ -487,8 +539,11 @@ def parse_gcp_sku_page(body: bytes | str, source: str = "gcp-billing") -> tuple[
 
 
 def gcp_prices(
-    skus: Sequence[Mapping[str, Any]], regions: Sequence[str], machine_types: Sequence[str],
-    now: datetime, source: str = "gcp-billing",
+    skus: Sequence[Mapping[str, Any]],
+    regions: Sequence[str],
+    machine_types: Sequence[str],
+    now: datetime,
+    source: str = "gcp-billing",
 ) -> list[Obs]:
     """Machine prices (on-demand and spot) per region from SKU rates; a machine whose
     GPU, core or RAM SKU is missing in a region gets no row there."""
@@ -511,8 +566,16 @@ def gcp_prices(
                 )
                 if usd is None or not usd > 0:
                     continue
-                out.append(Obs(now, price_key("gcp", region, "", mt, market.value), usd,
-                               "usd_per_hour", now + GCP_PRICE_VALID, source))
+                out.append(
+                    Obs(
+                        now,
+                        price_key("gcp", region, "", mt, market.value),
+                        usd,
+                        "usd_per_hour",
+                        now + GCP_PRICE_VALID,
+                        source,
+                    )
+                )
     return out
 
 
@@ -546,8 +609,12 @@ class GcpBilling(KeyedSource):
             if token:
                 params["pageToken"] = token
             body = self.ctx.http.get(
-                self.name, url, params=params, headers={"X-Goog-Api-Key": api_key},
-                secrets=(api_key,), what="services.skus.list",
+                self.name,
+                url,
+                params=params,
+                headers={"X-Goog-Api-Key": api_key},
+                secrets=(api_key,),
+                what="services.skus.list",
                 auth_hint=f"check ${GCP_KEY_ENV}",
             ).body
             page, token = parse_gcp_sku_page(body, self.name)
@@ -586,16 +653,22 @@ CAPACITY_VALID: Final = timedelta(minutes=30)
 
 
 def capacity_samples(
-    observations: Sequence[CapacityObservation], observed_at: datetime,
+    observations: Sequence[CapacityObservation],
+    observed_at: datetime,
     source: str = "gcp-capacity",
 ) -> pd.DataFrame:
     """Capacity errors (and successes) seen by a provider adapter, as spot availability
     samples (0 = none obtainable, 1 = at least one) valid for 30 minutes: append them to
     the state store or a trace so the policy sees what launches saw."""
     rows = [
-        Obs(utc(o.time), spot_key(o.cloud, catalog.region_of_zone(o.cloud, o.zone), o.zone,
-                                  o.instance_type),
-            1.0 if o.available else 0.0, "instances", utc(o.time) + CAPACITY_VALID, source)
+        Obs(
+            utc(o.time),
+            spot_key(o.cloud, catalog.region_of_zone(o.cloud, o.zone), o.zone, o.instance_type),
+            1.0 if o.available else 0.0,
+            "instances",
+            utc(o.time) + CAPACITY_VALID,
+            source,
+        )
         for o in observations
     ]
     return make_frame(rows, SignalKind.SPOT_AVAILABILITY, observed_at)

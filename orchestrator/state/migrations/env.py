@@ -29,15 +29,15 @@ def _configure(connection: Connection) -> None:
 
 def _url() -> str | None:
     return context.get_x_argument(as_dictionary=True).get("url") or config.get_main_option(
-        "sqlalchemy.url")
+        "sqlalchemy.url"
+    )
 
 
 def run() -> None:
     if context.is_offline_mode():
         from orchestrator.state.sql import resolve_url
 
-        context.configure(url=resolve_url(_url()), target_metadata=metadata,
-                          literal_binds=True)
+        context.configure(url=resolve_url(_url()), target_metadata=metadata, literal_binds=True)
         with context.begin_transaction():
             context.run_migrations()
         return

@@ -90,8 +90,9 @@ class Hooks:
     def on(self, operation: str, handler: Handler) -> None:
         self.handlers[operation] = handler
 
-    def fail(self, operation: str, code: str, *, times: int | None = None,
-             status: int = 400) -> None:
+    def fail(
+        self, operation: str, code: str, *, times: int | None = None, status: int = 400
+    ) -> None:
         """Answer `operation` with error `code` (the first `times` calls, or always)."""
         left = [times]
 
@@ -108,8 +109,7 @@ class Hooks:
         return [params for op, params in self.calls if op == operation]
 
     # botocore event handlers
-    def record(self, params: dict[str, Any], model: Any, context: dict[str, Any],
-               **_: Any) -> None:
+    def record(self, params: dict[str, Any], model: Any, context: dict[str, Any], **_: Any) -> None:
         service = model.service_model.signing_name
         RECORDED.add((service, model.name, frozenset(params)))
         context["heliotrope_test_params"] = dict(params)
@@ -118,19 +118,27 @@ class Hooks:
         from botocore.awsrequest import AWSResponse
 
         operation = f"{model.service_model.signing_name}:{model.name}"
-        params = {**context.get("heliotrope_test_params", {}),
-                  "_region": context.get("client_region")}
+        params = {
+            **context.get("heliotrope_test_params", {}),
+            "_region": context.get("client_region"),
+        }
         self.calls.append((operation, params))
         handler = self.handlers.get(operation)
         answer = handler(params) if handler is not None else None
         if answer is None:
             return None
         if isinstance(answer, AwsError):
-            return (AWSResponse(None, answer.status, {}, None),
-                    {"Error": {"Code": answer.code, "Message": answer.message},
-                     "ResponseMetadata": {"HTTPStatusCode": answer.status}})
-        return (AWSResponse(None, 200, {}, None),
-                {"ResponseMetadata": {"HTTPStatusCode": 200}, **answer})
+            return (
+                AWSResponse(None, answer.status, {}, None),
+                {
+                    "Error": {"Code": answer.code, "Message": answer.message},
+                    "ResponseMetadata": {"HTTPStatusCode": answer.status},
+                },
+            )
+        return (
+            AWSResponse(None, 200, {}, None),
+            {"ResponseMetadata": {"HTTPStatusCode": 200}, **answer},
+        )
 
 
 # -- recorded-shape answers -----------------------------------------------------------------
@@ -162,11 +170,15 @@ def spot_price_history(prices: Mapping[tuple[str, str], float] = SPOT_USD) -> Ha
             if instance_type not in wanted:
                 continue
             for age_h, price in ((6, usd * 1.5), (1, usd)):
-                records.append({
-                    "AvailabilityZone": zone, "InstanceType": instance_type,
-                    "ProductDescription": "Linux/UNIX", "SpotPrice": f"{price:.6f}",
-                    "Timestamp": T0 - timedelta(hours=age_h),
-                })
+                records.append(
+                    {
+                        "AvailabilityZone": zone,
+                        "InstanceType": instance_type,
+                        "ProductDescription": "Linux/UNIX",
+                        "SpotPrice": f"{price:.6f}",
+                        "Timestamp": T0 - timedelta(hours=age_h),
+                    }
+                )
         half = len(records) // 2
         if params.get("NextToken") == "page-2":
             return {"SpotPriceHistory": records[half:], "NextToken": ""}
@@ -177,30 +189,50 @@ def spot_price_history(prices: Mapping[tuple[str, str], float] = SPOT_USD) -> Ha
 
 def price_list_item(instance_type: str, region: str, usd: float) -> str:
     """One GetProducts PriceList entry (FormatVersion aws_v1), as the Pricing API sends it."""
-    return json.dumps({
-        "product": {
-            "productFamily": "Compute Instance",
-            "attributes": {
-                "instanceType": instance_type, "regionCode": region,
-                "operatingSystem": "Linux", "tenancy": "Shared", "preInstalledSw": "NA",
-                "capacitystatus": "Used", "marketoption": "OnDemand",
-                "licenseModel": "No License required",
+    return json.dumps(
+        {
+            "product": {
+                "productFamily": "Compute Instance",
+                "attributes": {
+                    "instanceType": instance_type,
+                    "regionCode": region,
+                    "operatingSystem": "Linux",
+                    "tenancy": "Shared",
+                    "preInstalledSw": "NA",
+                    "capacitystatus": "Used",
+                    "marketoption": "OnDemand",
+                    "licenseModel": "No License required",
+                },
+                "sku": "TESTSKU",
             },
-            "sku": "TESTSKU",
-        },
-        "serviceCode": "AmazonEC2",
-        "terms": {"OnDemand": {"TESTSKU.JRTCKXETXF": {
-            "offerTermCode": "JRTCKXETXF", "sku": "TESTSKU",
-            "effectiveDate": "2025-02-01T00:00:00Z", "termAttributes": {},
-            "priceDimensions": {"TESTSKU.JRTCKXETXF.6YS6EN2CT7": {
-                "unit": "Hrs", "beginRange": "0", "endRange": "Inf", "appliesTo": [],
-                "rateCode": "TESTSKU.JRTCKXETXF.6YS6EN2CT7",
-                "description": f"${usd} per On Demand Linux {instance_type} Instance Hour",
-                "pricePerUnit": {"USD": f"{usd:.10f}"},
-            }},
-        }}},
-        "version": "20250201000000", "publicationDate": "2025-02-01T00:00:00Z",
-    })
+            "serviceCode": "AmazonEC2",
+            "terms": {
+                "OnDemand": {
+                    "TESTSKU.JRTCKXETXF": {
+                        "offerTermCode": "JRTCKXETXF",
+                        "sku": "TESTSKU",
+                        "effectiveDate": "2025-02-01T00:00:00Z",
+                        "termAttributes": {},
+                        "priceDimensions": {
+                            "TESTSKU.JRTCKXETXF.6YS6EN2CT7": {
+                                "unit": "Hrs",
+                                "beginRange": "0",
+                                "endRange": "Inf",
+                                "appliesTo": [],
+                                "rateCode": "TESTSKU.JRTCKXETXF.6YS6EN2CT7",
+                                "description": (
+                                    f"${usd} per On Demand Linux {instance_type} Instance Hour"
+                                ),
+                                "pricePerUnit": {"USD": f"{usd:.10f}"},
+                            }
+                        },
+                    }
+                }
+            },
+            "version": "20250201000000",
+            "publicationDate": "2025-02-01T00:00:00Z",
+        }
+    )
 
 
 def pricing_products(prices: Mapping[tuple[str, str], float] = ON_DEMAND_USD) -> Handler:
@@ -218,8 +250,15 @@ def pricing_products(prices: Mapping[tuple[str, str], float] = ON_DEMAND_USD) ->
 def dlami_parameter(params: dict[str, Any]) -> Answer:
     if params.get("Name") != DEFAULT_AMI_PARAMETER:
         return AwsError("ParameterNotFound", status=400)
-    return {"Parameter": {"Name": DEFAULT_AMI_PARAMETER, "Type": "String",
-                          "Value": DLAMI_ID, "Version": 42, "DataType": "aws:ec2:image"}}
+    return {
+        "Parameter": {
+            "Name": DEFAULT_AMI_PARAMETER,
+            "Type": "String",
+            "Value": DLAMI_ID,
+            "Version": 42,
+            "DataType": "aws:ec2:image",
+        }
+    }
 
 
 # -- fixtures -------------------------------------------------------------------------------
@@ -228,8 +267,14 @@ def dlami_parameter(params: dict[str, Any]) -> Answer:
 @pytest.fixture(autouse=True)
 def aws_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Fake credentials only; no profile or config file of this machine is read."""
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_ROLE_ARN",
-                 "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ENDPOINT_URL"):
+    for name in (
+        "AWS_PROFILE",
+        "AWS_SESSION_TOKEN",
+        "AWS_SECURITY_TOKEN",
+        "AWS_ROLE_ARN",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_ENDPOINT_URL",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
@@ -294,11 +339,16 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def make_provider(moto: None, session_factory: Callable[[], Any],
-                  clock: FakeClock) -> Callable[..., AwsProvider]:
+def make_provider(
+    moto: None, session_factory: Callable[[], Any], clock: FakeClock
+) -> Callable[..., AwsProvider]:
     def make(**overrides: Any) -> AwsProvider:
-        settings: dict[str, Any] = {"cluster": CLUSTER, "regions": REGIONS,
-                                    "session_factory": session_factory, "clock": clock}
+        settings: dict[str, Any] = {
+            "cluster": CLUSTER,
+            "regions": REGIONS,
+            "session_factory": session_factory,
+            "clock": clock,
+        }
         settings.update(overrides)
         return AwsProvider(**settings)
 
@@ -329,17 +379,31 @@ class Raw:
     def tags(self, instance_id: str, region: str = "us-east-1") -> dict[str, str]:
         return {t["Key"]: t["Value"] for t in self.instance(instance_id, region).get("Tags", [])}
 
-    def run(self, *, tags: Mapping[str, str] | None = None, region: str = "us-east-1",
-            zone: str = "us-east-1a", instance_type: str = "p3.2xlarge", count: int = 1,
-            spot: bool = False) -> list[str]:
+    def run(
+        self,
+        *,
+        tags: Mapping[str, str] | None = None,
+        region: str = "us-east-1",
+        zone: str = "us-east-1a",
+        instance_type: str = "p3.2xlarge",
+        count: int = 1,
+        spot: bool = False,
+    ) -> list[str]:
         """Instances made outside the adapter (someone else's, or a test's setup)."""
         params: dict[str, Any] = {
-            "ImageId": DLAMI_ID, "InstanceType": instance_type, "MinCount": count,
-            "MaxCount": count, "Placement": {"AvailabilityZone": zone},
+            "ImageId": DLAMI_ID,
+            "InstanceType": instance_type,
+            "MinCount": count,
+            "MaxCount": count,
+            "Placement": {"AvailabilityZone": zone},
         }
         if tags:
-            params["TagSpecifications"] = [{"ResourceType": "instance", "Tags": [
-                {"Key": k, "Value": v} for k, v in tags.items()]}]
+            params["TagSpecifications"] = [
+                {
+                    "ResourceType": "instance",
+                    "Tags": [{"Key": k, "Value": v} for k, v in tags.items()],
+                }
+            ]
         if spot:
             params["InstanceMarketOptions"] = {"MarketType": "spot"}
         answer = self.client("ec2", region).run_instances(**params)

@@ -24,8 +24,9 @@ SPOT = Offer.make_id("aws", "us-east-1a", "p3.2xlarge", Market.SPOT)
 
 
 def spec() -> LaunchSpec:
-    return LaunchSpec(job_id="job-1", offer_id=SPOT, cluster=CLUSTER,
-                      entrypoint=("python", "train.py"))
+    return LaunchSpec(
+        job_id="job-1", offer_id=SPOT, cluster=CLUSTER, entrypoint=("python", "train.py")
+    )
 
 
 @pytest.mark.parametrize(
@@ -46,8 +47,9 @@ def spec() -> LaunchSpec:
         ("IdempotentParameterMismatch", FailureKind.INVALID),
     ],
 )
-def test_launch_errors_come_back_as_data(provider: AwsProvider, hooks: Hooks, raw: Raw,
-                                         code: str, kind: FailureKind) -> None:
+def test_launch_errors_come_back_as_data(
+    provider: AwsProvider, hooks: Hooks, raw: Raw, code: str, kind: FailureKind
+) -> None:
     hooks.fail("ec2:RunInstances", code)
     outcome = provider.launch(spec(), request_id=f"req-{code}")
 
@@ -60,7 +62,8 @@ def test_launch_errors_come_back_as_data(provider: AwsProvider, hooks: Hooks, ra
 
 
 def test_throttled_launch_is_retried_with_the_same_token_and_no_real_sleep(
-        provider: AwsProvider, hooks: Hooks, raw: Raw, clock: FakeClock) -> None:
+    provider: AwsProvider, hooks: Hooks, raw: Raw, clock: FakeClock
+) -> None:
     hooks.fail("ec2:RunInstances", "RequestLimitExceeded", times=2)
     started = time.monotonic()
 
@@ -76,7 +79,8 @@ def test_throttled_launch_is_retried_with_the_same_token_and_no_real_sleep(
 
 
 def test_throttling_that_does_not_stop_is_transient(
-        make_provider: Callable[..., AwsProvider], hooks: Hooks) -> None:
+    make_provider: Callable[..., AwsProvider], hooks: Hooks
+) -> None:
     provider = make_provider(retry_attempts=3)
     hooks.fail("ec2:RunInstances", "RequestLimitExceeded")
     outcome = provider.launch(spec(), request_id="req-busy")
@@ -92,7 +96,8 @@ def test_server_errors_are_retried(provider: AwsProvider, hooks: Hooks) -> None:
 
 
 def test_list_without_permission_raises_a_permanent_error(
-        provider: AwsProvider, hooks: Hooks) -> None:
+    provider: AwsProvider, hooks: Hooks
+) -> None:
     hooks.fail("ec2:DescribeInstances", "UnauthorizedOperation", status=403)
     with pytest.raises(PermanentError) as caught:
         provider.list_instances(cluster=CLUSTER)
@@ -102,7 +107,8 @@ def test_list_without_permission_raises_a_permanent_error(
 
 
 def test_terminate_under_throttling_raises_a_transient_error(
-        make_provider: Callable[..., AwsProvider], hooks: Hooks) -> None:
+    make_provider: Callable[..., AwsProvider], hooks: Hooks
+) -> None:
     provider = make_provider(retry_attempts=2)
     hooks.fail("ec2:DescribeInstances", "RequestLimitExceeded")
     with pytest.raises(TransientError) as caught:
@@ -120,7 +126,8 @@ def test_connection_and_credential_errors() -> None:
     )
 
     assert failure_kind(EndpointConnectionError(endpoint_url="https://ec2")) is (
-        FailureKind.TRANSIENT)
+        FailureKind.TRANSIENT
+    )
     assert failure_kind(ReadTimeoutError(endpoint_url="https://ec2")) is FailureKind.TRANSIENT
     assert failure_kind(NoCredentialsError()) is FailureKind.AUTH
     assert failure_kind(ParamValidationError(report="bad")) is FailureKind.INVALID
@@ -137,8 +144,9 @@ def test_connection_and_credential_errors() -> None:
         ("InvalidParameter", 400, FailureKind.INVALID),
     ],
 )
-def test_unlisted_codes_fall_back_on_the_http_status(code: str, status: int,
-                                                     kind: FailureKind) -> None:
+def test_unlisted_codes_fall_back_on_the_http_status(
+    code: str, status: int, kind: FailureKind
+) -> None:
     assert kind_of_code(code, status) is kind
 
 

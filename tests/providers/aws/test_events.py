@@ -23,28 +23,43 @@ SPOT = Offer.make_id("aws", "us-east-1a", "p3.2xlarge", Market.SPOT)
 
 def launch(provider: AwsProvider, request_id: str = "req-1", count: int = 1) -> str:
     outcome = provider.launch(
-        LaunchSpec(job_id="job-1", offer_id=SPOT, cluster=CLUSTER, count=count,
-                   entrypoint=("train",)), request_id=request_id)
+        LaunchSpec(
+            job_id="job-1", offer_id=SPOT, cluster=CLUSTER, count=count, entrypoint=("train",)
+        ),
+        request_id=request_id,
+    )
     assert outcome.ok
     return outcome.instance_id or ""
 
 
-def spot_request(code: str, *, instance_id: str | None, request_id: str = "req-1",
-                 cluster: str = CLUSTER, sir: str = "sir-0123abcd") -> dict[str, Any]:
+def spot_request(
+    code: str,
+    *,
+    instance_id: str | None,
+    request_id: str = "req-1",
+    cluster: str = CLUSTER,
+    sir: str = "sir-0123abcd",
+) -> dict[str, Any]:
     """One SpotInstanceRequests entry, as EC2 describes a request made by RunInstances."""
     entry: dict[str, Any] = {
         "SpotInstanceRequestId": sir,
         "SpotPrice": "3.060000",
         "Type": "one-time",
         "State": "active" if code.startswith("marked") or code == "fulfilled" else "closed",
-        "Status": {"Code": code, "UpdateTime": T0 + timedelta(minutes=5),
-                   "Message": f"status {code}"},
+        "Status": {
+            "Code": code,
+            "UpdateTime": T0 + timedelta(minutes=5),
+            "Message": f"status {code}",
+        },
         "InstanceInterruptionBehavior": "terminate",
         "LaunchedAvailabilityZone": "us-east-1a",
         "ProductDescription": "Linux/UNIX",
         "CreateTime": T0,
-        "Tags": [{"Key": TAG_CLUSTER, "Value": cluster}, {"Key": TAG_JOB, "Value": "job-1"},
-                 {"Key": TAG_REQUEST, "Value": request_id}],
+        "Tags": [
+            {"Key": TAG_CLUSTER, "Value": cluster},
+            {"Key": TAG_JOB, "Value": "job-1"},
+            {"Key": TAG_REQUEST, "Value": request_id},
+        ],
     }
     if instance_id is not None:
         entry["InstanceId"] = instance_id
@@ -77,8 +92,9 @@ def kinds(events: list[Any]) -> list[EventType]:
         ("instance-terminated-by-user", []),
     ],
 )
-def test_spot_status_codes(provider: AwsProvider, hooks: Hooks, code: str,
-                           expected: list[EventType]) -> None:
+def test_spot_status_codes(
+    provider: AwsProvider, hooks: Hooks, code: str, expected: list[EventType]
+) -> None:
     instance_id = launch(provider)
     answer_spot(hooks, spot_request(code, instance_id=instance_id))
 
@@ -91,8 +107,9 @@ def test_spot_status_codes(provider: AwsProvider, hooks: Hooks, code: str,
         assert event.time_s == T0.timestamp()
 
 
-def test_notice_then_preemption_each_reported_once(provider: AwsProvider, hooks: Hooks,
-                                                   raw: Raw) -> None:
+def test_notice_then_preemption_each_reported_once(
+    provider: AwsProvider, hooks: Hooks, raw: Raw
+) -> None:
     instance_id = launch(provider)
     answer_spot(hooks, spot_request("fulfilled", instance_id=instance_id))
     assert provider.poll_events() == []
@@ -111,49 +128,57 @@ def test_notice_then_preemption_each_reported_once(provider: AwsProvider, hooks:
 
 
 def test_capacity_loss_without_an_instance(provider: AwsProvider, hooks: Hooks) -> None:
-    answer_spot(hooks, spot_request("capacity-not-available", instance_id=None,
-                                    request_id="req-9", sir="sir-nocap"))
+    answer_spot(
+        hooks,
+        spot_request(
+            "capacity-not-available", instance_id=None, request_id="req-9", sir="sir-nocap"
+        ),
+    )
     events = provider.poll_events()
     assert [(e.type, e.instance_id, e.job_id) for e in events] == [
-        (EventType.CAPACITY_UNAVAILABLE, "sir-nocap", "job-1")]
+        (EventType.CAPACITY_UNAVAILABLE, "sir-nocap", "job-1")
+    ]
     assert provider.poll_events() == []
 
 
-def test_spot_requests_of_another_cluster_are_ignored(provider: AwsProvider,
-                                                      hooks: Hooks) -> None:
+def test_spot_requests_of_another_cluster_are_ignored(provider: AwsProvider, hooks: Hooks) -> None:
     # The tag filter is sent (see test_ownership), and the answer is checked again.
-    answer_spot(hooks, spot_request("marked-for-termination", instance_id="i-0abc",
-                                    cluster="other"))
+    answer_spot(
+        hooks, spot_request("marked-for-termination", instance_id="i-0abc", cluster="other")
+    )
     assert provider.poll_events() == []
 
 
 def test_instance_terminated_outside_heliotrope_is_a_preemption(
-        provider: AwsProvider, raw: Raw) -> None:
+    provider: AwsProvider, raw: Raw
+) -> None:
     instance_id = launch(provider)
     raw.terminate(instance_id)  # a person, or AWS
 
     events = provider.poll_events()
 
     assert [(e.type, e.instance_id, e.job_id) for e in events] == [
-        (EventType.PREEMPTED, instance_id, "job-1")]
+        (EventType.PREEMPTED, instance_id, "job-1")
+    ]
     assert "not by Heliotrope" in events[0].detail
     assert provider.poll_events() == []
 
 
-def test_instances_we_terminate_are_not_preemptions(provider: AwsProvider,
-                                                    hooks: Hooks) -> None:
+def test_instances_we_terminate_are_not_preemptions(provider: AwsProvider, hooks: Hooks) -> None:
     instance_id = launch(provider)
     provider.terminate([instance_id], request_id="stop-1")
     answer_spot(hooks, spot_request("instance-terminated-by-user", instance_id=instance_id))
     assert provider.poll_events() == []
 
 
-def test_a_gang_member_lost_preempts_the_gang_by_its_leader(provider: AwsProvider,
-                                                            raw: Raw) -> None:
+def test_a_gang_member_lost_preempts_the_gang_by_its_leader(
+    provider: AwsProvider, raw: Raw
+) -> None:
     leader = launch(provider, count=2)
     ec2 = raw.client("ec2")
-    members = [i["InstanceId"] for r in ec2.describe_instances()["Reservations"]
-               for i in r["Instances"]]
+    members = [
+        i["InstanceId"] for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]
+    ]
     (follower,) = [m for m in members if m != leader]
     raw.terminate(follower)
 
@@ -168,20 +193,27 @@ def test_a_failed_poll_loses_no_event(provider: AwsProvider, hooks: Hooks, raw: 
 
     instance_id = launch(provider)
     raw.terminate(instance_id)
-    hooks.on("ec2:DescribeInstances", lambda params: AwsError("RequestLimitExceeded") if (
-        params["_region"] == "us-west-2") else None)
+    hooks.on(
+        "ec2:DescribeInstances",
+        lambda params: (
+            AwsError("RequestLimitExceeded") if (params["_region"] == "us-west-2") else None
+        ),
+    )
     with pytest.raises(TransientError):
         provider.poll_events()
 
     hooks.on("ec2:DescribeInstances", lambda params: None)
     assert [(e.type, e.instance_id) for e in provider.poll_events()] == [
-        (EventType.PREEMPTED, instance_id)]
+        (EventType.PREEMPTED, instance_id)
+    ]
 
 
 def test_poll_fails_loudly_without_permission(provider: AwsProvider, hooks: Hooks) -> None:
     from orchestrator.errors import PermanentError
 
-    hooks.on("ec2:DescribeSpotInstanceRequests",
-             lambda params: AwsError("UnauthorizedOperation", status=403))
+    hooks.on(
+        "ec2:DescribeSpotInstanceRequests",
+        lambda params: AwsError("UnauthorizedOperation", status=403),
+    )
     with pytest.raises(PermanentError, match="DescribeSpotInstanceRequests"):
         provider.poll_events()

@@ -42,8 +42,9 @@ def needed_actions(calls: set[tuple[str, str, frozenset[str]]]) -> set[str]:
     actions = set()
     for service, operation, params in calls:
         actions.add(IAM_ACTION.get((service, operation), f"{service}:{operation}"))
-        actions.update(a for (s, o, p), a in IMPLIED.items()
-                       if (s, o) == (service, operation) and p in params)
+        actions.update(
+            a for (s, o, p), a in IMPLIED.items() if (s, o) == (service, operation) and p in params
+        )
     return actions
 
 
@@ -67,19 +68,29 @@ def with_action(action: str) -> Iterator[dict[str, Any]]:
 
 
 def test_the_policy_allows_exactly_what_the_adapter_calls(
-        recorded_calls: set[tuple[str, str, frozenset[str]]], aws_suite_complete: bool) -> None:
+    recorded_calls: set[tuple[str, str, frozenset[str]]], aws_suite_complete: bool
+) -> None:
     needed = needed_actions(recorded_calls)
     allowed = allowed_actions()
     missing = needed - allowed
     assert not missing, f"the adapter calls {sorted(missing)}, which the policy does not allow"
     if not aws_suite_complete:
-        pytest.skip("the policy covers every call made, but only part of the AWS suite ran: "
-                    "run all of tests/providers/aws to check that it allows nothing more")
+        pytest.skip(
+            "the policy covers every call made, but only part of the AWS suite ran: "
+            "run all of tests/providers/aws to check that it allows nothing more"
+        )
     unused = allowed - needed
     assert not unused, f"the policy allows {sorted(unused)}, which the adapter never calls"
     # Sanity: the suite did exercise every kind of call.
-    assert {"ec2:RunInstances", "ec2:TerminateInstances", "ec2:CreateTags", "iam:PassRole",
-            "pricing:GetProducts", "ssm:GetParameter", "s3:CreateBucket"} <= needed
+    assert {
+        "ec2:RunInstances",
+        "ec2:TerminateInstances",
+        "ec2:CreateTags",
+        "iam:PassRole",
+        "pricing:GetProducts",
+        "ssm:GetParameter",
+        "s3:CreateBucket",
+    } <= needed
 
 
 def test_no_wildcard_actions_and_no_negations() -> None:
@@ -102,21 +113,28 @@ def test_terminate_is_fenced_by_the_cluster_tag() -> None:
     (statement,) = with_action("ec2:TerminateInstances")
     assert listed(statement, "Action") == ["ec2:TerminateInstances"]
     assert statement["Condition"]["StringEquals"][f"aws:ResourceTag/{CLUSTER_TAG}"] == (
-        f"${{aws:PrincipalTag/{CLUSTER_TAG}}}")
+        f"${{aws:PrincipalTag/{CLUSTER_TAG}}}"
+    )
 
 
 def test_instances_and_volumes_are_created_only_tagged_for_the_cluster_with_imdsv2() -> None:
     for s in with_action("ec2:RunInstances"):
-        creates = [r for r in listed(s, "Resource")
-                   if r.split(":")[-1].split("/")[0] in ("instance", "volume",
-                                                         "spot-instances-request")]
+        creates = [
+            r
+            for r in listed(s, "Resource")
+            if r.split(":")[-1].split("/")[0] in ("instance", "volume", "spot-instances-request")
+        ]
         if not creates:
             continue
         condition = s["Condition"]
         assert condition["StringEquals"][f"aws:RequestTag/{CLUSTER_TAG}"] == (
-            f"${{aws:PrincipalTag/{CLUSTER_TAG}}}")
+            f"${{aws:PrincipalTag/{CLUSTER_TAG}}}"
+        )
         assert set(condition["ForAllValues:StringEquals"]["aws:TagKeys"]) == {
-            CLUSTER_TAG, "heliotrope:job", "heliotrope:request"}
+            CLUSTER_TAG,
+            "heliotrope:job",
+            "heliotrope:request",
+        }
         if any(r.endswith(":instance/*") for r in creates):
             assert condition["StringEquals"]["ec2:MetadataHttpTokens"] == "required"
 

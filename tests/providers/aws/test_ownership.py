@@ -30,12 +30,14 @@ def foreign(raw: Raw) -> dict[str, str]:
     """Instances that are not ours: untagged, another cluster's, a look-alike name."""
     return {
         "untagged": raw.run()[0],
-        "other-cluster": raw.run(tags={TAG_CLUSTER: "other", TAG_JOB: "job-1",
-                                       TAG_REQUEST: "req-1"})[0],
+        "other-cluster": raw.run(
+            tags={TAG_CLUSTER: "other", TAG_JOB: "job-1", TAG_REQUEST: "req-1"}
+        )[0],
         "prefix-cluster": raw.run(tags={TAG_CLUSTER: f"{CLUSTER}-2"})[0],
         "no-cluster-tag": raw.run(tags={TAG_JOB: "job-1", TAG_REQUEST: "req-1"})[0],
-        "west-other": raw.run(tags={TAG_CLUSTER: "other"}, region="us-west-2",
-                              zone="us-west-2a")[0],
+        "west-other": raw.run(tags={TAG_CLUSTER: "other"}, region="us-west-2", zone="us-west-2a")[
+            0
+        ],
     }
 
 
@@ -49,9 +51,13 @@ def test_list_sees_only_our_cluster(provider: AwsProvider, foreign: dict[str, st
     assert listed[ours.instance_id or ""].job_id == "job-1"
 
 
-def test_terminate_touches_only_our_instances(provider: AwsProvider, foreign: dict[str, str],
-                                              raw: Raw, hooks: Hooks,
-                                              caplog: pytest.LogCaptureFixture) -> None:
+def test_terminate_touches_only_our_instances(
+    provider: AwsProvider,
+    foreign: dict[str, str],
+    raw: Raw,
+    hooks: Hooks,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     ours = provider.launch(spec(), request_id="req-1").instance_id or ""
 
     provider.terminate([*foreign.values(), ours, "i-00000000000000000"], request_id="stop-all")
@@ -68,8 +74,8 @@ def test_terminate_touches_only_our_instances(provider: AwsProvider, foreign: di
 
 
 def test_a_provider_of_another_cluster_cannot_terminate_ours(
-        provider: AwsProvider, make_provider: Callable[..., AwsProvider], raw: Raw,
-        hooks: Hooks) -> None:
+    provider: AwsProvider, make_provider: Callable[..., AwsProvider], raw: Raw, hooks: Hooks
+) -> None:
     ours = provider.launch(spec(), request_id="req-1").instance_id or ""
     intruder = make_provider(cluster="other")
 
@@ -81,7 +87,8 @@ def test_a_provider_of_another_cluster_cannot_terminate_ours(
 
 
 def test_poll_never_reports_instances_that_are_not_ours(
-        provider: AwsProvider, foreign: dict[str, str], raw: Raw) -> None:
+    provider: AwsProvider, foreign: dict[str, str], raw: Raw
+) -> None:
     provider.launch(spec(), request_id="req-1")
     raw.terminate(*[i for n, i in foreign.items() if not n.startswith("west")])
     raw.terminate(foreign["west-other"], region="us-west-2")
@@ -89,15 +96,17 @@ def test_poll_never_reports_instances_that_are_not_ours(
     assert provider.poll_events() == []
 
 
-def test_every_instance_call_names_our_cluster(provider: AwsProvider, foreign: dict[str, str],
-                                               hooks: Hooks) -> None:
+def test_every_instance_call_names_our_cluster(
+    provider: AwsProvider, foreign: dict[str, str], hooks: Hooks
+) -> None:
     ours = provider.launch(spec(), request_id="req-1").instance_id or ""
     provider.list_instances(cluster=CLUSTER)
     provider.terminate([*foreign.values(), ours], request_id="stop")
     provider.poll_events()
 
     describes = hooks.called("ec2:DescribeInstances") + hooks.called(
-        "ec2:DescribeSpotInstanceRequests")
+        "ec2:DescribeSpotInstanceRequests"
+    )
     assert describes
     for params in describes:
         assert {"Name": f"tag:{TAG_CLUSTER}", "Values": [CLUSTER]} in params["Filters"]

@@ -63,8 +63,14 @@ def upgrade() -> None:
         sa.Column("observed_at", UTC_TIME, nullable=False),
         sa.Column("valid_until", UTC_TIME, nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_signal_samples")),
-        sa.UniqueConstraint("kind", "key", "time", "source", "observed_at",
-                            name=op.f("uq_signal_samples_kind_key_time_source_observed_at")),
+        sa.UniqueConstraint(
+            "kind",
+            "key",
+            "time",
+            "source",
+            "observed_at",
+            name=op.f("uq_signal_samples_kind_key_time_source_observed_at"),
+        ),
     )
     op.create_table(
         "events",
@@ -76,8 +82,9 @@ def upgrade() -> None:
         sa.Column("instance_id", sa.String(), nullable=False),
         sa.Column("detail", sa.Text(), nullable=False),
         sa.Column("data", sa.JSON(), nullable=False),
-        sa.ForeignKeyConstraint(["job_id"], ["jobs.id"], name=op.f("fk_events_job_id_jobs"),
-                                ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["job_id"], ["jobs.id"], name=op.f("fk_events_job_id_jobs"), ondelete="CASCADE"
+        ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_events")),
     )
     op.create_index("ix_events_job_id_id", "events", ["job_id", "id"], unique=False)
@@ -91,8 +98,9 @@ def upgrade() -> None:
         sa.Column("state", sa.String(), nullable=False),
         sa.Column("launched_at", UTC_TIME, nullable=False),
         sa.Column("request_id", sa.String(), nullable=False),
-        sa.ForeignKeyConstraint(["job_id"], ["jobs.id"], name=op.f("fk_instances_job_id_jobs"),
-                                ondelete="SET NULL"),
+        sa.ForeignKeyConstraint(
+            ["job_id"], ["jobs.id"], name=op.f("fk_instances_job_id_jobs"), ondelete="SET NULL"
+        ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_instances")),
         sa.UniqueConstraint("request_id", name=op.f("uq_instances_request_id")),
     )
@@ -121,8 +129,9 @@ def upgrade() -> None:
         sa.Column("preempted_offer_id", sa.String(), nullable=True),
         sa.Column("instance_id", sa.String(), nullable=True),
         sa.Column("version", sa.BigInteger(), nullable=False),
-        sa.ForeignKeyConstraint(["job_id"], ["jobs.id"], name=op.f("fk_job_state_job_id_jobs"),
-                                ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["job_id"], ["jobs.id"], name=op.f("fk_job_state_job_id_jobs"), ondelete="CASCADE"
+        ),
         sa.PrimaryKeyConstraint("job_id", name=op.f("pk_job_state")),
     )
     op.create_table(
@@ -137,17 +146,31 @@ def upgrade() -> None:
         sa.Column("error", sa.Text(), nullable=True),
         sa.Column("started_s", sa.Double(), nullable=False),
         sa.Column("updated_s", sa.Double(), nullable=False),
-        sa.ForeignKeyConstraint(["job_id"], ["jobs.id"], name=op.f("fk_migrations_job_id_jobs"),
-                                ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["job_id"], ["jobs.id"], name=op.f("fk_migrations_job_id_jobs"), ondelete="CASCADE"
+        ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_migrations")),
     )
     op.create_index(op.f("ix_migrations_job_id"), "migrations", ["job_id"], unique=False)
     # At most one open migration per job: two workers cannot both move one job.
-    op.create_index("uq_migrations_open_job", "migrations", ["job_id"], unique=True,
-                    sqlite_where=OPEN_MIGRATION, postgresql_where=OPEN_MIGRATION)
+    op.create_index(
+        "uq_migrations_open_job",
+        "migrations",
+        ["job_id"],
+        unique=True,
+        sqlite_where=OPEN_MIGRATION,
+        postgresql_where=OPEN_MIGRATION,
+    )
 
 
 def downgrade() -> None:
-    for table in ("migrations", "job_state", "instances", "events", "signal_samples", "meta",
-                  "jobs"):
+    for table in (
+        "migrations",
+        "job_state",
+        "instances",
+        "events",
+        "signal_samples",
+        "meta",
+        "jobs",
+    ):
         op.drop_table(table)

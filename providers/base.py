@@ -53,13 +53,21 @@ class FailureKind(StrEnum):
     TRANSIENT = "transient"  # throttling, timeouts; retry later
 
 
+class Launcher(StrEnum):
+    """How a node starts `LaunchSpec.entrypoint` (providers/gang.py)."""
+
+    TORCHRUN = "torchrun"  # under torchrun, c10d rendezvous at rank 0 (the default)
+    NONE = "none"  # as it is: the job starts its own processes
+
+
 @dataclass(frozen=True, slots=True)
 class LaunchSpec:
-    """What to start: one instance of `offer_id` running `job_id`.
+    """What to start: a gang of `count` instances of `offer_id` running `job_id`.
 
-    `env` is passed to the job (HELIOTROPE_* variables); `startup_s` is how long the job
-    needs before it makes progress (boot, checkpoint transfer and restore); the simulated
-    provider honours it, real ones take what they take.
+    `env` is passed to the job, with the gang's variables (providers/gang.py); `startup_s`
+    is how long the job needs before it makes progress (boot, checkpoint transfer and
+    restore); the simulated provider honours it, real ones take what they take.
+    `launcher`: each node runs the entrypoint under torchrun unless it is `Launcher.NONE`.
     """
 
     job_id: JobId
@@ -69,6 +77,7 @@ class LaunchSpec:
     count: int = 1  # instances in the job's gang, launched and preempted together
     entrypoint: Sequence[str] = ()
     env: Mapping[str, str] = field(default_factory=dict)
+    launcher: Launcher = Launcher.TORCHRUN
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,6 +66,16 @@ from providers.base import (
     ProviderFailure,
     Quote,
 )
+from providers.gang import (
+    Node,
+    all_or_none,
+    command,
+    count_invalid,
+    environment,
+    foreign_member,
+    member_going,
+    roll_back,
+)
 from providers.gcp import naming
 from providers.gcp.naming import Gang
 
@@ -302,30 +312,19 @@ class AzureProvider:
             zone=target.region,
             count=spec.count,
         )
-        try:
-            failure = self._launch_gang(gang, target, spec, request_id)
-        except _call_errors() as exc:
-            failure = errors.failure_from_exception(exc)
+        failure = all_or_none(
+            gang_id=gang.instance_id,
+            spec=spec,
+            request_id=request_id,
+            start=lambda: self._launch_gang(gang, target, spec, request_id),
+            roll_back=lambda: self._roll_back(gang, request_id),
+            call_errors=_call_errors(),
+            failure_of=errors.failure_from_exception,
+        )
         if failure is not None:
-            logger.info(
-                "launch %s (%s x %s) refused: %s %s",
-                gang.instance_id,
-                spec.count,
-                spec.offer_id,
-                failure.kind.value,
-                failure.message,
-            )
-            self._roll_back(gang, request_id)
             return LaunchOutcome(None, error=failure)
         self._known[gang.instance_id] = _Known(gang, spec.job_id, target.market is Market.SPOT)
         now_s = self._now_s()
-        logger.info(
-            "launched %s (%s x %s) for job %s",
-            gang.instance_id,
-            spec.count,
-            spec.offer_id,
-            spec.job_id,
-        )
         return LaunchOutcome(gang.instance_id, ready_at_s=now_s + spec.startup_s)
 
     def terminate(self, ids: Sequence[InstanceId], *, request_id: str) -> None:
@@ -508,8 +507,8 @@ class AzureProvider:
 
         if spec.cluster != self.cluster:
             return invalid(f"cluster {spec.cluster!r}, but this provider serves {self.cluster!r}")
-        if spec.count < 1:
-            return invalid(f"count must be >= 1, got {spec.count}")
+        if (bad := count_invalid(spec.count)) is not None:
+            return invalid(bad)
         parts = spec.offer_id.split(":")
         if len(parts) != 4 or parts[0] != CLOUD:
             return invalid("expected azure:<region>:<VM size>:<spot|on_demand>")
@@ -594,19 +593,11 @@ class AzureProvider:
     def _check_existing(
         self, vm: VirtualMachine, member: str, request_id: str
     ) -> ProviderFailure | None:
-        if not self._owned(vm) or (vm.tags or {}).get(TAG_REQUEST) != request_id:
-            return ProviderFailure(
-                FailureKind.INVALID,
-                f"VM {member} exists but was not launched for request {request_id!r} of "
-                f"cluster {self.cluster!r}; not touching it",
-            )
+        if not self._made_by(vm, request_id):
+            return foreign_member(f"VM {member}", request_id, self.cluster)
         state = _provisioning_state(vm)
         if state in _DOWN:
-            return ProviderFailure(
-                FailureKind.TRANSIENT,
-                f"VM {member} of this request is {state}; try again once it is gone",
-                errors.TRANSIENT_RETRY_AFTER_S,
-            )
+            return member_going(f"VM {member}", state, errors.TRANSIENT_RETRY_AFTER_S)
         logger.info("launch: %s already exists (retried request %s)", member, request_id)
         return None
 
@@ -622,23 +613,27 @@ class AzureProvider:
         """The VM in the shape of the REST reference ("Virtual Machines - Create Or Update")."""
         cfg = self._config
         spot = target.market is Market.SPOT
-        env = dict(spec.env)
-        env.update(
-            {
-                "HELIOTROPE_JOB_ID": spec.job_id,
-                "HELIOTROPE_CLUSTER": self.cluster,
-                "HELIOTROPE_INSTANCE_ID": gang.instance_id,
-                "HELIOTROPE_OFFER_ID": spec.offer_id,
-                "HELIOTROPE_REGION": target.region,
-                "HELIOTROPE_ZONE": target.region,
-                "HELIOTROPE_NODE_RANK": str(rank),
-                "HELIOTROPE_NUM_NODES": str(gang.count),
-                "HELIOTROPE_MASTER_ADDR": gang.members[0],  # Azure DNS: VM names resolve in a VNet
-            }
+        shape = catalog.instance_gpus(CLOUD, target.size)
+        node = Node(
+            gang.instance_id,
+            rank,
+            gang.count,
+            shape[1] if shape is not None else 1,
+            gang.members[0],  # Azure DNS: VM names resolve in a VNet
         )
-        if spot:
-            env["HELIOTROPE_NOTICE_SOURCE"] = NOTICE_SOURCE  # the job watches Scheduled Events
-        script = naming.startup_script(env, tuple(spec.entrypoint) or tuple(cfg.entrypoint))
+        env = environment(
+            spec,
+            node,
+            cluster=self.cluster,
+            request_id=request_id,
+            region=target.region,
+            zone=target.region,
+            # the job watches Scheduled Events
+            extra={"HELIOTROPE_NOTICE_SOURCE": NOTICE_SOURCE} if spot else None,
+        )
+        script = naming.startup_script(
+            env, command(tuple(spec.entrypoint) or tuple(cfg.entrypoint), node, spec.launcher)
+        )
         publisher, offer, sku, version = _image_parts(cfg.image)
         properties: dict[str, Any] = {
             "hardwareProfile": {"vmSize": target.size},
@@ -718,31 +713,25 @@ class AzureProvider:
         return body
 
     def _roll_back(self, gang: Gang, request_id: str) -> None:
-        """Delete the members of a failed gang that this request made (best effort: what
-        is left is ours, tagged, and shows up in list_instances)."""
-        pending: list[tuple[str, LROPoller[None]]] = []
-        for member in gang.members:
-            try:
-                vm = self._get(member)
-                if (
-                    vm is None
-                    or not self._owned(vm)
-                    or (vm.tags or {}).get(TAG_REQUEST) != request_id
-                ):
-                    continue
-                pending.append((member, self._api(partial(self._begin_delete, member))))
-            except _call_errors() as exc:
-                logger.warning(
-                    "could not roll back %s: %s", member, errors.failure_from_exception(exc).message
-                )
-        for member, poller in pending:
-            try:
-                self._wait(poller, member)
-                logger.info("rolled back %s of failed launch %s", member, request_id)
-            except _call_errors() as exc:
-                logger.warning(
-                    "could not roll back %s: %s", member, errors.failure_from_exception(exc).message
-                )
+        """Delete the members of a failed gang that this request made, waiting for each
+        (best effort: what is left is ours, tagged, and shows up in list_instances)."""
+
+        def made_here(member: str) -> bool:
+            vm = self._get(member)
+            return vm is not None and self._made_by(vm, request_id)
+
+        roll_back(
+            gang.members,
+            request_id=request_id,
+            made_here=made_here,
+            delete=lambda member: self._api(partial(self._begin_delete, member)),
+            wait=lambda member, poller: self._wait(poller, member),
+            call_errors=_call_errors(),
+            reason=lambda exc: errors.failure_from_exception(exc).message,
+        )
+
+    def _made_by(self, vm: VirtualMachine, request_id: str) -> bool:
+        return self._owned(vm) and (vm.tags or {}).get(TAG_REQUEST) == request_id
 
     # -- reading -------------------------------------------------------------------------
     def _list_ours(self) -> dict[Gang, list[VirtualMachine]]:

@@ -58,6 +58,16 @@ from providers.base import (
     ProviderFailure,
     Quote,
 )
+from providers.gang import (
+    Node,
+    all_or_none,
+    command,
+    count_invalid,
+    environment,
+    foreign_member,
+    member_going,
+    roll_back,
+)
 from providers.gcp import errors, naming
 from providers.gcp.billing import (
     BILLING_ENDPOINT,
@@ -316,31 +326,19 @@ class GcpProvider:
             zone=target.zone,
             count=spec.count,
         )
-        try:
-            failure = self._launch_gang(gang, target, spec, request_id)
-        except _call_errors() as exc:
-            failure = errors.failure_from_exception(exc)
+        failure = all_or_none(
+            gang_id=gang.instance_id,
+            spec=spec,
+            request_id=request_id,
+            start=lambda: self._launch_gang(gang, target, spec, request_id),
+            roll_back=lambda: self._roll_back(gang, request_id),
+            call_errors=_call_errors(),
+            failure_of=errors.failure_from_exception,
+        )
         if failure is not None:
-            logger.info(
-                "launch %s (%s x %s) refused: %s %s",
-                gang.instance_id,
-                spec.count,
-                spec.offer_id,
-                failure.kind.value,
-                failure.message,
-            )
-            self._roll_back(gang, request_id)
             return LaunchOutcome(None, error=failure)
         for member in gang.members:
             self._known[(gang.zone, member)] = _Known(gang, spec.job_id)
-        logger.info(
-            "launched %s: %s x %s for job %s (request %s)",
-            gang.instance_id,
-            spec.count,
-            spec.offer_id,
-            spec.job_id,
-            request_id,
-        )
         return LaunchOutcome(gang.instance_id, ready_at_s=self._now_s() + spec.startup_s)
 
     def terminate(self, ids: Sequence[InstanceId], *, request_id: str) -> None:
@@ -454,8 +452,8 @@ class GcpProvider:
 
         if spec.cluster != self.cluster:
             return invalid(f"cluster {spec.cluster!r}, but this provider serves {self.cluster!r}")
-        if spec.count < 1:
-            return invalid(f"count must be >= 1, got {spec.count}")
+        if (bad := count_invalid(spec.count)) is not None:
+            return invalid(bad)
         parts = spec.offer_id.split(":")
         if len(parts) != 4 or parts[0] != CLOUD:
             return invalid("expected gcp:<zone>:<machine type>:<spot|on_demand>")
@@ -480,22 +478,11 @@ class GcpProvider:
         for rank, member in enumerate(gang.members):
             existing = self._get(gang.zone, member)
             if existing is not None:
-                if (
-                    not self._owned(existing)
-                    or _metadata(existing).get(naming.META_REQUEST) != request_id
-                ):
-                    return ProviderFailure(
-                        FailureKind.INVALID,
-                        f"instance {gang.zone}/{member} exists but was not launched for request "
-                        f"{request_id!r} of cluster {self.cluster!r}; not touching it",
-                    )
+                what = f"instance {gang.zone}/{member}"
+                if not self._made_by(existing, request_id):
+                    return foreign_member(what, request_id, self.cluster)
                 if existing.status in _DOWN:
-                    return ProviderFailure(
-                        FailureKind.TRANSIENT,
-                        f"instance {gang.zone}/{member} of this request is {existing.status}; "
-                        "try again once it is gone",
-                        errors.TRANSIENT_RETRY_AFTER_S,
-                    )
+                    return member_going(what, existing.status, errors.TRANSIENT_RETRY_AFTER_S)
                 logger.info(
                     "launch: %s/%s already exists (retried request %s)",
                     gang.zone,
@@ -534,25 +521,26 @@ class GcpProvider:
 
         cfg = self._config
         spot = target.market is Market.SPOT
-        env = dict(spec.env)
+        shape = catalog.instance_gpus(CLOUD, target.machine_type)
         # Rank 0's zonal internal DNS name (Compute Engine "Internal DNS").
-        master_addr = f"{gang.members[0]}.{target.zone}.c.{self.project}.internal"
-        env.update(
-            {
-                "HELIOTROPE_JOB_ID": spec.job_id,
-                "HELIOTROPE_CLUSTER": self.cluster,
-                "HELIOTROPE_INSTANCE_ID": gang.instance_id,
-                "HELIOTROPE_OFFER_ID": spec.offer_id,
-                "HELIOTROPE_REGION": target.region,
-                "HELIOTROPE_ZONE": target.zone,
-                "HELIOTROPE_NODE_RANK": str(rank),
-                "HELIOTROPE_NUM_NODES": str(gang.count),
-                "HELIOTROPE_MASTER_ADDR": master_addr,
-            }
+        node = Node(
+            gang.instance_id,
+            rank,
+            gang.count,
+            shape[1] if shape is not None else 1,
+            f"{gang.members[0]}.{target.zone}.c.{self.project}.internal",
         )
-        if spot:
-            env["HELIOTROPE_NOTICE_SOURCE"] = "gcp"  # the job watches instance/preempted
-        entrypoint = tuple(spec.entrypoint) or tuple(cfg.entrypoint)
+        env = environment(
+            spec,
+            node,
+            cluster=self.cluster,
+            request_id=request_id,
+            region=target.region,
+            zone=target.zone,
+            # the job watches instance/preempted
+            extra={"HELIOTROPE_NOTICE_SOURCE": "gcp"} if spot else None,
+        )
+        entrypoint = command(tuple(spec.entrypoint) or tuple(cfg.entrypoint), node, spec.launcher)
         metadata = {
             naming.META_STARTUP_SCRIPT: naming.startup_script(env, entrypoint),
             naming.META_CLUSTER: self.cluster,
@@ -610,39 +598,33 @@ class GcpProvider:
         is left is ours, labelled, and shows up in list_instances)."""
         from google.cloud import compute_v1
 
-        made: list[compute_v1.Instance] = []
-        for member in gang.members:
-            try:
-                existing = self._get(gang.zone, member)
-            except _call_errors():
-                continue
-            if existing is not None:
-                made.append(existing)
         client = self._instances()
-        for instance in made:
-            if (
-                not self._owned(instance)
-                or _metadata(instance).get(naming.META_REQUEST) != request_id
-            ):
-                continue
+
+        def delete(name: str) -> None:
             request = compute_v1.DeleteInstanceRequest(
                 project=self.project,
                 zone=gang.zone,
-                instance=instance.name,
-                request_id=naming.request_uuid(request_id, gang.zone, instance.name, "rollback"),
+                instance=name,
+                request_id=naming.request_uuid(request_id, gang.zone, name, "rollback"),
             )
-            try:
-                self._api(partial(client.delete_unary, request=request, retry=None))
-                logger.info(
-                    "rolled back %s/%s of failed launch %s", gang.zone, instance.name, request_id
-                )
-            except _call_errors() as exc:
-                logger.warning(
-                    "could not roll back %s/%s: %s",
-                    gang.zone,
-                    instance.name,
-                    errors.failure_from_exception(exc).message,
-                )
+            self._api(partial(client.delete_unary, request=request, retry=None))
+
+        def made_here(name: str) -> bool:
+            instance = self._get(gang.zone, name)
+            return instance is not None and self._made_by(instance, request_id)
+
+        roll_back(
+            gang.members,
+            request_id=request_id,
+            made_here=made_here,
+            delete=delete,
+            name=lambda name: f"{gang.zone}/{name}",
+            call_errors=_call_errors(),
+            reason=lambda exc: errors.failure_from_exception(exc).message,
+        )
+
+    def _made_by(self, instance: compute_v1.Instance, request_id: str) -> bool:
+        return self._owned(instance) and _metadata(instance).get(naming.META_REQUEST) == request_id
 
     # -- reading -------------------------------------------------------------------------
     def _list_ours(self) -> list[tuple[str, compute_v1.Instance]]:

@@ -60,6 +60,16 @@ from providers.base import (
     ProviderFailure,
     Quote,
 )
+from providers.gang import (
+    MASTER_PORT,
+    Node,
+    all_or_none,
+    command,
+    count_invalid,
+    environment,
+    foreign_member,
+    member_going,
+)
 from providers.gcp import naming
 from providers.gcp.naming import Gang
 from providers.kubernetes import errors
@@ -86,6 +96,7 @@ ANNOTATION_STARTUP_S: Final = "heliotrope.io/startup-s"
 ANNOTATION_OFFER: Final = "heliotrope.io/offer-id"
 POD_SIZES: Final = (1, 2, 4, 8)
 CHECKPOINT_MOUNT: Final = "/checkpoints"
+RENDEZVOUS_PORT: Final = MASTER_PORT  # opened by the gang's headless Service
 PRICE_LABEL: Final = "heliotrope.io/usd-per-gpu-hour"  # optional, on nodes
 SOURCE_CONFIG: Final = "k8s-config"  # a price from `KubeRegion` (the settings)
 SOURCE_NODE_LABEL: Final = "k8s-node-label"  # a price from PRICE_LABEL on the pool's nodes
@@ -385,29 +396,21 @@ class KubernetesProvider:
                     f"{target.pool.market.value} nodes now, the gang needs {spec.count}",
                 ),
             )
-        try:
-            failure = self._launch_gang(gang, target, spec, request_id)
-        except errors.call_errors() as exc:
-            failure = errors.failure_from_exception(exc)
+        failure = all_or_none(
+            gang_id=gang.instance_id,
+            spec=spec,
+            request_id=request_id,
+            start=lambda: self._launch_gang(gang, target, spec, request_id),
+            # its terminate, limited to what this request made
+            roll_back=lambda: self._delete_gang(
+                gang, target.region, request_id, only_request=request_id
+            ),
+            call_errors=errors.call_errors(),
+            failure_of=errors.failure_from_exception,
+        )
         if failure is not None:
-            logger.info(
-                "launch %s (%s x %s) refused: %s %s",
-                gang.instance_id,
-                spec.count,
-                spec.offer_id,
-                failure.kind.value,
-                failure.message,
-            )
-            self._delete_gang(gang, target.region, request_id, only_request=request_id)
             return LaunchOutcome(None, error=failure)
         self._known[gang.instance_id] = _Known(gang, spec.job_id, target.pool.market is Market.SPOT)
-        logger.info(
-            "launched %s (%s x %s) for job %s",
-            gang.instance_id,
-            spec.count,
-            spec.offer_id,
-            spec.job_id,
-        )
         return LaunchOutcome(gang.instance_id, ready_at_s=self._now_s() + spec.startup_s)
 
     def terminate(self, ids: Sequence[InstanceId], *, request_id: str) -> None:
@@ -597,8 +600,8 @@ class KubernetesProvider:
 
         if spec.cluster != self.cluster:
             return invalid(f"cluster {spec.cluster!r}, but this provider serves {self.cluster!r}")
-        if spec.count < 1:
-            return invalid(f"count must be >= 1, got {spec.count}")
+        if (bad := count_invalid(spec.count)) is not None:
+            return invalid(bad)
         parts = spec.offer_id.split(":")
         if len(parts) != 4 or parts[0] != CLOUD:
             return invalid("expected k8s:<context>:<gpu>x<count>:<spot|on_demand>")
@@ -662,23 +665,15 @@ class KubernetesProvider:
                 if exc.status != 409:
                     raise
                 existing = self._read_pod(target.region, member)
+                what = f"pod {namespace}/{member}"
                 if (
                     existing is None
                     or not self._owned(existing)
                     or _annotation(existing, ANNOTATION_REQUEST) != request_id
                 ):
-                    return ProviderFailure(
-                        FailureKind.INVALID,
-                        f"pod {namespace}/{member} exists but was not launched for request "
-                        f"{request_id!r} of cluster {self.cluster!r}; not touching it",
-                    )
+                    return foreign_member(what, request_id, self.cluster)
                 if existing.metadata.deletion_timestamp is not None:
-                    return ProviderFailure(
-                        FailureKind.TRANSIENT,
-                        f"pod {namespace}/{member} of this request is being deleted; try again "
-                        "once it is gone",
-                        errors.TRANSIENT_RETRY_AFTER_S,
-                    )
+                    return member_going(what, "being deleted", errors.TRANSIENT_RETRY_AFTER_S)
                 logger.info(
                     "launch: pod %s already exists (retried request %s)", member, request_id
                 )
@@ -714,7 +709,9 @@ class KubernetesProvider:
                 "clusterIP": "None",  # headless: DNS names for the gang's pods
                 "selector": {LABEL_CLUSTER: self._cluster_label, LABEL_GANG: gang.name},
                 "publishNotReadyAddresses": True,
-                "ports": [{"name": "rendezvous", "port": 29500, "targetPort": 29500}],
+                "ports": [
+                    {"name": "rendezvous", "port": RENDEZVOUS_PORT, "targetPort": RENDEZVOUS_PORT}
+                ],
             },
         }
 
@@ -729,23 +726,17 @@ class KubernetesProvider:
     ) -> dict[str, Any]:
         cfg = self._config
         namespace = target.region.namespace
-        env = dict(spec.env)
         master = member if gang.count == 1 else f"{gang.members[0]}.{gang.name}.{namespace}.svc"
-        env.update(
-            {
-                "HELIOTROPE_JOB_ID": spec.job_id,
-                "HELIOTROPE_CLUSTER": self.cluster,
-                "HELIOTROPE_INSTANCE_ID": gang.instance_id,
-                "HELIOTROPE_OFFER_ID": spec.offer_id,
-                "HELIOTROPE_REGION": target.region.context,
-                "HELIOTROPE_ZONE": target.region.context,
-                "HELIOTROPE_NODE_RANK": str(rank),
-                "HELIOTROPE_NUM_NODES": str(gang.count),
-                "HELIOTROPE_MASTER_ADDR": master,
-            }
+        node = Node(gang.instance_id, rank, gang.count, target.gpus, master, RENDEZVOUS_PORT)
+        env = environment(
+            spec,
+            node,
+            cluster=self.cluster,
+            request_id=request_id,
+            region=target.region.context,
+            zone=target.region.context,
+            extra={"HELIOTROPE_CHECKPOINT_DIR": CHECKPOINT_MOUNT} if cfg.checkpoint_pvc else None,
         )
-        if cfg.checkpoint_pvc:
-            env["HELIOTROPE_CHECKPOINT_DIR"] = CHECKPOINT_MOUNT
         gpus = str(target.gpus)
         container: dict[str, Any] = {
             "name": "job",
@@ -760,7 +751,7 @@ class KubernetesProvider:
                 },
             },
         }
-        entrypoint = tuple(spec.entrypoint) or tuple(cfg.entrypoint)
+        entrypoint = command(tuple(spec.entrypoint) or tuple(cfg.entrypoint), node, spec.launcher)
         if entrypoint:
             container["command"] = list(entrypoint)
         pod_spec: dict[str, Any] = {

@@ -41,7 +41,20 @@ def test_a_spot_pod_asks_for_its_gpus_on_spot_nodes(
     assert pod["metadata"]["annotations"]["heliotrope.io/offer-id"] == H100X8_SPOT
     container = pod["spec"]["containers"][0]
     assert container["resources"]["limits"] == {"nvidia.com/gpu": "8"}
-    assert container["image"] == CONFIG.image and container["command"] == ["python", "train.py"]
+    assert container["image"] == CONFIG.image
+    # one node of 8 processes: the job runs under torchrun, its rendezvous on the pod itself
+    assert container["command"] == [
+        "torchrun",
+        "--nnodes=1",
+        "--nproc-per-node=8",
+        "--node-rank=0",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={name}:29500",
+        f"--rdzv-id={context}-{name}",
+        "--no-python",
+        "python",
+        "train.py",
+    ]
     assert pod["spec"]["restartPolicy"] == "Never"
     assert pod["spec"]["terminationGracePeriodSeconds"] == CONFIG.termination_grace_s
     terms = pod["spec"]["affinity"]["nodeAffinity"][

@@ -21,7 +21,7 @@ import pandas as pd
 
 from orchestrator.errors import InputError
 from orchestrator.signals.importers import carbon, power, prices, spot
-from orchestrator.signals.importers._common import Part, drop_covered
+from orchestrator.signals.importers._common import Importer, Part, drop_covered
 from orchestrator.signals.importers.offers import build_offers
 from orchestrator.signals.traces import COLUMNS, Trace, make_manifest
 
@@ -32,44 +32,35 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Dataset:
-    """One dataset: a progress label, the files it needs (relative to the data directory;
-    all must exist, else it is skipped) and its importer."""
+    """One dataset: a progress label and its importer, whose files (relative to the data
+    directory) must all exist, else it is skipped."""
 
     label: str
-    files: tuple[Path, ...]
-    run: Callable[[Path], Part]
+    run: Importer
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        return tuple(f.path for f in self.run.files)
 
 
 # Order matters: for the same grid zone and metric, a dataset earlier in this list wins
 # where both have a sample (Electricity Maps hourly > EIA-930 > Let's Wait Awhile; EM yearly >
 # GCP yearly); for offers, the first candidate of a (cloud, zone, instance type) wins.
 DATASETS: Final[tuple[Dataset, ...]] = (
-    Dataset("GCP price history", (prices.GCP_HISTORY,), prices.import_gcp_prices),
-    Dataset("AWS price snapshot", (prices.AWS_SNAPSHOT,), prices.import_aws_prices),
-    Dataset(
-        "Spot traces (Can't Be Late, SpotHedge)",
-        (spot.SEGMENTS, spot.SEGMENTS_META),
-        spot.import_spot_segments,
-    ),
-    Dataset(
-        "Spot instance counts (Bamboo, Parcae)",
-        (spot.COUNTS, spot.COUNTS_META),
-        spot.import_instance_counts,
-    ),
-    Dataset("SkyNomad GCP H100 availability", (spot.SKYNOMAD_GCP,), spot.import_skynomad_gcp),
-    Dataset("SkyNomad AWS V100 spot prices", (spot.SKYNOMAD_AWS,), spot.import_skynomad_aws_prices),
-    Dataset(
-        "Electricity Maps hourly carbon", (carbon.EM_HOURLY,), carbon.import_electricitymaps_hourly
-    ),
-    Dataset("EIA-930 hourly carbon", (carbon.EIA930,), carbon.import_eia930),
-    Dataset("Let's Wait Awhile carbon", (carbon.LETSWAITAWHILE,), carbon.import_letswaitawhile),
-    Dataset(
-        "Electricity Maps yearly carbon", (carbon.EM_YEARLY,), carbon.import_electricitymaps_yearly
-    ),
-    Dataset("GCP region yearly carbon", (carbon.GCP_YEARLY,), carbon.import_gcp_yearly),
-    Dataset("CAISO curtailment", (power.CAISO,), power.import_caiso_curtailment),
-    Dataset("Wholesale power prices (USD)", (power.WHOLESALE_USD,), power.import_wholesale_usd),
-    Dataset("GB wholesale power prices (EUR)", (power.WHOLESALE_LOCAL,), power.import_gb_prices),
+    Dataset("GCP price history", prices.import_gcp_prices),
+    Dataset("AWS price snapshot", prices.import_aws_prices),
+    Dataset("Spot traces (Can't Be Late, SpotHedge)", spot.import_spot_segments),
+    Dataset("Spot instance counts (Bamboo, Parcae)", spot.import_instance_counts),
+    Dataset("SkyNomad GCP H100 availability", spot.import_skynomad_gcp),
+    Dataset("SkyNomad AWS V100 spot prices", spot.import_skynomad_aws_prices),
+    Dataset("Electricity Maps hourly carbon", carbon.import_electricitymaps_hourly),
+    Dataset("EIA-930 hourly carbon", carbon.import_eia930),
+    Dataset("Let's Wait Awhile carbon", carbon.import_letswaitawhile),
+    Dataset("Electricity Maps yearly carbon", carbon.import_electricitymaps_yearly),
+    Dataset("GCP region yearly carbon", carbon.import_gcp_yearly),
+    Dataset("CAISO curtailment", power.import_caiso_curtailment),
+    Dataset("Wholesale power prices (USD)", power.import_wholesale_usd),
+    Dataset("GB wholesale power prices (EUR)", power.import_gb_prices),
 )
 
 NOT_IMPORTED: Final = (

@@ -1,15 +1,20 @@
-"""Shared pieces of the importers: strict CSV reading, change-log helpers, the `Part` result.
+"""Shared pieces of the importers: the importer skeleton, strict CSV reading, change-log
+helpers, the `Part` result.
 
 Every importer reads one dataset of ``../shared/data`` and returns a `Part`: rows for the
-four trace tables (offers as *candidates*, see `offers.py`), the manifest source entry and
-notes. Reading is strict: a missing required column or a value that does not parse raises
-`InputError` naming the file, the column and (for values) the line.
+four trace tables (offers as *candidates*, see `offers.py`), the manifest source entries and
+notes. The skeleton is `importer`: a dataset's files are `SourceFile`s (path, columns, how
+the manifest cites it); the decorated body gets a fresh `Part` and each file read
+(`Loaded`), fills the tables and notes, and every file is cited after it. Reading is strict:
+a missing required column or a value that does not parse raises `InputError` naming the
+file, the column and (for values) the line.
 """
 
 from __future__ import annotations
 
+import functools
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -31,6 +36,8 @@ CANDIDATE_COLUMNS: Final = (
     "gpu_count_hint",
 )
 HOUR_NS: Final = 3600 * 10**9
+# The key of a prices change log (`price_log`), time aside.
+PRICE_KEYS: Final = ("cloud", "region", "zone", "instance_type", "market")
 
 
 def empty_candidates() -> pd.DataFrame:
@@ -50,6 +57,87 @@ class Part:
     grid: pd.DataFrame = field(default_factory=lambda: empty_frame("grid"))
     sources: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+    def cite(self, data_dir: Path, loaded: Loaded) -> None:
+        """Add the manifest entry of a file read (its rows: the data rows of the file)."""
+        f = loaded.file
+        self.sources.append(
+            source_entry(
+                f.entry, data_dir, loaded.path, f.license, rows=len(loaded.raw), origin=f.origin
+            )
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SourceFile:
+    """One file of the shared data directory: where it lies, the columns an importer reads
+    (`optional` ones where present) and how the manifest cites it."""
+
+    path: Path  # relative to the data directory
+    entry: str  # the manifest source name
+    license: str
+    origin: str
+    columns: tuple[str, ...]
+    optional: tuple[str, ...] = ()
+
+    def read(self, data_dir: Path) -> Loaded:
+        path = data_dir / self.path
+        return Loaded(self, path, read_csv(path, self.columns, self.optional))
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """A `SourceFile` as read: its path and raw columns, with the strict converters."""
+
+    file: SourceFile
+    path: Path
+    raw: pd.DataFrame
+
+    def number(self, col: str, *, allow_missing: bool = True) -> pd.Series:
+        return to_number(self.path, self.raw, col, allow_missing=allow_missing)
+
+    def utc(self, col: str, fmt: str = "ISO8601") -> pd.Series:
+        return to_utc(self.path, self.raw, col, fmt)
+
+    def text(self, col: str) -> pd.Series:
+        return to_text(self.path, self.raw, col)
+
+    def label(self, col: str) -> pd.Series:
+        """Column `col` as strings, an empty field as ''."""
+        return self.raw[col].fillna("").astype("str")
+
+
+# The body of an importer: (the part to fill, the data directory, each file read).
+Body = Callable[..., None]
+
+
+class Importer:
+    """One dataset's importer, ``importer(data_dir) -> Part``: reads `files` (all must be
+    there; `import_shared_data` skips a dataset that lacks one), runs the body on a fresh
+    `Part` named `name`, then cites each file in the manifest."""
+
+    def __init__(self, name: str, files: Sequence[SourceFile], body: Body) -> None:
+        self.name = name
+        self.files = tuple(files)
+        self.body = body
+        functools.update_wrapper(self, body)
+
+    def __call__(self, data_dir: Path) -> Part:
+        part = Part(name=self.name)
+        loaded = [f.read(data_dir) for f in self.files]
+        self.body(part, data_dir, *loaded)
+        for one in loaded:
+            part.cite(data_dir, one)
+        return part
+
+
+def importer(name: str, *files: SourceFile) -> Callable[[Body], Importer]:
+    """Decorator: the importer of dataset `name` from `files` (see `Importer`)."""
+
+    def wrap(body: Body) -> Importer:
+        return Importer(name, files, body)
+
+    return wrap
 
 
 def source_entry(
@@ -152,6 +240,18 @@ def table(name: str, **cols: Any) -> pd.DataFrame:
     return frame[list(COLUMNS[name])]
 
 
+def grid_values(
+    time: pd.Series, grid_zone: pd.Series | str, metric: str, value: pd.Series, source: str
+) -> tuple[pd.DataFrame, int]:
+    """Grid rows of the samples that have a value, and how many had none (skipped)."""
+    keep = value.notna().to_numpy()
+    zone = grid_zone[keep] if isinstance(grid_zone, pd.Series) else grid_zone
+    frame = table(
+        "grid", time=time[keep], grid_zone=zone, metric=metric, value=value[keep], source=source
+    )
+    return frame.reset_index(drop=True), int((~keep).sum())
+
+
 def changes_only(frame: pd.DataFrame, keys: Sequence[str], value: str) -> pd.DataFrame:
     """Keep the first row of each run of equal values per key (NaN equals NaN): a change log.
 
@@ -164,6 +264,13 @@ def changes_only(frame: pd.DataFrame, keys: Sequence[str], value: str) -> pd.Dat
     cur = frame[value]
     same = ~first & ((prev == cur) | (prev.isna() & cur.isna()))
     return frame[~same]
+
+
+def price_log(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """Prices rows as a change log: concatenated, sorted by key and time, repeats dropped."""
+    keys = list(PRICE_KEYS)
+    rows = pd.concat(frames, ignore_index=True).sort_values([*keys, "time"], kind="stable")
+    return changes_only(rows, keys, "usd_per_hour").reset_index(drop=True)
 
 
 def drop_covered(

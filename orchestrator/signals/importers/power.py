@@ -35,13 +35,13 @@ import pandas as pd
 from orchestrator.errors import InputError
 from orchestrator.signals.importers._common import (
     HOUR_NS,
+    Loaded,
     Part,
-    read_csv,
-    source_entry,
+    SourceFile,
+    grid_values,
+    importer,
     table,
     to_number,
-    to_text,
-    to_utc,
 )
 
 CAISO: Final = Path("curtailment/caiso_wind_solar_curtailment_hourly_2016_2017.csv")
@@ -71,6 +71,35 @@ _AUD_ZONES: Final = ("AU-NSW", "AU-VIC")
 _GREEN_DCC_LICENSE: Final = (
     "repo MIT; the underlying exchange and ISO data keep their own terms (research use)"
 )
+_CAISO: Final = SourceFile(
+    CAISO,
+    "caiso_wind_solar_curtailment_hourly",
+    "MIT (scraper repo); CAISO public data",
+    "ahrensdaniel/caiso-curtailment-scraper ctmtcsv/ @06e7b52",
+    ("report_date", "hour_ending_pt", "curtailed_mwh"),
+    optional=("curtailed_mw",),
+)
+_ZONE_LIST: Final = SourceFile(
+    ZONE_LIST,
+    "electricitymaps_hourly_ci_16zones_zone_list",
+    "ODbL zone ids (Electricity Maps); folder names from HewlettPackard/green-dcc (MIT)",
+    "HewlettPackard/green-dcc data/carbon_intensity folder names @3f6ea95",
+    ("zone_id", "green_dcc_folder"),
+)
+_WHOLESALE_USD: Final = SourceFile(
+    WHOLESALE_USD,
+    "wholesale_electricity_prices_hourly_usd",
+    _GREEN_DCC_LICENSE,
+    "HewlettPackard/green-dcc data/electricity_prices/standardized @3f6ea95",
+    ("datetime_utc", "zone", "price_usd_per_mwh"),
+)
+_WHOLESALE_LOCAL: Final = SourceFile(
+    WHOLESALE_LOCAL,
+    "wholesale_electricity_prices_hourly_local_currency",
+    _GREEN_DCC_LICENSE,
+    "HewlettPackard/green-dcc electricity_prices/processed + scripts/GB @3f6ea95",
+    ("datetime_as_published", "zone", "currency", "price_per_mwh_local_currency"),
+)
 
 
 def _ns(series: pd.Series) -> npt.NDArray[np.int64]:
@@ -83,30 +112,9 @@ def caiso_hour_start_utc(report_date: pd.Series, hour_ending: pd.Series) -> pd.S
     return midnight + pd.to_timedelta(hour_ending - 1, unit="h")
 
 
-def import_caiso_curtailment(data_dir: Path) -> Part:
-    path = data_dir / CAISO
-    raw = read_csv(
-        path, ["report_date", "hour_ending_pt", "curtailed_mwh"], optional=["curtailed_mw"]
-    )
-    part = Part(name="caiso_curtailment")
-    day = to_utc(path, raw, "report_date", "%Y-%m-%d").dt.tz_localize(None)
-    he = to_number(path, raw, "hour_ending_pt", allow_missing=False)
-    bad = (he < 1) | (he > 25) | (he != np.floor(he))
-    if bool(bad.any()):
-        pos = int(np.flatnonzero(bad.to_numpy())[0])
-        raise InputError(
-            str(path),
-            f"line {pos + 2}, column 'hour_ending_pt'",
-            "an hour ending 1..25",
-            got=repr(raw["hour_ending_pt"].iloc[pos]),
-        )
-    mwh = to_number(path, raw, "curtailed_mwh")
-    mw = to_number(path, raw, "curtailed_mw") if "curtailed_mw" in raw.columns else mwh * np.nan
-    energy = mwh.fillna(mw)
-    n_mw, n_none = int((mwh.isna() & mw.notna()).sum()), int(energy.isna().sum())
-
-    start_ns = _ns(caiso_hour_start_utc(day, he))
-    # Every hour of each report day, local midnight to the next (23, 24 or 25 hours).
+def _report_hours(day: pd.Series) -> tuple[pd.Series, npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The distinct report days of `day`, the UTC start (ns) of every hour of them (local
+    midnight to the next: 23, 24 or 25 hours) and the UTC end (ns) of each day."""
     days = pd.Series(np.unique(day.to_numpy()))
     hour_one = pd.Series(1, index=days.index)
     first_ns = _ns(caiso_hour_start_utc(days, hour_one))
@@ -114,6 +122,29 @@ def import_caiso_curtailment(data_dir: Path) -> Part:
     n_hours = (after_ns - first_ns) // HOUR_NS
     offsets = np.arange(n_hours.sum()) - np.repeat(np.cumsum(n_hours) - n_hours, n_hours)
     hours_ns = np.repeat(first_ns, n_hours) + offsets * HOUR_NS
+    return days, hours_ns, after_ns
+
+
+@importer("caiso_curtailment", _CAISO)
+def import_caiso_curtailment(part: Part, data_dir: Path, f: Loaded) -> None:
+    day = f.utc("report_date", "%Y-%m-%d").dt.tz_localize(None)
+    he = f.number("hour_ending_pt", allow_missing=False)
+    bad = (he < 1) | (he > 25) | (he != np.floor(he))
+    if bool(bad.any()):
+        pos = int(np.flatnonzero(bad.to_numpy())[0])
+        raise InputError(
+            str(f.path),
+            f"line {pos + 2}, column 'hour_ending_pt'",
+            "an hour ending 1..25",
+            got=repr(f.raw["hour_ending_pt"].iloc[pos]),
+        )
+    mwh = f.number("curtailed_mwh")
+    mw = f.number("curtailed_mw") if "curtailed_mw" in f.raw.columns else mwh * np.nan
+    energy = mwh.fillna(mw)
+    n_mw, n_none = int((mwh.isna() & mw.notna()).sum()), int(energy.isna().sum())
+
+    start_ns = _ns(caiso_hour_start_utc(day, he))
+    days, hours_ns, after_ns = _report_hours(day)
     day_pos = np.searchsorted(days.to_numpy(), day.to_numpy())
     outside = start_ns >= after_ns[day_pos]
     if outside.any():
@@ -139,75 +170,41 @@ def import_caiso_curtailment(data_dir: Path) -> Part:
         f"are 0, days without a report are a gap. {n_mw} rows without MWh used their hourly "
         f"maximum MW instead; {n_none} rows with neither counted as 0."
     )
-    part.sources.append(
-        source_entry(
-            "caiso_wind_solar_curtailment_hourly",
-            data_dir,
-            path,
-            "MIT (scraper repo); CAISO public data",
-            rows=len(raw),
-            origin="ahrensdaniel/caiso-curtailment-scraper ctmtcsv/ @06e7b52",
-        )
-    )
-    return part
 
 
 def _zone_mapping(data_dir: Path, part: Part) -> dict[str, str]:
     """green-dcc folder -> Electricity Maps zone id from the zone list file where present
     (it must agree with `PRICE_ZONE_TO_GRID_ZONE`), else the built-in table."""
-    path = data_dir / ZONE_LIST
     mapping = dict(PRICE_ZONE_TO_GRID_ZONE)
-    if not path.is_file():
+    if not (data_dir / ZONE_LIST).is_file():
         part.notes.append(f"{ZONE_LIST} missing: the built-in price zone mapping is used.")
         return mapping
-    raw = read_csv(path, ["zone_id", "green_dcc_folder"])
+    f = _ZONE_LIST.read(data_dir)
     listed = {
-        f: z
-        for f, z in zip(
-            to_text(path, raw, "green_dcc_folder"), to_text(path, raw, "zone_id"), strict=True
-        )
-        if f != z
+        d: z for d, z in zip(f.text("green_dcc_folder"), f.text("zone_id"), strict=True) if d != z
     }
     for folder, zone in listed.items():
         if mapping.get(folder, zone) != zone:
             raise InputError(
-                str(path),
+                str(f.path),
                 "column 'zone_id'",
                 f"{mapping[folder]!r} for green_dcc_folder {folder!r}",
                 got=repr(zone),
             )
         mapping[folder] = zone
-    part.sources.append(
-        source_entry(
-            "electricitymaps_hourly_ci_16zones_zone_list",
-            data_dir,
-            path,
-            "ODbL zone ids (Electricity Maps); folder names from HewlettPackard/green-dcc (MIT)",
-            rows=len(raw),
-            origin="HewlettPackard/green-dcc data/carbon_intensity folder names @3f6ea95",
-        )
-    )
+    part.cite(data_dir, f)
     return mapping
 
 
-def import_wholesale_usd(data_dir: Path) -> Part:
-    path = data_dir / WHOLESALE_USD
-    raw = read_csv(path, ["datetime_utc", "zone", "price_usd_per_mwh"])
-    part = Part(name="wholesale_prices_usd")
-    zone = to_text(path, raw, "zone")
-    value = to_number(path, raw, "price_usd_per_mwh")
+@importer("wholesale_prices_usd", _WHOLESALE_USD)
+def import_wholesale_usd(part: Part, data_dir: Path, f: Loaded) -> None:
+    zone = f.text("zone")
+    value = f.number("price_usd_per_mwh")
     aud = zone.isin(_AUD_ZONES)
     value = value.where(~aud, value * AUD_TO_USD)
-    keep = value.notna().to_numpy()
     grid_zone = zone.replace(_zone_mapping(data_dir, part))
-    part.grid = table(
-        "grid",
-        time=to_utc(path, raw, "datetime_utc")[keep],
-        grid_zone=grid_zone[keep],
-        metric="power_price_usd_per_mwh",
-        value=value[keep],
-        source="green-dcc",
-    ).reset_index(drop=True)
+    time = f.utc("datetime_utc")
+    part.grid, _ = grid_values(time, grid_zone, "power_price_usd_per_mwh", value, "green-dcc")
     part.notes.append(
         "Wholesale prices (green-dcc, converted by its authors at fixed 2025-03-27 rates, "
         "smoothed with a 2-hour rolling mean and gap-interpolated): zones mapped to Electricity "
@@ -215,25 +212,11 @@ def import_wholesale_usd(data_dir: Path) -> Part:
         f"unchanged; AU-NSW and AU-VIC are AUD labelled USD, converted at {AUD_TO_USD} USD/AUD "
         "(green-dcc's rate); negative prices kept."
     )
-    part.sources.append(
-        source_entry(
-            "wholesale_electricity_prices_hourly_usd",
-            data_dir,
-            path,
-            _GREEN_DCC_LICENSE,
-            rows=len(raw),
-            origin="HewlettPackard/green-dcc data/electricity_prices/standardized @3f6ea95",
-        )
-    )
-    return part
 
 
-def import_gb_prices(data_dir: Path) -> Part:
-    path = data_dir / WHOLESALE_LOCAL
-    raw = read_csv(
-        path, ["datetime_as_published", "zone", "currency", "price_per_mwh_local_currency"]
-    )
-    part = Part(name="wholesale_prices_gb")
+@importer("wholesale_prices_gb", _WHOLESALE_LOCAL)
+def import_gb_prices(part: Part, data_dir: Path, f: Loaded) -> None:
+    path, raw = f.path, f.raw
     gb = raw[raw["zone"] == "GB"].reset_index(drop=True)
     currencies = set(gb["currency"].dropna().astype("str"))
     if currencies - {"EUR"}:
@@ -268,14 +251,3 @@ def import_gb_prices(data_dir: Path) -> Part:
         f"{int((~keep).sum())} rows at DST-ambiguous or missing local times skipped; the "
         "'GB_incompleted' rows are ignored. Not smoothed, unlike the USD file."
     )
-    part.sources.append(
-        source_entry(
-            "wholesale_electricity_prices_hourly_local_currency",
-            data_dir,
-            path,
-            _GREEN_DCC_LICENSE,
-            rows=len(raw),
-            origin="HewlettPackard/green-dcc electricity_prices/processed + scripts/GB @3f6ea95",
-        )
-    )
-    return part

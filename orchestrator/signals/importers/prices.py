@@ -24,18 +24,17 @@ from pathlib import Path
 from typing import Final
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from orchestrator.signals.importers._common import (
     CANDIDATE_COLUMNS,
+    Loaded,
     Part,
-    changes_only,
-    read_csv,
-    source_entry,
+    SourceFile,
+    importer,
+    price_log,
     table,
-    to_number,
-    to_text,
-    to_utc,
 )
 
 GCP_HISTORY: Final = Path("prices/gcp_gpu_vm_price_history.csv.gz")
@@ -43,7 +42,45 @@ GCP_SNAPSHOTS: Final = Path("prices/gcp_price_snapshots_index.csv")
 AWS_SNAPSHOT: Final = Path("prices/aws_gpu_vm_prices_snapshot_skypilot_v8.csv")
 AWS_SNAPSHOT_TIME: Final = pd.Timestamp("2020-01-01T00:00:00Z")
 
-_PRICE_KEYS: Final = ["cloud", "region", "zone", "instance_type", "market"]
+_GCP_HISTORY: Final = SourceFile(
+    GCP_HISTORY,
+    "gcp_gpu_vm_price_history",
+    "Apache-2.0",
+    "Cyclenerd/google-cloud-pricing-cost-calculator pricing.yml, 290 versions "
+    "d4890e9..fd66b26 (Google Cloud Billing Catalog)",
+    (
+        "valid_from_utc",
+        "last_observed_utc",
+        "instance_type",
+        "gpu_model",
+        "gpu_count",
+        "region",
+        "ondemand_usd_per_hour",
+        "spot_usd_per_hour",
+    ),
+)
+_GCP_SNAPSHOTS: Final = SourceFile(
+    GCP_SNAPSHOTS,
+    "gcp_price_snapshots_index",
+    "Apache-2.0",
+    "Cyclenerd/google-cloud-pricing-cost-calculator (pricing.yml commits)",
+    ("snapshot_utc",),
+)
+_AWS_SNAPSHOT: Final = SourceFile(
+    AWS_SNAPSHOT,
+    "aws_gpu_vm_prices_snapshot_skypilot_v8",
+    "no LICENSE file in the repository; AWS public list and Spot prices",
+    "skypilot-org/skypilot-catalog catalogs/v8/aws/vms.csv @00148f2",
+    (
+        "instance_type",
+        "accelerator_name",
+        "accelerator_count",
+        "ondemand_usd_per_hour",
+        "spot_usd_per_hour",
+        "region",
+        "availability_zone_id",
+    ),
+)
 
 
 def _market_rows(frame: pd.DataFrame, value: str, market: str) -> pd.DataFrame:
@@ -66,66 +103,32 @@ def _market_rows(frame: pd.DataFrame, value: str, market: str) -> pd.DataFrame:
     )
 
 
-def import_gcp_prices(data_dir: Path) -> Part:
-    path = data_dir / GCP_HISTORY
-    raw = read_csv(
-        path,
-        [
-            "valid_from_utc",
-            "last_observed_utc",
-            "instance_type",
-            "gpu_model",
-            "gpu_count",
-            "region",
-            "ondemand_usd_per_hour",
-            "spot_usd_per_hour",
-        ],
-    )
-    part = Part(name="gcp_prices")
-    frame = pd.DataFrame(
-        {
-            "time": to_utc(path, raw, "valid_from_utc"),
-            "last_seen": to_utc(path, raw, "last_observed_utc"),
-            "instance_type": to_text(path, raw, "instance_type"),
-            "region": to_text(path, raw, "region"),
-            "gpu_model": raw["gpu_model"].fillna("").astype("str"),
-            "gpu_count": to_number(path, raw, "gpu_count"),
-            "on_demand": to_number(path, raw, "ondemand_usd_per_hour"),
-            "spot": to_number(path, raw, "spot_usd_per_hour"),
-        }
-    ).sort_values(["instance_type", "region", "time"], kind="stable")
-
-    # Times at which the price pages were observed: the index file, plus every time named in
-    # the history itself (each is a snapshot time).
+def _snapshot_times(part: Part, data_dir: Path, frame: pd.DataFrame) -> npt.NDArray[np.int64]:
+    """Times (ns, sorted, distinct) at which the price pages were observed: the index file,
+    plus every time named in the history itself (each is a snapshot time)."""
     snap_times = pd.concat([frame["time"], frame["last_seen"]])
-    index_path = data_dir / GCP_SNAPSHOTS
-    if index_path.is_file():
-        index = read_csv(index_path, ["snapshot_utc"])
-        snap_times = pd.concat([snap_times, to_utc(index_path, index, "snapshot_utc")])
-        part.sources.append(
-            source_entry(
-                "gcp_price_snapshots_index",
-                data_dir,
-                index_path,
-                "Apache-2.0",
-                rows=len(index),
-                origin="Cyclenerd/google-cloud-pricing-cost-calculator (pricing.yml commits)",
-            )
-        )
+    if (data_dir / GCP_SNAPSHOTS).is_file():
+        index = _GCP_SNAPSHOTS.read(data_dir)
+        snap_times = pd.concat([snap_times, index.utc("snapshot_utc")])
+        part.cite(data_dir, index)
     else:
         part.notes.append(
             f"{GCP_SNAPSHOTS} missing: the end of a withdrawn GCP machine type "
             "is placed at the next time named in the price history instead."
         )
-    snaps = np.unique(snap_times.dt.as_unit("ns").astype("int64").to_numpy())
+    return np.unique(snap_times.dt.as_unit("ns").astype("int64").to_numpy())
 
+
+def _withdrawn(frame: pd.DataFrame, snaps: npt.NDArray[np.int64]) -> pd.DataFrame:
+    """A NaN row for both markets at the first snapshot after a (machine type, region) was
+    last seen, for those gone before the last snapshot."""
     last_seen = frame.groupby(["instance_type", "region"], sort=False)["last_seen"].max()
     final = pd.Timestamp(int(snaps[-1]), unit="ns", tz="UTC") if len(snaps) else None
     ended = last_seen[last_seen < final] if final is not None else last_seen.iloc[:0]
     next_idx = np.searchsorted(
         snaps, ended.dt.as_unit("ns").astype("int64").to_numpy(), side="right"
     )
-    ends = pd.DataFrame(
+    return pd.DataFrame(
         {
             "time": pd.to_datetime(snaps[next_idx], utc=True),
             "instance_type": ended.index.get_level_values("instance_type"),
@@ -134,22 +137,36 @@ def import_gcp_prices(data_dir: Path) -> Part:
             "spot": np.nan,
         }
     )
+
+
+@importer("gcp_prices", _GCP_HISTORY)
+def import_gcp_prices(part: Part, data_dir: Path, f: Loaded) -> None:
+    frame = pd.DataFrame(
+        {
+            "time": f.utc("valid_from_utc"),
+            "last_seen": f.utc("last_observed_utc"),
+            "instance_type": f.text("instance_type"),
+            "region": f.text("region"),
+            "gpu_model": f.label("gpu_model"),
+            "gpu_count": f.number("gpu_count"),
+            "on_demand": f.number("ondemand_usd_per_hour"),
+            "spot": f.number("spot_usd_per_hour"),
+        }
+    ).sort_values(["instance_type", "region", "time"], kind="stable")
+    ends = _withdrawn(frame, _snapshot_times(part, data_dir, frame))
     with_ends = pd.concat(
         [frame.drop(columns=["last_seen", "gpu_model", "gpu_count"]), ends], ignore_index=True
     )
     with_ends = with_ends.sort_values(["instance_type", "region", "time"], kind="stable")
-    prices = pd.concat(
+    part.prices = price_log(
         [
             _market_rows(with_ends, "on_demand", "on_demand"),
             _market_rows(with_ends, "spot", "spot"),
-        ],
-        ignore_index=True,
+        ]
     )
-    prices = prices.sort_values([*_PRICE_KEYS, "time"], kind="stable")
-    part.prices = changes_only(prices, _PRICE_KEYS, "usd_per_hour").reset_index(drop=True)
-    if len(ended):
+    if len(ends):
         part.notes.append(
-            f"GCP prices: {len(ended)} (machine type, region) pairs disappear from the price "
+            f"GCP prices: {len(ends)} (machine type, region) pairs disappear from the price "
             "pages before the last snapshot; a NaN row for both markets at the first snapshot "
             "without them ends their prices."
         )
@@ -165,49 +182,37 @@ def import_gcp_prices(data_dir: Path) -> Part:
             "gpu_count_hint": last["gpu_count"],
         }
     )[list(CANDIDATE_COLUMNS)]
-    part.sources.append(
-        source_entry(
-            "gcp_gpu_vm_price_history",
-            data_dir,
-            path,
-            "Apache-2.0",
-            rows=len(raw),
-            origin="Cyclenerd/google-cloud-pricing-cost-calculator pricing.yml, 290 versions "
-            "d4890e9..fd66b26 (Google Cloud Billing Catalog)",
-        )
-    )
     part.notes.append(
         "GCP prices are region-level (zone ''); the history names no zones. GCP offers are "
         "region-level (zone = region) except where a spot trace names zones of the region for "
         "the same machine type; spot prices start 2023-05-08 (empty before, not written)."
     )
-    return part
 
 
-def import_aws_prices(data_dir: Path) -> Part:
-    path = data_dir / AWS_SNAPSHOT
-    raw = read_csv(
-        path,
-        [
-            "instance_type",
-            "accelerator_name",
-            "accelerator_count",
-            "ondemand_usd_per_hour",
-            "spot_usd_per_hour",
-            "region",
-            "availability_zone_id",
-        ],
+def _aws_rows(frame: pd.DataFrame, zone: pd.Series | str, market: str, col: str) -> pd.DataFrame:
+    return table(
+        "prices",
+        time=AWS_SNAPSHOT_TIME,
+        cloud="aws",
+        region=frame["region"],
+        zone=zone,
+        instance_type=frame["instance_type"],
+        market=market,
+        usd_per_hour=frame[col],
     )
-    part = Part(name="aws_prices")
+
+
+@importer("aws_prices", _AWS_SNAPSHOT)
+def import_aws_prices(part: Part, data_dir: Path, f: Loaded) -> None:
     frame = pd.DataFrame(
         {
-            "instance_type": to_text(path, raw, "instance_type"),
-            "gpu_name": raw["accelerator_name"].fillna("").astype("str"),
-            "gpu_count_hint": to_number(path, raw, "accelerator_count"),
-            "on_demand": to_number(path, raw, "ondemand_usd_per_hour"),
-            "spot": to_number(path, raw, "spot_usd_per_hour"),
-            "region": to_text(path, raw, "region"),
-            "zone": to_text(path, raw, "availability_zone_id"),
+            "instance_type": f.text("instance_type"),
+            "gpu_name": f.label("accelerator_name"),
+            "gpu_count_hint": f.number("accelerator_count"),
+            "on_demand": f.number("ondemand_usd_per_hour"),
+            "spot": f.number("spot_usd_per_hour"),
+            "region": f.text("region"),
+            "zone": f.text("availability_zone_id"),
         }
     )
     od = frame.dropna(subset=["on_demand"])
@@ -217,36 +222,9 @@ def import_aws_prices(data_dir: Path) -> Part:
     spot = frame.dropna(subset=["spot"])
     part.prices = pd.concat(
         [
-            table(
-                "prices",
-                time=AWS_SNAPSHOT_TIME,
-                cloud="aws",
-                region=regional["region"],
-                zone="",
-                instance_type=regional["instance_type"],
-                market="on_demand",
-                usd_per_hour=regional["on_demand"],
-            ),
-            table(
-                "prices",
-                time=AWS_SNAPSHOT_TIME,
-                cloud="aws",
-                region=zonal["region"],
-                zone=zonal["zone"],
-                instance_type=zonal["instance_type"],
-                market="on_demand",
-                usd_per_hour=zonal["on_demand"],
-            ),
-            table(
-                "prices",
-                time=AWS_SNAPSHOT_TIME,
-                cloud="aws",
-                region=spot["region"],
-                zone=spot["zone"],
-                instance_type=spot["instance_type"],
-                market="spot",
-                usd_per_hour=spot["spot"],
-            ),
+            _aws_rows(regional, "", "on_demand", "on_demand"),
+            _aws_rows(zonal, zonal["zone"], "on_demand", "on_demand"),
+            _aws_rows(spot, spot["zone"], "spot", "spot"),
         ],
         ignore_index=True,
     )
@@ -260,16 +238,6 @@ def import_aws_prices(data_dir: Path) -> Part:
             "gpu_count_hint": frame["gpu_count_hint"],
         }
     )[list(CANDIDATE_COLUMNS)]
-    part.sources.append(
-        source_entry(
-            "aws_gpu_vm_prices_snapshot_skypilot_v8",
-            data_dir,
-            path,
-            "no LICENSE file in the repository; AWS public list and Spot prices",
-            rows=len(raw),
-            origin="skypilot-org/skypilot-catalog catalogs/v8/aws/vms.csv @00148f2",
-        )
-    )
     n_equal = int(np.isclose(frame["spot"], frame["on_demand"], rtol=1e-4, atol=0.0).sum())
     part.notes.append(
         "AWS prices are a single undated catalog snapshot (late 2025 or 2026) assumed constant: "
@@ -278,4 +246,3 @@ def import_aws_prices(data_dir: Path) -> Part:
         f"equal across zones in the file. {n_equal} rows have spot equal to on-demand (within "
         "0.01 %: usually no spot capacity, or a price at the cap); kept as published."
     )
-    return part

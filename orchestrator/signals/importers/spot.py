@@ -29,14 +29,13 @@ import pandas as pd
 from orchestrator import catalog
 from orchestrator.signals.importers._common import (
     CANDIDATE_COLUMNS,
+    Loaded,
     Part,
+    SourceFile,
     changes_only,
-    read_csv,
-    source_entry,
+    importer,
+    price_log,
     table,
-    to_number,
-    to_text,
-    to_utc,
 )
 
 SEGMENTS: Final = Path("spot/spot_traces_segments.csv.gz")
@@ -53,12 +52,66 @@ SKYNOMAD_GCP_INSTANCE: Final = "a3-highgpu-8g"
 SKYNOMAD_AWS_INSTANCE: Final = "p3.2xlarge"
 
 _SPOT_KEYS: Final = ["cloud", "zone", "instance_type"]
-_PRICE_KEYS: Final = ["cloud", "region", "zone", "instance_type", "market"]
 # An instance type at the start of a label: "p2.xlarge(K80x1; ...)" -> "p2.xlarge".
 _INSTANCE_RE: Final = r"^([a-z][a-z0-9]*[.-][a-z0-9.-]*[a-z0-9])(?:\(|\s|$)"
 _CBL_LICENSE: Final = (
     "no LICENSE file (skypilot-org/spot-traces asks for a citation of "
     "Can't Be Late, NSDI'24; MaoZiming/spothedge_ae has none)"
+)
+_CBL_ORIGIN: Final = "skypilot-org/spot-traces @221da1a; MaoZiming/spothedge_ae @df02263"
+_BAMBOO_LICENSE: Final = "MIT (uclasystem/bamboo; JF-D/Parcae, inherited from DeepSpeed)"
+_BAMBOO_ORIGIN: Final = "uclasystem/bamboo @8080929; JF-D/Parcae @efedee7"
+_SEGMENTS: Final = SourceFile(
+    SEGMENTS,
+    "spot_traces_segments",
+    _CBL_LICENSE,
+    _CBL_ORIGIN,
+    ("trace_id", "start_offset_s", "end_offset_s", "value"),
+)
+_SEGMENTS_META: Final = SourceFile(
+    SEGMENTS_META,
+    "spot_traces_metadata",
+    _CBL_LICENSE,
+    _CBL_ORIGIN,
+    (
+        "trace_id",
+        "trace_kind",
+        "cloud",
+        "region",
+        "zone",
+        "instance_label",
+        "instance_type",
+        "target_nodes",
+        "start_date_mmddyyyy",
+    ),
+)
+_COUNTS: Final = SourceFile(
+    COUNTS,
+    "spot_instance_count_traces_bamboo_parcae",
+    _BAMBOO_LICENSE,
+    _BAMBOO_ORIGIN,
+    ("trace_id", "t_offset_s", "n_running_instances"),
+)
+_COUNTS_META: Final = SourceFile(
+    COUNTS_META,
+    "spot_instance_count_traces_bamboo_parcae_metadata",
+    _BAMBOO_LICENSE,
+    _BAMBOO_ORIGIN,
+    ("trace_id", "cloud", "instance_type"),
+)
+_SKYNOMAD_GCP: Final = SourceFile(
+    SKYNOMAD_GCP,
+    "skynomad_gcp_h100_availability",
+    "Apache-2.0",
+    "andylizf/skynomad-artifact @62b9aaa",
+    ("zone", "time_utc", "available", "spot_usd_per_hour", "ondemand_usd_per_hour"),
+)
+_SKYNOMAD_AWS: Final = SourceFile(
+    SKYNOMAD_AWS,
+    "skynomad_aws_v100_spot_price_per_tick",
+    "Apache-2.0",
+    "andylizf/skynomad-artifact @62b9aaa (public AWS spot price archive)",
+    ("zone", "tick", "spot_usd_per_hour"),
 )
 
 
@@ -87,6 +140,22 @@ def _finish_spot(rows: pd.DataFrame) -> pd.DataFrame:
     return changes_only(rows, _SPOT_KEYS, "capacity").reset_index(drop=True)
 
 
+def _traced_spot(data: pd.DataFrame, meta: pd.DataFrame, offset: str, value: str) -> pd.DataFrame:
+    """The spot change log of traces: each `data` row at its trace's start + `offset`
+    seconds with capacity `value`, and a NaN row at each trace's end (`meta`)."""
+    rows = data.merge(meta[["trace_id", "cloud", "zone", "instance_type", "start"]], on="trace_id")
+    time = rows["start"] + pd.to_timedelta(rows[offset], unit="s")
+    return _finish_spot(
+        pd.concat(
+            [
+                _spot_rows(time, rows["cloud"], rows["zone"], rows["instance_type"], rows[value]),
+                _spot_rows(meta["end"], meta["cloud"], meta["zone"], meta["instance_type"], np.nan),
+            ],
+            ignore_index=True,
+        )
+    )
+
+
 def _drop_overlaps(meta: pd.DataFrame, part: Part, what: str) -> pd.DataFrame:
     """Keep, per (cloud, zone, instance_type), traces that do not overlap an earlier one:
     interleaved change logs of one key would be meaningless."""
@@ -111,47 +180,21 @@ def _drop_overlaps(meta: pd.DataFrame, part: Part, what: str) -> pd.DataFrame:
     return meta[keep]
 
 
-def import_spot_segments(data_dir: Path) -> Part:
-    seg_path, meta_path = data_dir / SEGMENTS, data_dir / SEGMENTS_META
-    raw_meta = read_csv(
-        meta_path,
-        [
-            "trace_id",
-            "trace_kind",
-            "cloud",
-            "region",
-            "zone",
-            "instance_label",
-            "instance_type",
-            "target_nodes",
-            "start_date_mmddyyyy",
-        ],
-    )
-    raw_seg = read_csv(seg_path, ["trace_id", "start_offset_s", "end_offset_s", "value"])
-    part = Part(name="spot_traces")
+def _segment_meta(part: Part, m: Loaded, seg: pd.DataFrame) -> pd.DataFrame:
+    """The traces that can be placed (a start date, a zone, an instance type, segments),
+    with their end; notes say which were skipped and why."""
     meta = pd.DataFrame(
         {
-            "trace_id": to_text(meta_path, raw_meta, "trace_id"),
-            "kind": raw_meta["trace_kind"].fillna("").astype("str"),
-            "cloud": to_text(meta_path, raw_meta, "cloud").str.lower(),
-            "region": raw_meta["region"].fillna("").astype("str"),
-            "zone": raw_meta["zone"].fillna("").astype("str"),
-            "label": raw_meta["instance_label"].fillna("").astype("str"),
-            "instance_type": raw_meta["instance_type"]
-            .fillna("")
-            .astype("str")
-            .str.extract(_INSTANCE_RE, expand=False),
+            "trace_id": m.text("trace_id"),
+            "kind": m.label("trace_kind"),
+            "cloud": m.text("cloud").str.lower(),
+            "region": m.label("region"),
+            "zone": m.label("zone"),
+            "label": m.label("instance_label"),
+            "instance_type": m.label("instance_type").str.extract(_INSTANCE_RE, expand=False),
             "start": pd.to_datetime(
-                raw_meta["start_date_mmddyyyy"], format="%m-%d-%Y", utc=True, errors="coerce"
+                m.raw["start_date_mmddyyyy"], format="%m-%d-%Y", utc=True, errors="coerce"
             ),
-        }
-    )
-    seg = pd.DataFrame(
-        {
-            "trace_id": to_text(seg_path, raw_seg, "trace_id"),
-            "start_s": to_number(seg_path, raw_seg, "start_offset_s", allow_missing=False),
-            "end_s": to_number(seg_path, raw_seg, "end_offset_s", allow_missing=False),
-            "value": to_number(seg_path, raw_seg, "value", allow_missing=False),
         }
     )
     unknown_ids = sorted(set(seg["trace_id"]) - set(meta["trace_id"]))
@@ -179,19 +222,21 @@ def import_spot_segments(data_dir: Path) -> Part:
     meta["end"] = meta["start"] + pd.to_timedelta(
         ends.reindex(meta["trace_id"]).to_numpy(), unit="s"
     )
-    meta = _drop_overlaps(meta, part, str(SEGMENTS))
+    return _drop_overlaps(meta, part, str(SEGMENTS))
 
-    rows = seg.merge(meta[["trace_id", "cloud", "zone", "instance_type", "start"]], on="trace_id")
-    time = rows["start"] + pd.to_timedelta(rows["start_s"], unit="s")
-    part.spot = _finish_spot(
-        pd.concat(
-            [
-                _spot_rows(time, rows["cloud"], rows["zone"], rows["instance_type"], rows["value"]),
-                _spot_rows(meta["end"], meta["cloud"], meta["zone"], meta["instance_type"], np.nan),
-            ],
-            ignore_index=True,
-        )
+
+@importer("spot_traces", _SEGMENTS, _SEGMENTS_META)
+def import_spot_segments(part: Part, data_dir: Path, s: Loaded, m: Loaded) -> None:
+    seg = pd.DataFrame(
+        {
+            "trace_id": s.text("trace_id"),
+            "start_s": s.number("start_offset_s", allow_missing=False),
+            "end_s": s.number("end_offset_s", allow_missing=False),
+            "value": s.number("value", allow_missing=False),
+        }
     )
+    meta = _segment_meta(part, m, seg)
+    part.spot = _traced_spot(seg, meta, "start_s", "value")
 
     avail = meta[meta["kind"] == "availability"]
     label = avail["label"].str.extract(r"^([A-Za-z0-9-]+)_(\d+)$")
@@ -213,27 +258,6 @@ def import_spot_segments(data_dir: Path) -> Part:
         f"after each trace's end. {n_pre} preemption traces are included as capacity (1 = the "
         "instance is held, 0 = preempted) but give no offers; only availability traces do."
     )
-    part.sources.append(
-        source_entry(
-            "spot_traces_segments",
-            data_dir,
-            seg_path,
-            _CBL_LICENSE,
-            rows=len(raw_seg),
-            origin="skypilot-org/spot-traces @221da1a; MaoZiming/spothedge_ae @df02263",
-        )
-    )
-    part.sources.append(
-        source_entry(
-            "spot_traces_metadata",
-            data_dir,
-            meta_path,
-            _CBL_LICENSE,
-            rows=len(raw_meta),
-            origin="skypilot-org/spot-traces @221da1a; MaoZiming/spothedge_ae @df02263",
-        )
-    )
-    return part
 
 
 _BAMBOO_ZONE: Final = r"-((?:us|eu|ap|sa|ca|me|af)-[a-z]+-\d[a-z])-"
@@ -243,32 +267,29 @@ _BAMBOO_SPAN: Final = (
 )
 
 
-def import_instance_counts(data_dir: Path) -> Part:
-    path, meta_path = data_dir / COUNTS, data_dir / COUNTS_META
-    raw_meta = read_csv(meta_path, ["trace_id", "cloud", "instance_type"])
-    raw = read_csv(path, ["trace_id", "t_offset_s", "n_running_instances"])
-    part = Part(name="spot_instance_counts")
+def _span_time(span: pd.DataFrame, first: int) -> pd.Series:
+    """The UTC time of groups `first` (date), `first + 1` (hour), `first + 2` (minute)."""
+    return pd.to_datetime(
+        span[first] + "T" + span[first + 1] + ":" + span[first + 2] + "Z",
+        format="%Y-%m-%dT%H:%MZ",
+        utc=True,
+        errors="coerce",
+    )
+
+
+@importer("spot_instance_counts", _COUNTS, _COUNTS_META)
+def import_instance_counts(part: Part, data_dir: Path, c: Loaded, m: Loaded) -> None:
     meta = pd.DataFrame(
         {
-            "trace_id": to_text(meta_path, raw_meta, "trace_id"),
-            "cloud": to_text(meta_path, raw_meta, "cloud").str.lower(),
-            "instance_type": to_text(meta_path, raw_meta, "instance_type"),
+            "trace_id": m.text("trace_id"),
+            "cloud": m.text("cloud").str.lower(),
+            "instance_type": m.text("instance_type"),
         }
     )
     meta["zone"] = meta["trace_id"].str.extract(_BAMBOO_ZONE, expand=False)
     span = meta["trace_id"].str.extract(_BAMBOO_SPAN)
-    meta["start"] = pd.to_datetime(
-        span[0] + "T" + span[1] + ":" + span[2] + "Z",
-        format="%Y-%m-%dT%H:%MZ",
-        utc=True,
-        errors="coerce",
-    )
-    meta["name_end"] = pd.to_datetime(
-        span[3] + "T" + span[4] + ":" + span[5] + "Z",
-        format="%Y-%m-%dT%H:%MZ",
-        utc=True,
-        errors="coerce",
-    )
+    meta["start"] = _span_time(span, 0)
+    meta["name_end"] = _span_time(span, 3)
     skipped = meta[meta["zone"].isna() | meta["start"].isna()]
     if len(skipped):
         part.notes.append(
@@ -278,9 +299,9 @@ def import_instance_counts(data_dir: Path) -> Part:
     meta = meta.drop(index=skipped.index)
     data = pd.DataFrame(
         {
-            "trace_id": to_text(path, raw, "trace_id"),
-            "offset_s": to_number(path, raw, "t_offset_s", allow_missing=False),
-            "count": to_number(path, raw, "n_running_instances", allow_missing=False),
+            "trace_id": c.text("trace_id"),
+            "offset_s": c.number("t_offset_s", allow_missing=False),
+            "count": c.number("n_running_instances", allow_missing=False),
         }
     )
     last = data.groupby("trace_id")["offset_s"].max()
@@ -288,59 +309,45 @@ def import_instance_counts(data_dir: Path) -> Part:
     data_end = meta["start"] + pd.to_timedelta(last.reindex(meta["trace_id"]).to_numpy(), unit="s")
     meta["end"] = data_end.where(data_end > meta["name_end"], meta["name_end"])
     meta = _drop_overlaps(meta, part, str(COUNTS))
-    rows = data.merge(meta[["trace_id", "cloud", "zone", "instance_type", "start"]], on="trace_id")
-    time = rows["start"] + pd.to_timedelta(rows["offset_s"], unit="s")
-    part.spot = _finish_spot(
-        pd.concat(
-            [
-                _spot_rows(time, rows["cloud"], rows["zone"], rows["instance_type"], rows["count"]),
-                _spot_rows(meta["end"], meta["cloud"], meta["zone"], meta["instance_type"], np.nan),
-            ],
-            ignore_index=True,
-        )
-    )
+    part.spot = _traced_spot(data, meta, "offset_s", "count")
     part.notes.append(
         "Bamboo spot instance counts: zone and start time from the trace name, taken as UTC "
         "(the repository does not say); capacity = running spot instances of the authors' "
         "cluster (a lower bound on what was obtainable); at repeated timestamps the last count "
         "wins; NaN after max(name end, last event). No offers are derived from them."
     )
-    part.sources.append(
-        source_entry(
-            "spot_instance_count_traces_bamboo_parcae",
-            data_dir,
-            path,
-            "MIT (uclasystem/bamboo; JF-D/Parcae, inherited from DeepSpeed)",
-            rows=len(raw),
-            origin="uclasystem/bamboo @8080929; JF-D/Parcae @efedee7",
-        )
-    )
-    part.sources.append(
-        source_entry(
-            "spot_instance_count_traces_bamboo_parcae_metadata",
-            data_dir,
-            meta_path,
-            "MIT (uclasystem/bamboo; JF-D/Parcae, inherited from DeepSpeed)",
-            rows=len(raw_meta),
-            origin="uclasystem/bamboo @8080929; JF-D/Parcae @efedee7",
-        )
-    )
-    return part
 
 
-def import_skynomad_gcp(data_dir: Path) -> Part:
-    path = data_dir / SKYNOMAD_GCP
-    raw = read_csv(
-        path, ["zone", "time_utc", "available", "spot_usd_per_hour", "ondemand_usd_per_hour"]
+def _zone_prices(
+    time: pd.Series,
+    cloud: str,
+    where: pd.DataFrame | pd.Series,  # with region and zone columns
+    instance_type: str,
+    market: str,
+    usd_per_hour: pd.Series | float,
+) -> pd.DataFrame:
+    """Prices rows of one instance type and market in the zones (and regions) of `where`."""
+    return table(
+        "prices",
+        time=time,
+        cloud=cloud,
+        region=where["region"],
+        zone=where["zone"],
+        instance_type=instance_type,
+        market=market,
+        usd_per_hour=usd_per_hour,
     )
-    part = Part(name="skynomad_gcp_h100")
+
+
+@importer("skynomad_gcp_h100", _SKYNOMAD_GCP)
+def import_skynomad_gcp(part: Part, data_dir: Path, f: Loaded) -> None:
     frame = pd.DataFrame(
         {
-            "zone": to_text(path, raw, "zone"),
-            "time": to_utc(path, raw, "time_utc"),
-            "available": to_number(path, raw, "available", allow_missing=False),
-            "spot": to_number(path, raw, "spot_usd_per_hour"),
-            "on_demand": to_number(path, raw, "ondemand_usd_per_hour"),
+            "zone": f.text("zone"),
+            "time": f.utc("time_utc"),
+            "available": f.number("available", allow_missing=False),
+            "spot": f.number("spot_usd_per_hour"),
+            "on_demand": f.number("ondemand_usd_per_hour"),
         }
     ).sort_values(["zone", "time"], kind="stable")
     frame["region"] = _regions("gcp", frame["zone"])
@@ -358,36 +365,11 @@ def import_skynomad_gcp(data_dir: Path) -> Part:
             ignore_index=True,
         )
     )
-    prices = pd.concat(
-        [
-            table(
-                "prices",
-                time=frame["time"],
-                cloud="gcp",
-                region=frame["region"],
-                zone=frame["zone"],
-                instance_type=inst,
-                market=market,
-                usd_per_hour=frame[col],
-            )
-            for market, col in (("spot", "spot"), ("on_demand", "on_demand"))
-        ]
-        + [
-            table(
-                "prices",
-                time=ends["time"],
-                cloud="gcp",
-                region=ends["region"],
-                zone=ends["zone"],
-                instance_type=inst,
-                market=market,
-                usd_per_hour=np.nan,
-            )
-            for market in ("spot", "on_demand")
-        ],
-        ignore_index=True,
-    ).sort_values([*_PRICE_KEYS, "time"], kind="stable")
-    part.prices = changes_only(prices, _PRICE_KEYS, "usd_per_hour").reset_index(drop=True)
+    markets = ("spot", "on_demand")
+    part.prices = price_log(
+        [_zone_prices(frame["time"], "gcp", frame, inst, m, frame[m]) for m in markets]
+        + [_zone_prices(ends["time"], "gcp", ends, inst, m, np.nan) for m in markets]
+    )
     zones = ends[["zone", "region"]]
     part.offers = pd.DataFrame(
         {
@@ -406,74 +388,31 @@ def import_skynomad_gcp(data_dir: Path) -> Part:
         "during the window and end with NaN after it. A 60-tick probe gap on 2025-10-08/09 was "
         "filled by the authors as unavailable."
     )
-    part.sources.append(
-        source_entry(
-            "skynomad_gcp_h100_availability",
-            data_dir,
-            path,
-            "Apache-2.0",
-            rows=len(raw),
-            origin="andylizf/skynomad-artifact @62b9aaa",
-        )
-    )
-    return part
 
 
-def import_skynomad_aws_prices(data_dir: Path) -> Part:
-    path = data_dir / SKYNOMAD_AWS
-    raw = read_csv(path, ["zone", "tick", "spot_usd_per_hour"])
-    part = Part(name="skynomad_aws_v100_spot_prices")
+@importer("skynomad_aws_v100_spot_prices", _SKYNOMAD_AWS)
+def import_skynomad_aws_prices(part: Part, data_dir: Path, f: Loaded) -> None:
     frame = pd.DataFrame(
         {
-            "zone": to_text(path, raw, "zone"),
-            "tick": to_number(path, raw, "tick", allow_missing=False),
-            "price": to_number(path, raw, "spot_usd_per_hour"),
+            "zone": f.text("zone"),
+            "tick": f.number("tick", allow_missing=False),
+            "price": f.number("spot_usd_per_hour"),
         }
     ).sort_values(["zone", "tick"], kind="stable")
     frame["time"] = CBL_2023_START + pd.to_timedelta(frame["tick"] * CBL_2023_TICK_S, unit="s")
     frame["region"] = _regions("aws", frame["zone"])
     ends = frame.groupby(["zone", "region"], as_index=False)["tick"].max()
     ends["time"] = CBL_2023_START + pd.to_timedelta((ends["tick"] + 1) * CBL_2023_TICK_S, unit="s")
-    prices = pd.concat(
+    inst = SKYNOMAD_AWS_INSTANCE
+    part.prices = price_log(
         [
-            table(
-                "prices",
-                time=frame["time"],
-                cloud="aws",
-                region=frame["region"],
-                zone=frame["zone"],
-                instance_type=SKYNOMAD_AWS_INSTANCE,
-                market="spot",
-                usd_per_hour=frame["price"],
-            ),
-            table(
-                "prices",
-                time=ends["time"],
-                cloud="aws",
-                region=ends["region"],
-                zone=ends["zone"],
-                instance_type=SKYNOMAD_AWS_INSTANCE,
-                market="spot",
-                usd_per_hour=np.nan,
-            ),
-        ],
-        ignore_index=True,
-    ).sort_values([*_PRICE_KEYS, "time"], kind="stable")
-    part.prices = changes_only(prices, _PRICE_KEYS, "usd_per_hour").reset_index(drop=True)
+            _zone_prices(frame["time"], "aws", frame, inst, "spot", frame["price"]),
+            _zone_prices(ends["time"], "aws", ends, inst, "spot", np.nan),
+        ]
+    )
     part.notes.append(
         "SkyNomad AWS V100: p3.2xlarge spot price per zone name on the Can't Be Late 2023-02-15 "
         f"ticks ({CBL_2023_START.isoformat()} + tick x {CBL_2023_TICK_S} s), written when it "
         "changes, NaN after the last tick. On-demand for these zones comes from the AWS "
         "snapshot's region-level rows (3.06 USD/h for p3.2xlarge in us-east-1, as the artifact)."
     )
-    part.sources.append(
-        source_entry(
-            "skynomad_aws_v100_spot_price_per_tick",
-            data_dir,
-            path,
-            "Apache-2.0",
-            rows=len(raw),
-            origin="andylizf/skynomad-artifact @62b9aaa (public AWS spot price archive)",
-        )
-    )
-    return part

@@ -39,8 +39,11 @@ shards, rank 0 publishes the manifest, and `restore()` on every rank loads the n
 that verifies on all of them, whatever world size wrote it. Every rank gets back its own
 RNG states and `data_state` when the world size is unchanged; at another world size each
 rank gets those of the same rank if it existed, else rank 0's (`restored_world_size`
-tells the script which case it is). Async checkpointing is single-process only (a
-distributed run writes synchronously, and says so once).
+tells the script which case it is). Async checkpointing works in a gang too: each rank
+copies its shards into reusable host buffers at the agreed step and a writer thread saves
+and publishes them on a gloo group of its own (so its collectives never meet the notice
+agreement's) while training goes on; the next checkpoint, a preemption and `finish` wait
+for it on every rank at the same step, so a failed write is seen by all ranks at once.
 
 Environment (each overridden by the matching argument):
 HELIOTROPE_JOB_ID, HELIOTROPE_CHECKPOINT_URI, HELIOTROPE_CHECKPOINT_STORAGE_OPTIONS (JSON
@@ -53,6 +56,7 @@ once a second).
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -186,14 +190,12 @@ class ResumableRun:
                 got="no process group",
                 fix="call torch.distributed.init_process_group() before",
             )
+        self._save_gang: Gang | None = None
+        """Async sharded saves: the gloo group the writer thread's collectives go on (its
+        own, so they never interleave with the notice agreement's)."""
+        self._stager: Any = None
         if self._gang is not None and self.async_checkpoint:
-            logger.warning(
-                "async checkpointing is single-process only: rank %d of %d writes "
-                "its shards synchronously",
-                self._gang.rank,
-                self._gang.world_size,
-            )
-            self.async_checkpoint = False
+            self._save_gang = Gang.current()  # a collective, like making the run
         self._wall_clock = wall_clock
         self._monotonic = monotonic
 
@@ -439,7 +441,8 @@ class ResumableRun:
             )
         if self._closed:
             raise PermanentError("ResumableRun.step_done() after close() or finish()")
-        self._collect_pending(block=False)
+        if self._gang is None:  # a gang collects a background write where all ranks do
+            self._collect_pending(block=False)
         completed = step + 1
         self._last_step, self._last_data_state = completed, data_state
         for source in self._inline_sources:
@@ -484,7 +487,9 @@ class ResumableRun:
             self._preempt(completed, data_state)
             return
         if step_due or (time_due and completed > (self._ckpt_step or 0)):
-            self._checkpoint(completed, data_state, reason="periodic", sync=True)
+            self._checkpoint(
+                completed, data_state, reason="periodic", sync=not self.async_checkpoint
+            )
         if completed >= self._next_agree:
             self._agreement = gang.start_agree(
                 [
@@ -575,13 +580,8 @@ class ResumableRun:
         critical = reason != "periodic"
         started = time.perf_counter()
         if self._gang is not None:
-            self._ckpt_step, self._ckpt_mono = completed, self._monotonic()
-            try:
-                self._write_sharded(self._gang, completed, data_state, reason)
-            except _RETRYABLE as exc:
-                self._write_failed(exc, critical)
-            finally:
-                self.stall_s.append(time.perf_counter() - started)
+            self._checkpoint_gang(self._gang, completed, data_state, reason, sync=sync)
+            self.stall_s.append(time.perf_counter() - started)
             return
         self._collect_pending(block=True)  # one write at a time; reuses its buffers after
         tree = self._state_tree(completed, data_state)
@@ -688,22 +688,41 @@ class ResumableRun:
         self._failures = 0
         return ref
 
-    def _write_sharded(
-        self, gang: Gang, completed: int, data_state: Mapping[str, Any] | None, reason: str
-    ) -> CheckpointRef:
-        """Every rank writes its part; rank 0 publishes; every rank gets the same outcome
-        (the ref, or the same error type: TransientError when retrying may help)."""
-        from torch.distributed.checkpoint.api import CheckpointException
+    def _checkpoint_gang(
+        self,
+        gang: Gang,
+        completed: int,
+        data_state: Mapping[str, Any] | None,
+        reason: str,
+        *,
+        sync: bool,
+    ) -> None:
+        """A sharded checkpoint, taken on every rank at the same step. Async: the state is
+        copied into host buffers here (the loop's only stall) and a writer thread saves and
+        publishes it on the run's own gloo group while training goes on; a write still in
+        flight is waited for first, on every rank at this same step."""
+        self._collect_pending(block=True)
+        self._ckpt_step, self._ckpt_mono = completed, self._monotonic()
+        try:
+            state, extras = self._sharded_state(gang, completed, data_state)
+            stale = self._corrupt.pop(completed, None)  # the same on every rank
+            if sync or self._save_gang is None:
+                self._save_sharded(self._save_gang or gang, completed, state, extras, reason, stale)
+                return
+            staged = self._stage(state)
+            self._pending = self._writer().submit(
+                self._save_sharded, self._save_gang, completed, staged, extras, reason, stale
+            )
+        except _RETRYABLE as exc:
+            self._write_failed(exc, reason != "periodic")
+
+    def _sharded_state(
+        self, gang: Gang, completed: int, data_state: Mapping[str, Any] | None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """What DCP saves (model and optimizer, sharded as they are held) and this rank's
+        own small file (RNG states, data position, scheduler)."""
         from torch.distributed.checkpoint.state_dict import get_state_dict
-        from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
-        from orchestrator.training.sharded import StoreWriter
-
-        stale = self._corrupt.pop(completed, None)  # the same on every rank (restore agreed)
-        if stale is not None:
-            if gang.is_leader:
-                self.store.quarantine(stale)
-            gang.barrier()
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
         extras = {
             "format": SHARDED_FORMAT,
@@ -714,17 +733,55 @@ class ResumableRun:
             "data_state": dict(data_state) if data_state is not None else None,
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
         }
+        return {"model": model_sd, "optimizer": optim_sd}, copy.deepcopy(extras)
+
+    def _stage(self, state: dict[str, Any]) -> dict[str, Any]:
+        """A host copy of `state` (DTensors stay DTensors over their local shards) in
+        buffers reused from one checkpoint to the next."""
+        from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+
+        if self._stager is None:
+            cuda = torch.cuda.is_available()
+            self._stager = DefaultStager(
+                StagingOptions(
+                    use_pinned_memory=cuda,
+                    use_shared_memory=False,
+                    use_async_staging=False,
+                    use_non_blocking_copy=cuda,
+                )
+            )
+        staged: dict[str, Any] = self._stager.stage(state)
+        return staged
+
+    def _save_sharded(
+        self,
+        gang: Gang,
+        completed: int,
+        state: dict[str, Any],
+        extras: dict[str, Any],
+        reason: str,
+        stale: CheckpointRef | None,
+    ) -> CheckpointRef:
+        """Every rank writes its part; rank 0 publishes (the manifest last); every rank
+        gets the same outcome (the ref, or the same error type: TransientError when
+        retrying may help). Collectives on `gang` only: in a writer thread, the run's own
+        group."""
+        from torch.distributed.checkpoint.api import CheckpointException
+        from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
+
+        from orchestrator.training.sharded import StoreWriter
+
+        if stale is not None:  # a corrupt checkpoint of this step that restore() skipped
+            if gang.is_leader:
+                self.store.quarantine(stale)
+            gang.barrier()
 
         def extra(open_file: WriteFn) -> None:
             save_state_files(extras, open_file, name=rank_file(gang.rank))
 
         writer = StoreWriter(self.store, self.job_id, completed, extra=extra)
         try:
-            dcp_save(
-                {"model": model_sd, "optimizer": optim_sd},
-                storage_writer=writer,
-                process_group=gang.group,
-            )
+            dcp_save(state, storage_writer=writer, process_group=gang.group)
         except CheckpointException as exc:  # raised on every rank
             if gang.is_leader:
                 self.store.discard_unpublished(self.job_id, completed)
@@ -732,22 +789,7 @@ class ResumableRun:
         parts = gang.gather(writer.entries)
         outcome: tuple[str, Any] | None = None
         if gang.is_leader:
-            entries = {name: entry for part in parts for name, entry in part.items()}
-            metadata = {
-                "format": SHARDED_FORMAT,
-                "reason": reason,
-                "torch": torch.__version__,
-                "world_size": str(gang.world_size),
-            }
-            try:
-                published = self.store.publish(
-                    self.job_id, completed, entries, now_s=self._wall_clock(), metadata=metadata
-                )
-                outcome = ("ok", published)
-            except Exception as exc:
-                self.store.discard_unpublished(self.job_id, completed)
-                kind = "transient" if isinstance(exc, _RETRYABLE) else "permanent"
-                outcome = (kind, f"{type(exc).__name__}: {exc}")
+            outcome = self._publish_parts(gang, completed, parts, reason)
         outcome = gang.broadcast(outcome)
         assert outcome is not None
         if outcome[0] == "transient":
@@ -759,6 +801,28 @@ class ResumableRun:
         self.checkpoints.append(ref)
         self._failures = 0
         return ref
+
+    def _publish_parts(
+        self, gang: Gang, completed: int, parts: list[Any], reason: str
+    ) -> tuple[str, Any]:
+        """Rank 0: publish every rank's files as one checkpoint; ("ok", ref), or the kind of
+        failure and its message (the unpublished files removed)."""
+        entries = {name: entry for part in parts for name, entry in part.items()}
+        metadata = {
+            "format": SHARDED_FORMAT,
+            "reason": reason,
+            "torch": torch.__version__,
+            "world_size": str(gang.world_size),
+        }
+        try:
+            published = self.store.publish(
+                self.job_id, completed, entries, now_s=self._wall_clock(), metadata=metadata
+            )
+        except Exception as exc:
+            self.store.discard_unpublished(self.job_id, completed)
+            kind = "transient" if isinstance(exc, _RETRYABLE) else "permanent"
+            return (kind, f"{type(exc).__name__}: {exc}")
+        return ("ok", published)
 
     def _write_failed(self, exc: BaseException, critical: bool) -> None:
         self._failures += 1
@@ -804,6 +868,9 @@ class ResumableRun:
                 signal.signal(sig, handler)
             self._old_handlers.clear()
             self._buffers.clear()
+            if self._stager is not None:
+                self._stager.close()
+                self._stager = None
 
     def __enter__(self) -> ResumableRun:
         return self

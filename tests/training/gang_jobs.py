@@ -177,8 +177,17 @@ def torchrun_gang(
     return gang
 
 
-def bare_gang(tmp: Path, name: str, *, world: int, args: list[str], env: dict[str, str]) -> Gang:
-    """`world` rank processes with the environment torchrun gives its workers."""
+def bare_gang(
+    tmp: Path,
+    name: str,
+    *,
+    world: int,
+    args: list[str],
+    env: dict[str, str],
+    program: list[str] | None = None,
+) -> Gang:
+    """`world` rank processes with the environment torchrun gives its workers, each running
+    `program` (default: the example) with `args`."""
     port = free_port()
     gang = Gang()
     for rank in range(world):
@@ -192,7 +201,12 @@ def bare_gang(tmp: Path, name: str, *, world: int, args: list[str], env: dict[st
             "LOCAL_WORLD_SIZE": str(world),
         }
         gang.procs.append(
-            _spawn(tmp, f"{name}-rank{rank}", [sys.executable, str(EXAMPLE), *args], full)
+            _spawn(
+                tmp,
+                f"{name}-rank{rank}",
+                [*(program or [sys.executable, str(EXAMPLE)]), *args],
+                full,
+            )
         )
     return gang
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -664,75 +663,37 @@ def replay(
     ``start_offset_h``; with `window_days`, only jobs that start inside [start, start +
     days) are replayed. Without `trace_dir` the built-in scenario is generated for the
     window (`window_days`, default 14)."""
-    from orchestrator.jobs import load_jobs
-    from orchestrator.replay.metrics import write_outputs
-    from orchestrator.replay.runner import run_replay
-    from policies.registry import make_policy
+    from orchestrator.replay.service import DAG_FIELDS, ReplayRequest, parse_time
+    from orchestrator.replay.service import replay as run
 
-    names = _policy_names(policies)
-    if not math.isfinite(carbon_price) or carbon_price < 0:
-        raise InputError("params", "carbon_price", "a price >= 0 USD per tonne", got=carbon_price)
-    if tick_minutes <= 0 or tick_minutes * 60 != int(tick_minutes * 60):
-        raise InputError(
-            "params", "tick_minutes", "a positive whole number of seconds", got=tick_minutes
-        )
     if window_days is not None and not (window_days > 0):
         raise InputError("params", "window_days", "a positive number of days", got=window_days)
-    start = _iso_time(window_start, "window_start") if window_start else None
-    policy_objs = [make_policy(n) for n in names]
-    jobs_path = Path(jobs_file).expanduser()
-
-    if trace_dir:
-        from orchestrator.signals.traces import read_trace
-
-        trace = read_trace(Path(trace_dir).expanduser())
-        source = str(trace_dir)
-    else:
-        from orchestrator.signals.scenario import generate
-
-        days = window_days or 14.0
-        trace = generate(seed, days) if start is None else generate(seed, days, start=start)
-        source = f"built-in scenario (seed {seed}, {days:g} days)"
-    manifest_start = trace.manifest.get("start")
-    if start is None and manifest_start:
-        start = _iso_time(str(manifest_start), "the trace's manifest start")
-    jobs = load_jobs(jobs_path, trace_start=start)
-    if window_days is not None and start is not None:
-        end = start + timedelta(days=window_days)
-        kept = tuple(j for j in jobs if start <= j.start < end)
-        if not kept:
-            raise InputError(
-                str(jobs_path),
-                "jobs",
-                f"at least one job starting in the window {start:%Y-%m-%d %H:%M} .. "
-                f"{end:%Y-%m-%d %H:%M} UTC",
-                got=f"{len(jobs)} job(s), none inside",
-                fix="move the window (window_start, window_days) or the jobs",
-            )
-        if len(kept) < len(jobs):
-            logger.info("window: replaying %d of %d jobs", len(kept), len(jobs))
-        jobs = kept
-
-    result = run_replay(
-        trace,
-        jobs,
-        policy_objs,
-        tick_s=int(tick_minutes * 60),
-        seed=seed,
-        carbon_usd_per_tonne=float(carbon_price),
-    )
-    extra = {"traces": source, "jobs_file": str(jobs_path)}
+    start = parse_time(window_start, "window_start") if window_start else None
+    traces = Path(trace_dir).expanduser() if trace_dir else None
     out = Path(out_dir).expanduser() if out_dir else settings.home / "replays" / _safe(run_id)
-    paths = write_outputs(result, out, extra_config=extra)
-    res = json.loads(paths["results"].read_text())
-    logger.info("replay report: %s", paths["report"])
+    request = ReplayRequest(
+        jobs_file=Path(jobs_file).expanduser(),
+        out_dir=out,
+        policies=tuple(_policy_names(policies)),
+        traces=traces,
+        scenario_days=window_days or 14.0,
+        scenario_start=start,
+        anchor=start,
+        carbon_usd_per_tonne=float(carbon_price),
+        seed=seed,
+        window=None if window_days is None else timedelta(days=window_days),
+        tick_minutes=tick_minutes,
+        names=DAG_FIELDS,
+    )
+    result = run(request)
+    logger.info("replay report: %s", result.report)
     return {
-        "report": str(paths["report"]),
-        "results": str(paths["results"]),
-        "timeline": str(paths["timeline"]),
+        "report": str(result.report),
+        "results": str(result.paths["results"]),
+        "timeline": str(result.paths["timeline"]),
         "policies": {
             name: {k: v for k, v in row.items() if isinstance(v, int | float | str | None)}
-            for name, row in _policy_rows(res).items()
+            for name, row in _policy_rows(result.results).items()
         },
     }
 
@@ -757,16 +718,6 @@ def _policy_rows(res: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     if isinstance(pol, Mapping):
         return {str(k): v for k, v in pol.items() if isinstance(v, Mapping)}
     return {str(r.get("policy")): r for r in pol if isinstance(r, Mapping)}
-
-
-def _iso_time(text: str, what: str) -> datetime:
-    try:
-        when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise InputError(
-            "params", what, "an ISO 8601 time, e.g. 2024-04-01T00:00:00Z", got=text
-        ) from exc
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
 
 # -- Airflow glue: imported lazily, only inside a running task -----------------------------

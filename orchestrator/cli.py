@@ -363,54 +363,21 @@ def _policies(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from orchestrator.jobs import load_jobs
-    from orchestrator.replay.metrics import write_outputs
     from orchestrator.replay.report import format_table, summary
-    from orchestrator.replay.runner import run_replay
-    from orchestrator.signals.traces import read_trace
-    from policies.registry import make_policy
+    from orchestrator.replay.service import ReplayRequest, replay
 
-    names = [n.strip() for n in args.policies.split(",") if n.strip()]
-    if not names:
-        raise InputError("", "--policies", "at least one policy name")
-    policies = [make_policy(n) for n in names]
-    if args.tick_minutes <= 0 or args.tick_minutes * 60 != int(args.tick_minutes * 60):
-        raise InputError(
-            "", "--tick-minutes", "a positive whole number of seconds", got=args.tick_minutes
-        )
-    tick_s = int(args.tick_minutes * 60)
-    if args.traces is not None:
-        trace = read_trace(args.traces)
-        source = str(args.traces)
-    else:
-        from orchestrator.signals.scenario import generate
-
-        if args.days <= 0:
-            raise InputError("", "--days", "a positive number of days", got=args.days)
-        trace = generate(args.seed, args.days)
-        source = f"built-in scenario (seed {args.seed}, {args.days:g} days)"
-    samples = None
-    if args.traces is not None and (args.traces / "samples.parquet").is_file():
-        # What `signals poll` / the signals DAG recorded: replay it by the live view's rule.
-        from orchestrator.signals.poll import read_samples
-        from orchestrator.signals.view import samples_from_frame
-
-        samples = samples_from_frame(read_samples(args.traces))
-        source += " (polled samples, as the live controller knew them)"
-    trace_start = args.since or _manifest_start(trace.manifest)
-    jobs = load_jobs(args.jobs, trace_start=trace_start)
-    if args.until is not None:
-        kept = tuple(j for j in jobs if j.start < args.until)
-        if not kept:
-            raise InputError(
-                str(args.jobs),
-                "jobs",
-                f"a job starting before --until {args.until:%Y-%m-%d %H:%M} UTC",
-                got=f"{len(jobs)}, none",
-                fix="move --since/--until or the jobs' start_offset_h",
-            )
-        jobs = kept
-
+    request = ReplayRequest(
+        jobs_file=args.jobs,
+        out_dir=args.out,
+        policies=tuple(args.policies.split(",")),
+        traces=args.traces,
+        scenario_days=args.days,
+        anchor=args.since,
+        keep_until=args.until,
+        carbon_usd_per_tonne=args.carbon_price,
+        seed=args.seed,
+        tick_minutes=args.tick_minutes,
+    )
     with _progress() as bar:
         tasks: dict[str, Any] = {}
 
@@ -419,19 +386,8 @@ def _replay(args: argparse.Namespace) -> int:
                 tasks[policy] = bar.add_task(f"replay {policy}", total=total)
             bar.update(tasks[policy], completed=done)
 
-        replay = run_replay(
-            trace,
-            jobs,
-            policies,
-            tick_s=tick_s,
-            seed=args.seed,
-            carbon_usd_per_tonne=args.carbon_price,
-            progress=report,
-            samples=samples,
-        )
-    extra = {"traces": source, "jobs_file": str(args.jobs)}
-    paths = write_outputs(replay, args.out, extra_config=extra)
-    res = json.loads(paths["results"].read_text())
+        result = replay(request, progress=report)
+    res = result.results
     if args.json:
         print(json.dumps({"policies": res["policies"], "config": res["config"]}, indent=2))
         return 0
@@ -440,15 +396,8 @@ def _replay(args: argparse.Namespace) -> int:
         out = Console(width=160)  # logs and pipes: never squeeze the table
     out.print(format_table(res))
     out.print(summary(res), markup=False, highlight=False)
-    out.print(f"report: {paths['report']}", markup=False)
+    out.print(f"report: {result.report}", markup=False)
     return 0
-
-
-def _manifest_start(manifest: Any) -> datetime | None:
-    start = manifest.get("start") if hasattr(manifest, "get") else None
-    if not start:
-        return None
-    return datetime.fromisoformat(str(start))
 
 
 def _print_rows(rows: list[dict[str, Any]], as_json: bool, title: str) -> None:

@@ -157,13 +157,18 @@ def cumulative(replay: Replay, points: int = 400) -> pd.DataFrame:
 
 
 def write_outputs(
-    replay: Replay, out_dir: Path, *, extra_config: dict[str, Any] | None = None
+    replay: Replay,
+    out_dir: Path,
+    *,
+    extra_config: dict[str, Any] | None = None,
+    doc: dict[str, Any] | None = None,
 ) -> dict[str, Path]:
-    """results.json, timeline.csv, cumulative.csv, the plots and report.html."""
+    """results.json (`doc` when the caller has it already: `results(replay, ...)`),
+    timeline.csv, cumulative.csv, the plots and report.html."""
     from orchestrator.replay.report import write_report  # matplotlib: only when writing
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    res = results(replay, extra_config=extra_config)
+    res = doc if doc is not None else results(replay, extra_config=extra_config)
     tl = timeline(replay)
     cum = cumulative(replay)
     (out_dir / "results.json").write_text(json.dumps(res, indent=2, sort_keys=False))

@@ -18,9 +18,9 @@ import pytest
 
 from orchestrator.checkpoints import CheckpointStore
 from orchestrator.clock import FakeClock
-from providers.base import EventType, FailureKind, LaunchSpec
+from providers.base import EventType, FailureKind, Launcher, LaunchSpec
 from providers.local import LocalProvider, local_offers
-from tests.training.gang_jobs import DONE_LINE, EXAMPLE, REPO, bare_gang, base_env
+from tests.training.gang_jobs import DONE_LINE, EXAMPLE, REPO, bare_gang, base_env, free_port
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
 
@@ -62,6 +62,7 @@ def launch_env(
             cluster="c",
             count=count,
             entrypoint=[sys.executable, "-c", code],
+            launcher=Launcher.NONE,  # the node's own environment, not torchrun's workers'
         ),
         request_id=request_id,
     )
@@ -208,3 +209,107 @@ def test_a_ddp_job_under_bare_torchrun_is_preempted_moved_and_resumed(
     assert reference.finish() == [0, 0], reference.output()
     done = [m for line in north_log.splitlines() if (m := DONE_LINE.match(line))]
     assert len(done) == 1 and done[0].group(3) == reference.done().group(3)
+
+
+def _node_spec(offer_id: str, store_uri: str, node: int, port: int, args: list[str]) -> LaunchSpec:
+    """Node `node` of a 2-node gang of 2 processes each: one local instance running
+    torchrun with the gang's shape given explicitly (the job "says otherwise" than the
+    instance's one-node defaults), the static rendezvous on node 0's port."""
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2"]
+    shape = ["--node-rank", str(node), "--nproc-per-node", "2"]
+    master = ["--master-addr", "127.0.0.1", "--master-port", str(port)]
+    return LaunchSpec(
+        job_id=JOB,
+        offer_id=offer_id,
+        cluster="c",
+        entrypoint=[*torchrun, *shape, *master, str(EXAMPLE), *args],
+        env={
+            "HELIOTROPE_NOTICE_AGREE_EVERY_STEPS": "1",  # a notice acted on within 2 steps
+            "HELIOTROPE_CHECKPOINT_URI": store_uri,
+            "PYTHONPATH": str(REPO),
+            "OMP_NUM_THREADS": "1",
+        },
+    )
+
+
+def _wait_until_ended(
+    provider: LocalProvider, ids: list[str], seen: dict[str, EventType], timeout_s: float
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    final = (EventType.COMPLETED, EventType.FAILED, EventType.PREEMPTED)
+    while not all(i in seen for i in ids):
+        assert time.monotonic() < deadline, f"not ended in {timeout_s}s: {ids}, {seen}"
+        for event in provider.poll_events():
+            if event.type in final:
+                seen[event.instance_id] = event.type
+        time.sleep(0.1)
+
+
+def test_two_nodes_of_two_preempted_twice_and_moved_across_regions_end_bit_identical(
+    make: Callable[..., LocalProvider], tmp_path: Path
+) -> None:
+    """2 local instances x 2 processes (gloo), one torchrun gang: a notice to node 1 only,
+    the checkpoint copied to the other region, the gang launched there; twice; then run to
+    the end and compared with 4 ranks that never stopped."""
+    provider = make([])
+    steps = 32
+    args = [*GANG_MODEL, "--steps", str(steps), "--seed", "3", "--every-steps", "1000"]
+    reference = bare_gang(
+        tmp_path, "reference", world=4, args=args, env=base_env(JOB, f"file://{tmp_path}/ref")
+    )
+    offers = {"west": WEST, "north": NORTH}
+    seen: dict[str, EventType] = {}
+    resumed = 0
+    for leg, (here, there) in enumerate([("west", "north"), ("north", "west"), ("west", None)]):
+        port = free_port()
+        uri = provider.checkpoint_uri(here)
+        paced = [*args, "--step-sleep-s", "0.05"] if there else args
+        nodes = []
+        for node in range(2):
+            outcome = provider.launch(
+                _node_spec(offers[here], uri, node, port, paced), request_id=f"leg{leg}-node{node}"
+            )
+            assert outcome.instance_id is not None, outcome.error
+            nodes.append(outcome.instance_id)
+        logs = [provider.instance_dir(i) / "stdout.log" for i in nodes]  # type: ignore[operator]
+        if there is None:  # the last leg runs to the end
+            _wait_until_ended(provider, nodes, seen, timeout_s=180)
+            assert [seen[i] for i in nodes] == [EventType.COMPLETED] * 2, _tail(logs)
+            break
+        _wait_for_line(logs[0], f"step {resumed + 5}/", timeout_s=120)
+        assert provider.preempt(nodes[1], notice_s=60.0)  # node 1's notice file only
+        _wait_until_ended(provider, nodes, seen, timeout_s=90)
+        # node 1 preempted; node 0 agreed, checkpointed the same step and exited 0
+        assert [seen[i] for i in nodes] == [EventType.COMPLETED, EventType.PREEMPTED], _tail(logs)
+        text = [log.read_text(errors="replace") for log in logs]
+        assert text[0].count("preempted (gang") == 2 and text[1].count("preempted (file") == 2
+        src = CheckpointStore(uri)
+        ref = src.latest(JOB)
+        assert ref is not None and resumed + 5 <= ref.step < steps, ref
+        meta = src.metadata(ref)
+        assert (meta["reason"], meta["world_size"]) == ("preemption", "4")
+        assert f"start step={resumed} of {steps} world=4" in text[0]
+        resumed = src.copy(
+            ref, CheckpointStore(provider.checkpoint_uri(there)), request_id=f"move-{leg}"
+        ).step
+    last = logs[0].read_text(errors="replace")
+    assert f"start step={resumed} of {steps} world=4" in last
+    assert reference.finish() == [0, 0, 0, 0], reference.output()
+    done = [m for line in last.splitlines() if (m := DONE_LINE.match(line))]
+    assert len(done) == 1, last[-3000:]
+    assert done[0].group(3) == reference.done().group(3)  # the gathered model, bit for bit
+    assert done[0].group(2) == reference.done().group(2)
+
+
+GANG_MODEL = ["--hidden", "32", "--log-every", "1", "--batch-size", "16"]
+
+
+def _wait_for_line(log: Path, text: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while text not in log.read_text(errors="replace"):
+        assert time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
+        time.sleep(0.05)
+
+
+def _tail(logs: list[Path]) -> str:
+    return "\n".join(f"=== {log}\n{log.read_text(errors='replace')[-2500:]}" for log in logs)

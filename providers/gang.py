@@ -22,6 +22,7 @@ G GPUs) is launched as a gang: all N nodes or none. Every adapter
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -35,8 +36,11 @@ logger = logging.getLogger(__name__)
 
 MASTER_PORT: Final = 29500  # torchrun's default rendezvous port, opened by every adapter
 TORCHRUN: Final = ("torchrun",)
+RDZV_ID_CHARS: Final = 64
 #: The five variables torchrun also reads as PET_<name> (its defaults for its flags).
 TORCH_NAMES: Final = ("MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK", "NPROC_PER_NODE")
+#: The names whose value is the node's rank.
+RANK_NAMES: Final = ("NODE_RANK", "PET_NODE_RANK", "HELIOTROPE_NODE_RANK")
 #: The HELIOTROPE_* names every node gets on every provider.
 HELIOTROPE_NAMES: Final = (
     "HELIOTROPE_JOB_ID",
@@ -157,11 +161,13 @@ def command(
     node: Node,
     launcher: Launcher = Launcher.TORCHRUN,
     *,
+    request_id: str,
     torchrun: Sequence[str] = TORCHRUN,
 ) -> tuple[str, ...]:
     """The command node `node.rank` runs: `entrypoint` under torchrun (c10d rendezvous at
-    rank 0), or `entrypoint` as it is for `Launcher.NONE`, an entrypoint that is a torchrun
-    already, a one-process gang, or no entrypoint (an image that starts its own job)."""
+    rank 0, the launch's request id as the rendezvous id), or `entrypoint` as it is for
+    `Launcher.NONE`, an entrypoint that is a torchrun already, a one-process gang, or no
+    entrypoint (an image that starts its own job)."""
     job = tuple(entrypoint)
     if not job or launcher is Launcher.NONE or is_torchrun(job) or node.world_size == 1:
         return job
@@ -172,15 +178,20 @@ def command(
         f"--node-rank={node.rank}",
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint={node.master_addr}:{node.master_port}",
-        f"--rdzv-id={rdzv_id(node.gang_id)}",
+        f"--rdzv-id={rdzv_id(request_id)}",
         "--no-python",
         *job,
     )
 
 
-def rdzv_id(gang_id: str) -> str:
-    """The gang's rendezvous id (a gang of another launch never joins this one)."""
-    return re.sub(r"[^A-Za-z0-9_.-]", "-", gang_id)
+def rdzv_id(request_id: str) -> str:
+    """The gang's rendezvous id, from its launch's request id (the same on every node and
+    on a retry; a node of another launch never joins this one)."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "-", request_id)
+    if safe == request_id and len(safe) <= RDZV_ID_CHARS:
+        return safe
+    digest = hashlib.sha256(request_id.encode()).hexdigest()[:12]
+    return f"{safe[: RDZV_ID_CHARS - 13]}-{digest}"
 
 
 # -- failures --------------------------------------------------------------------------------

@@ -4,14 +4,18 @@ Every instance the adapter launches carries three tags (on the instance, its vol
 for spot, its spot request): `heliotrope:cluster`, `heliotrope:job` and
 `heliotrope:request`. An instance without our cluster tag does not exist for the adapter.
 
-A gang (`LaunchSpec.count` > 1) is one `RunInstances` call: its instances share the
-request tag and are numbered by `AmiLaunchIndex`. The gang is known by its leader, the
-instance with the lowest launch index; that is the id `launch` returns and `list_instances`,
-`terminate` and `poll_events` use.
+A gang (`LaunchSpec.count` > 1) is two `RunInstances` calls: rank 0 alone, then the other
+`count - 1` nodes, which learn rank 0's private address from their user data. All of them
+share the request tag. Each call's `ClientToken` says which made an instance (rank 0's is
+`client_token(request)`, the others' `ranks_token(request)`): an instance's rank is 0 for
+the first, 1 + its `AmiLaunchIndex` for the second. The gang is known by its
+leader, rank 0; that is the id `launch` returns and `list_instances`, `terminate` and
+`poll_events` use.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
@@ -28,6 +32,7 @@ TAG_JOB: Final = "heliotrope:job"
 TAG_REQUEST: Final = "heliotrope:request"
 TAG_KEYS: Final = (TAG_CLUSTER, TAG_JOB, TAG_REQUEST)
 TAG_VALUE_CHARS: Final = 256  # EC2 tag value limit
+CLIENT_TOKEN_CHARS: Final = 64  # EC2 ClientToken limit
 
 LIVE_STATES: Final = frozenset({"pending", "running"})
 GONE_STATES: Final = frozenset({"shutting-down", "terminated", "stopping", "stopped"})
@@ -54,6 +59,13 @@ class AwsInstance:
     job_id: str
     request_id: str
     spot_request_id: str
+    private_ip: str = ""
+    first_rank: int = 0
+
+    @property
+    def rank(self) -> int:
+        """The node rank in its gang."""
+        return self.first_rank + self.launch_index
 
     @property
     def offer_id(self) -> OfferId:
@@ -85,22 +97,43 @@ def parse_instance(raw: InstanceTypeDef, region: str) -> AwsInstance:
         job_id=tags.get(TAG_JOB, ""),
         request_id=tags.get(TAG_REQUEST, ""),
         spot_request_id=raw.get("SpotInstanceRequestId", "") or "",
+        private_ip=raw.get("PrivateIpAddress", "") or "",
+        first_rank=1
+        if tags.get(TAG_REQUEST) and raw.get("ClientToken") == ranks_token(tags[TAG_REQUEST])
+        else 0,
     )
+
+
+def client_token(request_id: str) -> str:
+    """The request id as an EC2 ClientToken (at most 64 printable ASCII characters; a
+    longer or non-ASCII id is replaced by a digest of it)."""
+    if (
+        0 < len(request_id) <= CLIENT_TOKEN_CHARS
+        and request_id.isascii()
+        and (request_id.isprintable())
+    ):
+        return request_id
+    return "sha256-" + hashlib.sha256(request_id.encode()).hexdigest()[: CLIENT_TOKEN_CHARS - 7]
+
+
+def ranks_token(request_id: str) -> str:
+    """The ClientToken of the `RunInstances` call that starts ranks 1..N-1 of a gang."""
+    return client_token(f"{request_id}/ranks")
 
 
 def gangs(instances: Iterable[AwsInstance]) -> dict[str, list[AwsInstance]]:
     """Instances grouped by gang (request tag; an instance without one is its own gang),
-    each gang ordered leader first."""
+    each gang in rank order, leader first."""
     groups: dict[str, list[AwsInstance]] = {}
     for inst in instances:
         groups.setdefault(inst.request_id or f"instance:{inst.id}", []).append(inst)
     for members in groups.values():
-        members.sort(key=lambda i: (i.launch_index, i.id))
+        members.sort(key=lambda i: (i.rank, i.id))
     return groups
 
 
 def leader(members: Sequence[AwsInstance]) -> AwsInstance:
-    return min(members, key=lambda i: (i.launch_index, i.id))
+    return min(members, key=lambda i: (i.rank, i.id))
 
 
 def gang_state(members: Sequence[AwsInstance]) -> InstanceState:

@@ -23,7 +23,6 @@ hear of a recent preemption again, which the loop ignores for instances it let g
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import math
 import re
@@ -32,7 +31,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Final
 
-from orchestrator.catalog import on_demand_usd_per_hour, region_of_zone
+from orchestrator.catalog import instance_gpus, on_demand_usd_per_hour, region_of_zone
 from orchestrator.clock import Clock, SystemClock
 from orchestrator.errors import InputError
 from orchestrator.model import InstanceId, Market, Offer, OfferId
@@ -56,11 +55,13 @@ from providers.aws.instances import (
     TAG_REQUEST,
     TAG_VALUE_CHARS,
     AwsInstance,
+    client_token,
     gang_state,
     gangs,
     leader,
     parse_instance,
     parse_offer_id,
+    ranks_token,
     tags_of,
 )
 from providers.aws.offers import OfferBook
@@ -76,6 +77,7 @@ from providers.base import (
     ProviderFailure,
     Quote,
 )
+from providers.gang import all_or_none, count_invalid, member_going, roll_back
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2.type_defs import (
@@ -93,7 +95,6 @@ logger = logging.getLogger(__name__)
 DEFAULT_AMI_PARAMETER: Final = (
     "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
 )
-CLIENT_TOKEN_CHARS: Final = 64  # EC2 ClientToken limit
 DESCRIBE_CHUNK: Final = 100  # filter values per DescribeInstances request
 TERMINATE_CHUNK: Final = 1000  # ids per TerminateInstances request
 METADATA_HOP_LIMIT: Final = 2  # lets a container on the instance reach IMDSv2
@@ -126,18 +127,6 @@ SPOT_STATUS_EVENTS: Final[Mapping[str, EventType]] = {
     "constraint-not-fulfillable": EventType.CAPACITY_UNAVAILABLE,
     "launch-group-constraint": EventType.CAPACITY_UNAVAILABLE,
 }
-
-
-def client_token(request_id: str) -> str:
-    """The request id as an EC2 ClientToken (at most 64 printable ASCII characters; a
-    longer or non-ASCII id is replaced by a digest of it)."""
-    if (
-        0 < len(request_id) <= CLIENT_TOKEN_CHARS
-        and request_id.isascii()
-        and (request_id.isprintable())
-    ):
-        return request_id
-    return "sha256-" + hashlib.sha256(request_id.encode()).hexdigest()[: CLIENT_TOKEN_CHARS - 7]
 
 
 def _chunks(values: Sequence[str], size: int) -> Iterator[list[str]]:
@@ -305,8 +294,10 @@ class AwsProvider:
         return found
 
     def launch(self, spec: LaunchSpec, *, request_id: str) -> LaunchOutcome:
-        """Start `spec.count` instances of the offer running the job; the leader's id comes
-        back. The same `request_id` returns the instance it launched before."""
+        """Start the gang of `spec.count` instances of the offer running the job, all or
+        none: rank 0 first, then the others with rank 0's private address; a failure part
+        way terminates what this request made. The leader's (rank 0's) id comes back. The
+        same `request_id` adopts what it launched before and buys only what is missing."""
         parsed = parse_offer_id(spec.offer_id)
         invalid = self._invalid(spec, request_id, parsed)
         if invalid is not None or parsed is None:
@@ -314,68 +305,146 @@ class AwsProvider:
             return LaunchOutcome(None, error=ProviderFailure(FailureKind.INVALID, invalid or ""))
         zone, instance_type, market = parsed
         region = region_of_zone(CLOUD, zone)
-        action = f"ec2:RunInstances {zone} {instance_type} {market.value}"
         try:
-            user_data = render(
-                entrypoint=spec.entrypoint,
-                env=spec.env,
-                job_id=spec.job_id,
-                cluster=self._cluster,
-                request_id=request_id,
-                gang_size=spec.count,
-            )
-            existing = self._find_request(region, request_id)
-            if existing is not None:
-                logger.info(
-                    "launch %s: already launched as %s (%s)",
-                    request_id,
-                    existing.id,
-                    existing.state,
-                )
-                return self._outcome(existing, spec)
-            image_id = self._ami(region)
-            params = self._run_params(
-                spec, request_id, zone, instance_type, market, image_id, user_data
-            )
-            ec2 = self._clients.ec2(region)
-            response = self._retry(lambda: ec2.run_instances(**params), action)
+            self._user_data(spec, request_id, zone, rank0=None)  # refuse a bad spec up front
         except UserDataError as exc:
             logger.warning("launch %s refused: %s", request_id, exc)
             return LaunchOutcome(None, error=ProviderFailure(FailureKind.INVALID, str(exc)))
-        except AwsPermanentError as exc:
-            return LaunchOutcome(None, error=exc.failure)
-        except Exception as exc:
-            if not is_aws_error(exc):
-                raise
-            failure = failure_of(exc, action=action)
-            logger.warning(
-                "launch %s of job %s failed (%s): %s",
-                request_id,
-                spec.job_id,
-                failure.kind.value,
-                failure.message,
-            )
+        action = f"ec2:RunInstances {zone} {instance_type} {market.value}"
+        led: list[AwsInstance] = []
+        failure = all_or_none(
+            gang_id=request_id,
+            spec=spec,
+            request_id=request_id,
+            start=lambda: self._start_gang(spec, request_id, zone, led),
+            roll_back=lambda: self._roll_back(region, request_id),
+            call_errors=(Exception,),
+            failure_of=lambda exc: self._launch_failure(exc, action),
+        )
+        if failure is not None:
             return LaunchOutcome(None, error=failure)
-        instances = [parse_instance(raw, region) for raw in response.get("Instances", [])]
-        if not instances:
-            return LaunchOutcome(
-                None,
-                error=ProviderFailure(
-                    FailureKind.TRANSIENT, f"{action}: no instance in the answer", 30.0
-                ),
+        return self._outcome(led[0], spec)
+
+    def _start_gang(
+        self, spec: LaunchSpec, request_id: str, zone: str, led: list[AwsInstance]
+    ) -> ProviderFailure | None:
+        """Launch what of the gang is missing (rank 0, then ranks 1..N-1); the leader goes
+        into `led`. A failure comes back, or is raised for `_launch_failure` to map."""
+        region = region_of_zone(CLOUD, zone)
+        members = self._describe(region, cluster=self._cluster, request_ids=[request_id])
+        if members:
+            logger.info(
+                "launch %s: %d of %d instance(s) already launched (%s)",
+                request_id,
+                len(members),
+                spec.count,
+                ", ".join(f"{m.id} {m.state}" for m in gangs(members)[request_id]),
             )
-        lead = leader(instances)
+        leads = [m for m in members if m.first_rank == 0]
+        if leads:
+            lead = leader(leads)
+        else:
+            made = self._run(spec, request_id, zone, rank0=None)
+            if isinstance(made, ProviderFailure):
+                return made
+            lead = made[0]
+        led.append(lead)
+        if spec.count == 1 or any(m.first_rank == 1 for m in members):
+            return None
+        if not lead.live:
+            return member_going(f"rank 0 ({lead.id})", lead.state, 30.0)
+        if not lead.private_ip:  # RunInstances names it; a describe does once it is known
+            found = self._describe(region, cluster=self._cluster, instance_ids=[lead.id])
+            lead = next((m for m in found if m.private_ip), lead)
+        if not lead.private_ip:
+            return ProviderFailure(
+                FailureKind.TRANSIENT, f"rank 0 ({lead.id}) has no private address yet", 30.0
+            )
+        made = self._run(spec, request_id, zone, rank0=lead)
+        return made if isinstance(made, ProviderFailure) else None
+
+    def _run(
+        self, spec: LaunchSpec, request_id: str, zone: str, *, rank0: AwsInstance | None
+    ) -> list[AwsInstance] | ProviderFailure:
+        """One `RunInstances` call: rank 0 alone (`rank0` None) or the other nodes."""
+        parsed = parse_offer_id(spec.offer_id)
+        assert parsed is not None
+        _, instance_type, market = parsed
+        region = region_of_zone(CLOUD, zone)
+        user_data = self._user_data(spec, request_id, zone, rank0=rank0)
+        params = self._run_params(
+            spec, request_id, zone, instance_type, market, self._ami(region), user_data, rank0=rank0
+        )
+        action = f"ec2:RunInstances {zone} {instance_type} {market.value}"
+        ec2 = self._clients.ec2(region)
+        response = self._retry(lambda: ec2.run_instances(**params), action)
+        instances = [parse_instance(raw, region) for raw in response.get("Instances", [])]
+        wanted = params["MinCount"]
+        if len(instances) != wanted:
+            return ProviderFailure(
+                FailureKind.TRANSIENT,
+                f"{action}: {len(instances)} instance(s) in the answer, {wanted} asked for",
+                30.0,
+            )
         logger.info(
-            "launched %s (%d x %s, %s, %s) for job %s, request %s",
-            lead.id,
-            len(instances),
+            "launched %s (rank%s %s of %d, %s, %s, %s) for job %s, request %s",
+            ", ".join(i.id for i in instances),
+            "s" if wanted > 1 else "",
+            "0" if rank0 is None else f"1-{spec.count - 1}",
+            spec.count,
             instance_type,
             market.value,
             zone,
             spec.job_id,
             request_id,
         )
-        return self._outcome(lead, spec)
+        return instances
+
+    def _user_data(
+        self, spec: LaunchSpec, request_id: str, zone: str, *, rank0: AwsInstance | None
+    ) -> str:
+        parsed = parse_offer_id(spec.offer_id)
+        shape = instance_gpus(CLOUD, parsed[1]) if parsed is not None else None
+        return render(
+            spec=spec,
+            cluster=self._cluster,
+            request_id=request_id,
+            region=region_of_zone(CLOUD, zone),
+            zone=zone,
+            nproc_per_node=shape[1] if shape is not None else 1,
+            rank0=None if rank0 is None else (rank0.id, rank0.private_ip),
+        )
+
+    def _launch_failure(self, exc: BaseException, action: str) -> ProviderFailure:
+        if isinstance(exc, UserDataError):
+            return ProviderFailure(FailureKind.INVALID, str(exc))
+        if isinstance(exc, AwsPermanentError):
+            return exc.failure
+        if not is_aws_error(exc):
+            raise exc
+        failure = failure_of(exc, action=action)
+        logger.warning("%s failed (%s): %s", action, failure.kind.value, failure.message)
+        return failure
+
+    def _roll_back(self, region: str, request_id: str) -> None:
+        """Terminate the instances of a failed gang that this request made."""
+        try:
+            members = self._describe(region, cluster=self._cluster, request_ids=[request_id])
+        except Exception as exc:
+            if not is_aws_error(exc):
+                raise
+            logger.warning("could not roll back request %s: %s", request_id, exc)
+            return
+        roll_back(
+            members,
+            request_id=request_id,
+            made_here=lambda m: (
+                m.cluster == self._cluster and m.request_id == request_id and m.live
+            ),
+            delete=lambda m: self._terminate_chunk(region, [m.id]),
+            name=lambda m: m.id,
+            call_errors=(Exception,),
+        )
 
     def terminate(self, ids: Sequence[InstanceId], *, request_id: str) -> None:
         """Terminate the gangs of `ids` that carry this cluster's tag (found by describing
@@ -492,8 +561,8 @@ class AwsProvider:
             )
         if spec.cluster != self._cluster:
             return f"launch spec for cluster {spec.cluster!r} sent to cluster {self._cluster!r}"
-        if spec.count < 1:
-            return f"count must be >= 1, got {spec.count}"
+        if (bad := count_invalid(spec.count)) is not None:
+            return bad
         for what, value in (("request id", request_id), ("job id", spec.job_id)):
             if not value or len(value) > TAG_VALUE_CHARS:
                 return f"{what} must have 1-{TAG_VALUE_CHARS} characters, got {len(value)}"
@@ -506,8 +575,9 @@ class AwsProvider:
         return LaunchOutcome(lead.id, ready_at_s=launched_s + spec.startup_s)
 
     def launch_request(self, spec: LaunchSpec, *, request_id: str) -> RunInstancesRequestTypeDef:
-        """Exactly the `RunInstances` request `launch(spec, request_id=...)` sends (tags,
-        IMDSv2, market options, user data), for a dry run (`providers check`)."""
+        """Exactly the `RunInstances` request `launch(spec, request_id=...)` sends first
+        (rank 0's: tags, IMDSv2, market options, user data), for a dry run (`providers
+        check`)."""
         parsed = parse_offer_id(spec.offer_id)
         if parsed is None:
             raise AwsPermanentError(
@@ -516,14 +586,7 @@ class AwsProvider:
                 )
             )
         zone, instance_type, market = parsed
-        user_data = render(
-            entrypoint=spec.entrypoint,
-            env=spec.env,
-            job_id=spec.job_id,
-            cluster=self._cluster,
-            request_id=request_id,
-            gang_size=spec.count,
-        )
+        user_data = self._user_data(spec, request_id, zone, rank0=None)
         return self._run_params(
             spec,
             request_id,
@@ -543,12 +606,16 @@ class AwsProvider:
         market: Market,
         image_id: str,
         user_data: str,
+        *,
+        rank0: AwsInstance | None = None,
     ) -> RunInstancesRequestTypeDef:
+        """Rank 0's `RunInstances` request (`rank0` None), or that of ranks 1..N-1."""
         tags: list[TagTypeDef] = [
             {"Key": TAG_CLUSTER, "Value": self._cluster},
             {"Key": TAG_JOB, "Value": spec.job_id},
             {"Key": TAG_REQUEST, "Value": request_id},
         ]
+        count = 1 if rank0 is None else spec.count - 1
         tag_specs: list[TagSpecificationTypeDef] = [
             {"ResourceType": "instance", "Tags": tags},
             {"ResourceType": "volume", "Tags": tags},
@@ -556,9 +623,9 @@ class AwsProvider:
         params: RunInstancesRequestTypeDef = {
             "ImageId": image_id,
             "InstanceType": instance_type,  # type: ignore[typeddict-item]
-            "MinCount": spec.count,
-            "MaxCount": spec.count,
-            "ClientToken": client_token(request_id),
+            "MinCount": count,
+            "MaxCount": count,
+            "ClientToken": client_token(request_id) if rank0 is None else ranks_token(request_id),
             "Placement": {"AvailabilityZone": zone},
             "MetadataOptions": {
                 "HttpTokens": "required",
@@ -624,10 +691,6 @@ class AwsProvider:
             self._amis[region] = ami
         logger.info("AMI for %s: %s (from %s)", region, ami, self._ami_parameter)
         return ami
-
-    def _find_request(self, region: str, request_id: str) -> AwsInstance | None:
-        found = self._describe(region, cluster=self._cluster, request_ids=[request_id])
-        return leader(found) if found else None
 
     def _describe(
         self,

@@ -1,9 +1,11 @@
 """The user-data script that starts a job on a fresh instance.
 
 cloud-init runs it once, as root, at first boot. It exports the job's environment
-(`LaunchSpec.env`; a name that looks like a credential makes the launch INVALID), asks the instance
-metadata service (IMDSv2: a session token first) for the instance id and the gang rank
-(`ami-launch-index`), and starts `LaunchSpec.entrypoint` with its output in
+(`LaunchSpec.env`; a name that looks like a credential makes the launch INVALID) and the
+gang's (providers/gang.py), asks the instance metadata service (IMDSv2: a session token
+first) for what only the node knows (rank 0: its private address, which is MASTER_ADDR,
+and its id, the gang's; the other nodes: their launch index, from which their rank), and
+starts the job (under torchrun unless the launch says otherwise) with its output in
 `/var/log/heliotrope/job.log`. Credentials never travel in user data: anyone who can
 describe the instance can read it. The job gets AWS access from the instance profile.
 """
@@ -13,8 +15,11 @@ from __future__ import annotations
 import itertools
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Final
+
+from providers.base import LaunchSpec
+from providers.gang import RANK_NAMES, Node, command, environment
 
 USER_DATA_LIMIT_BYTES: Final = 16 * 1024  # EC2: user data is limited to 16 KB (raw)
 LOG_DIR: Final = "/var/log/heliotrope"
@@ -75,40 +80,86 @@ def job_environment(env: Mapping[str, str]) -> dict[str, str]:
     return dict(env)
 
 
+# Values only the node knows (its address, id, launch index): rendered as shell variables
+# that the script sets from IMDS before it exports anything.
+_SHELL_VALUES: Final = {
+    "@heliotrope-rank0-addr@": "heliotrope_master_addr",
+    "@heliotrope-rank0-id@": "heliotrope_gang_id",
+    "@heliotrope-node-rank@": "heliotrope_node_rank",
+}
+_RANK0_ADDR, _RANK0_ID, _NODE_RANK = _SHELL_VALUES
+_SHELL_VALUE = re.compile("|".join(re.escape(k) for k in _SHELL_VALUES))
+
+
+def _word(value: str) -> str:
+    """`value` as one shell word: literal parts quoted, node-only values expanded."""
+    parts: list[str] = []
+    last = 0
+    for hit in _SHELL_VALUE.finditer(value):
+        if hit.start() > last:
+            parts.append(shlex.quote(value[last : hit.start()]))
+        parts.append(f'"${{{_SHELL_VALUES[hit.group()]}}}"')
+        last = hit.end()
+    if last < len(value) or not parts:
+        parts.append(shlex.quote(value[last:]))
+    return "".join(parts)
+
+
 def render(
     *,
-    entrypoint: Sequence[str],
-    env: Mapping[str, str],
-    job_id: str,
+    spec: LaunchSpec,
     cluster: str,
     request_id: str,
-    gang_size: int,
+    region: str,
+    zone: str,
+    nproc_per_node: int,
+    rank0: tuple[str, str] | None = None,
 ) -> str:
-    """The user-data script (bash). Raises `UserDataError` when it cannot be made."""
-    if not entrypoint:
+    """The user-data script (bash) of one `RunInstances` call of the gang: rank 0's
+    (`rank0` None: it reads its own address and id from IMDS) or the other nodes' (`rank0`
+    = rank 0's instance id and private IP; each node's rank is 1 + its launch index).
+    Every node gets `providers.gang.environment` and runs `providers.gang.command`.
+    Raises `UserDataError` when it cannot be made."""
+    if not spec.entrypoint:
         raise UserDataError("the launch spec has no entrypoint: nothing would run")
-    exported = {
-        **job_environment(env),
-        "HELIOTROPE_JOB_ID": job_id,
-        "HELIOTROPE_CLUSTER": cluster,
-        "HELIOTROPE_REQUEST_ID": request_id,
-        "HELIOTROPE_GANG_SIZE": str(gang_size),
-        "HELIOTROPE_NOTICE_SOURCE": "aws",
-    }
+    job_environment(spec.env)
+    gang_id, master_addr = rank0 if rank0 is not None else (_RANK0_ID, _RANK0_ADDR)
+    first_rank = 0 if rank0 is None else 1
+    node = Node(gang_id, first_rank, spec.count, nproc_per_node, master_addr)
+    exported = environment(
+        spec,
+        node,
+        cluster=cluster,
+        request_id=request_id,
+        region=region,
+        zone=zone,
+        extra={"HELIOTROPE_NOTICE_SOURCE": "aws"},
+    )
+    job = list(command(spec.entrypoint, node, spec.launcher, request_id=request_id))
+    if rank0 is not None and spec.count > 2:  # one user data for ranks 1..N-1: from IMDS
+        exported.update(dict.fromkeys(RANK_NAMES, _NODE_RANK))
+        job = [f"--node-rank={_NODE_RANK}" if a == "--node-rank=1" else a for a in job]
+    if rank0 is None:
+        node_values = [
+            "heliotrope_master_addr=$(imds local-ipv4)",
+            "heliotrope_gang_id=$(imds instance-id)",
+        ]
+    else:
+        node_values = ["heliotrope_node_rank=$((1 + $(imds ami-launch-index)))"]
     lines = [
         "#!/bin/bash",
         "# Written by Heliotrope (providers/aws/userdata.py): starts one job, once.",
         "set -euo pipefail",
         "umask 077",
-        *(f"export {name}={shlex.quote(value)}" for name, value in exported.items()),
         f"imds_token=$(curl -fsS -X PUT {IMDS}/api/token "
         "-H 'X-aws-ec2-metadata-token-ttl-seconds: 300')",
         f'imds() {{ curl -fsS -H "X-aws-ec2-metadata-token: $imds_token" {IMDS}/meta-data/$1; }}',
-        "export HELIOTROPE_INSTANCE_ID=$(imds instance-id)",
-        "export HELIOTROPE_GANG_RANK=$(imds ami-launch-index)",
+        *node_values,
+        *(f"export {name}={_word(value)}" for name, value in exported.items()),
+        "export HELIOTROPE_EC2_INSTANCE_ID=$(imds instance-id)",
         "unset imds_token",
         f"mkdir -p {LOG_DIR}",
-        f"exec {shlex.join(entrypoint)} >>{LOG_DIR}/job.log 2>&1",
+        f"exec {' '.join(_word(a) for a in job)} >>{LOG_DIR}/job.log 2>&1",
         "",
     ]
     script = "\n".join(lines)

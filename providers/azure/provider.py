@@ -632,7 +632,13 @@ class AzureProvider:
             extra={"HELIOTROPE_NOTICE_SOURCE": NOTICE_SOURCE} if spot else None,
         )
         script = naming.startup_script(
-            env, command(tuple(spec.entrypoint) or tuple(cfg.entrypoint), node, spec.launcher)
+            env,
+            command(
+                tuple(spec.entrypoint) or tuple(cfg.entrypoint),
+                node,
+                spec.launcher,
+                request_id=request_id,
+            ),
         )
         publisher, offer, sku, version = _image_parts(cfg.image)
         properties: dict[str, Any] = {

@@ -540,7 +540,12 @@ class GcpProvider:
             # the job watches instance/preempted
             extra={"HELIOTROPE_NOTICE_SOURCE": "gcp"} if spot else None,
         )
-        entrypoint = command(tuple(spec.entrypoint) or tuple(cfg.entrypoint), node, spec.launcher)
+        entrypoint = command(
+            tuple(spec.entrypoint) or tuple(cfg.entrypoint),
+            node,
+            spec.launcher,
+            request_id=request_id,
+        )
         metadata = {
             naming.META_STARTUP_SCRIPT: naming.startup_script(env, entrypoint),
             naming.META_CLUSTER: self.cluster,

@@ -751,7 +751,12 @@ class KubernetesProvider:
                 },
             },
         }
-        entrypoint = command(tuple(spec.entrypoint) or tuple(cfg.entrypoint), node, spec.launcher)
+        entrypoint = command(
+            tuple(spec.entrypoint) or tuple(cfg.entrypoint),
+            node,
+            spec.launcher,
+            request_id=request_id,
+        )
         if entrypoint:
             container["command"] = list(entrypoint)
         pod_spec: dict[str, Any] = {

@@ -27,14 +27,16 @@ SIGTERM disposition. Stopping an instance signals the whole group: SIGTERM, `gra
 waiting, then SIGKILL, so no child of the job is left behind (unless it made its own
 session, as no training job should).
 
-The launch contract for distributed jobs: a local instance is one node, and a gang of
-`count` runs on it as one node of `count x gpu_count` processes. The job gets
-MASTER_ADDR (127.0.0.1), MASTER_PORT (a free port, recorded), NNODES (1), NODE_RANK (0),
-NPROC_PER_NODE, and the same as torchrun's PET_* defaults, so `torchrun script.py` needs
-no arguments. When the machine has GPUs (the controller's CUDA_VISIBLE_DEVICES, else
-/proc/driver/nvidia/gpus; or `gpus=`), each instance gets its own ones by
-CUDA_VISIBLE_DEVICES, recorded in meta.json; a launch that finds too few free is refused
-as CAPACITY.
+The launch contract for distributed jobs (providers/gang.py, as on every provider): a local
+instance is one node, and a gang of `count` runs on it as one node of `count x gpu_count`
+processes. The job gets MASTER_ADDR (127.0.0.1), MASTER_PORT (a free port, recorded),
+NNODES (1), NODE_RANK (0), NPROC_PER_NODE, the same as torchrun's PET_* defaults and under
+HELIOTROPE_* names, and runs under torchrun (this Python's `-m torch.distributed.run`, c10d
+rendezvous on that port) when it has more than one process, unless the launch says
+`Launcher.NONE` or the entrypoint is a torchrun itself (which needs no arguments). When
+the machine has GPUs (the controller's CUDA_VISIBLE_DEVICES, else /proc/driver/nvidia/gpus;
+or `gpus=`), each instance gets its own ones by CUDA_VISIBLE_DEVICES, recorded in
+meta.json; a launch that finds too few free is refused as CAPACITY.
 
 Timestamps (`launched_at_s`, event times) come from the injected `Clock`; waiting for real
 processes to exit (grace periods, notices) is wall time, since the processes are real.
@@ -55,6 +57,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -73,6 +76,7 @@ from providers.base import (
     ProviderEvent,
     ProviderFailure,
 )
+from providers.gang import MASTER_PORT, Node, command, environment
 from providers.local import _proc
 from providers.local.offers import check_region_name
 
@@ -80,6 +84,9 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_ROOT = Path("~/.heliotrope/local")
 NOTICE_SOURCE = "local"
+LOCAL_MASTER = "127.0.0.1"  # a local gang is one node: its rendezvous is on this machine
+# torchrun of the controller's own Python (the job runs where the controller does)
+TORCHRUN = (sys.executable, "-m", "torch.distributed.run")
 KILL_WAIT_S = 5.0  # after SIGKILL, how long to wait for the group to disappear
 POLL_INTERVAL_S = 0.02
 FAILED_DETAIL_LINES = 20
@@ -349,6 +356,8 @@ class LocalProvider:
                     ),
                 )
             now_s = self._clock.now().timestamp()
+            port = _free_port()
+            node = Node(instance_id, 0, 1, nproc, LOCAL_MASTER, port)
             meta = _Meta(
                 instance_id=instance_id,
                 cluster=self._cluster,
@@ -357,12 +366,15 @@ class LocalProvider:
                 offer_id=offer.id,
                 region=offer.region,
                 count=spec.count,
-                entrypoint=tuple(spec.entrypoint),
+                # the command the node runs (under torchrun unless the launch says not)
+                entrypoint=command(
+                    spec.entrypoint, node, spec.launcher, request_id=request_id, torchrun=TORCHRUN
+                ),
                 launched_at_s=now_s,
                 ready_at_s=now_s,  # the job restores itself
                 gpus=gpus,
                 nproc=nproc,
-                master_port=_free_port(),
+                master_port=port,
             )
             inst_dir = self._root / offer.region / "instances" / instance_id
             inst_dir.mkdir(parents=True, exist_ok=True)
@@ -562,35 +574,36 @@ class LocalProvider:
         return LaunchOutcome(meta.instance_id, ready_at_s=meta.ready_at_s)
 
     def _environment(self, inst: _Instance, spec_env: Mapping[str, str]) -> dict[str, str]:
+        """The controller's environment less credentials, then the gang contract's
+        (providers/gang.py) for rank 0 of a one-node gang of `nproc` processes, then the
+        local notice and progress files."""
         env = {
             k: v
             for k, v in os.environ.items()
             if not k.startswith(_DROPPED_PREFIXES) and not _SECRET_NAME.search(k)
         }
         env["PYTHONUNBUFFERED"] = "1"  # so stdout.log (and a FAILED event's detail) is current
-        env["HELIOTROPE_JOB_ID"] = inst.meta.job_id
+        meta = inst.meta
+        node = Node(inst.id, 0, 1, meta.nproc, LOCAL_MASTER, meta.master_port or MASTER_PORT)
+        spec = LaunchSpec(job_id=meta.job_id, offer_id=meta.offer_id, cluster=meta.cluster)
         env.update(spec_env)
         env.update(
-            {
-                "HELIOTROPE_INSTANCE_ID": inst.id,
-                "HELIOTROPE_REGION": inst.meta.region,
-                "HELIOTROPE_PROGRESS_FILE": str(inst.dir / PROGRESS),
-                "HELIOTROPE_PREEMPT_FILE": str(inst.dir / PREEMPT),
-                "HELIOTROPE_NOTICE_SOURCE": NOTICE_SOURCE,
-            }
+            environment(
+                spec,
+                node,
+                cluster=meta.cluster,
+                request_id=meta.request_id,
+                region=meta.region,
+                zone=meta.region,
+                extra={
+                    "HELIOTROPE_PROGRESS_FILE": str(inst.dir / PROGRESS),
+                    "HELIOTROPE_PREEMPT_FILE": str(inst.dir / PREEMPT),
+                    "HELIOTROPE_NOTICE_SOURCE": NOTICE_SOURCE,
+                },
+            )
         )
-        gang = {
-            "MASTER_ADDR": "127.0.0.1",
-            "NNODES": "1",
-            "NODE_RANK": "0",
-            "NPROC_PER_NODE": str(inst.meta.nproc),
-        }
-        if inst.meta.master_port is not None:
-            gang["MASTER_PORT"] = str(inst.meta.master_port)
-        env.update(gang)
-        env.update({f"PET_{name}": value for name, value in gang.items()})  # torchrun's
-        if inst.meta.gpus:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(inst.meta.gpus)
+        if meta.gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(meta.gpus)
         return env
 
     @contextlib.contextmanager

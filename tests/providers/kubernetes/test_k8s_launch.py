@@ -50,7 +50,7 @@ def test_a_spot_pod_asks_for_its_gpus_on_spot_nodes(
         "--node-rank=0",
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint={name}:29500",
-        f"--rdzv-id={context}-{name}",
+        "--rdzv-id=r1",
         "--no-python",
         "python",
         "train.py",

@@ -49,7 +49,6 @@ from orchestrator.signals.sources.clouds import (
     AwsSpotPrice,
     GcpBilling,
 )
-from orchestrator.signals.sources.errors import redact
 from orchestrator.signals.sources.http import REDACTOR, HttpClient
 from orchestrator.signals.sources.isos import ISO_SPECS, PRICE_SOURCES, CaisoCurtailment
 from orchestrator.signals.sources.power import Eia930, Entsoe, EntsoeGeneration
@@ -264,7 +263,7 @@ def _context(
 
 def _message(exc: BaseException) -> str:
     text = str(exc) if isinstance(exc, HeliotropeError) else type(exc).__name__
-    return redact(text, REDACTOR.secrets())
+    return REDACTOR(text)
 
 
 def _read_one(

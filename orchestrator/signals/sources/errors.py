@@ -11,24 +11,15 @@
   passed in; the message names the environment variable.
 
 No message ever holds a credential: URLs are shown without their query string, request
-exceptions by their type only, and every message passes through `redact`.
+exceptions by their type only, and every message passes through the redactor
+(`redact.Redactor`; `poll` applies the process-wide one).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from orchestrator.errors import InputError, PermanentError, TransientError
 
 MAX_GOT_CHARS = 120
-
-
-def redact(text: str, secrets: Iterable[str]) -> str:
-    """`text` with every secret (of 4 or more characters) replaced by ``***``."""
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, "***")
-    return text
 
 
 def short(value: object) -> str:

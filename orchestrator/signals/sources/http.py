@@ -8,9 +8,9 @@ injected `sleep`, so tests never sleep.
 
 Credentials travel in headers where the API allows it; two APIs (ENTSO-E, EIA) want them in
 the query string, which urllib3 logs at DEBUG level. Every secret a request carries is added
-to `REDACTOR`, a logging filter on the urllib3 loggers and on this package's loggers that
-rewrites such records, and no message of ours shows a query string or an exception text of
-requests (which may include the URL).
+to `REDACTOR` (a `redact.Redactor`), a logging filter on the urllib3 loggers and on this
+package's loggers that rewrites such records, and no message of ours shows a query string
+or an exception text of requests (which may include the URL).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import logging
 import os
 import random
 import re
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -28,12 +27,8 @@ from urllib.parse import urlsplit
 
 import tenacity
 
-from orchestrator.signals.sources.errors import (
-    AuthFailed,
-    RequestRejected,
-    SourceUnavailable,
-    redact,
-)
+from orchestrator.signals.sources.errors import AuthFailed, RequestRejected, SourceUnavailable
+from orchestrator.signals.sources.redact import LOG_PATTERNS, Redactor
 
 if TYPE_CHECKING:
     import requests
@@ -46,51 +41,13 @@ USER_AGENT: Final = "heliotrope-signals/0.1"
 MAX_RETRY_AFTER_S: Final = 120.0
 
 
-class Redactor(logging.Filter):
-    """Replaces registered secrets by ``***`` in every record it sees."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._secrets: set[str] = set()
-        self._lock = threading.Lock()
-
-    def add(self, secrets: Iterable[str]) -> None:
-        with self._lock:
-            self._secrets.update(s for s in secrets if s and len(s) >= 4)
-
-    def secrets(self) -> tuple[str, ...]:
-        with self._lock:
-            return tuple(self._secrets)
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        secrets = self.secrets()
-        try:
-            message = record.getMessage()
-        except Exception:  # a broken format string: leave it to logging's own handling
-            return True
-        clean = _AWS_KEY_ID.sub("***", redact(message, secrets))
-        clean = _SIGNED.sub(r"\1***", clean)
-        if clean != message:
-            record.msg = clean
-            record.args = None
-        return True
-
-
-# Shaped like an AWS access key id, and the values of signed-request headers botocore logs
-# at DEBUG: redacted whether or not the value was registered.
-_AWS_KEY_ID: Final = re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b")
-_SIGNED: Final = re.compile(
-    r"((?:X-Amz-Security-Token|Authorization|x-goog-api-key|auth-token)['\"]?\s*[:=]\s*"
-    r"['\"]?(?:b['\"])?)[^'\",}\s]+",
-    re.IGNORECASE,
-)
 # Environment variables whose values are secrets (the local provider drops the same names).
 SECRET_NAME: Final = re.compile(
     r"SECRET|TOKEN|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|PRIVATE|API_?KEY|ACCESS_?KEY|AUTH",
     re.IGNORECASE,
 )
 
-REDACTOR: Final = Redactor()
+REDACTOR: Final = Redactor(patterns=LOG_PATTERNS)
 
 
 def redact_logs(environ: Mapping[str, str] | None = None) -> None:

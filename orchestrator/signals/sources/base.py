@@ -130,10 +130,6 @@ class SourceContext:
             raise MissingCredential(source, name)
         return value.strip()
 
-    def optional_credential(self, name: str) -> str | None:
-        value = self.credentials.get(name) or self._env().get(name) or ""
-        return value.strip() or None
-
     def grid_zones(self) -> list[str]:
         """Grid zones to read beyond those of the polled regions (zones no catalog region
         draws from, e.g. NYISO's): ``options["grid_zones"]`` or ``HELIOTROPE_GRID_ZONES``

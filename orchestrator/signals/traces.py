@@ -23,7 +23,7 @@ of the first problem.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -204,20 +204,26 @@ def read_trace(path: Path) -> Trace:
                 got="missing",
                 fix="re-create the trace directory",
             )
-        try:
-            raw = pd.read_parquet(file)
-        except Exception as exc:  # pyarrow raises many types for a damaged file
-            raise InputError(
-                str(file), "", "a readable Parquet file", got=type(exc).__name__
-            ) from exc
-        frame = _coerce(raw, name, str(file))
+        frame = _coerce(_read_parquet(file), name, str(file))
         _check_values(frame, name, str(file))
         frames[name] = frame
     return Trace(manifest=manifest, **frames)
 
 
+def _read_parquet(file: Path) -> pd.DataFrame:
+    try:
+        return pd.read_parquet(file)
+    except Exception as exc:  # pyarrow raises many types for a damaged file
+        raise InputError(str(file), "", "a readable Parquet file", got=type(exc).__name__) from exc
+
+
 def _coerce(frame: pd.DataFrame, table: str, where: str) -> pd.DataFrame:
-    spec = COLUMNS[table]
+    return _coerce_columns(frame, COLUMNS[table], where)
+
+
+def _coerce_columns(frame: pd.DataFrame, spec: Mapping[str, str], where: str) -> pd.DataFrame:
+    """The columns of `spec` (name -> time, str, int or float) of `frame`, converted; a
+    missing column or a value of the wrong kind raises naming the column."""
     missing = [c for c in spec if c not in frame.columns]
     if missing:
         raise InputError(
@@ -266,6 +272,16 @@ _CEILING: Final[Mapping[str, float]] = {"prices": 1e5, "grid": 1e7}
 
 
 def _check_values(frame: pd.DataFrame, table: str, where: str) -> None:
+    """Refuse what a trace table cannot hold: empty or pre-2000 times, infinite or
+    astronomical values, two values of one series at one time, and each table's own rules."""
+    _check_times(frame, where)
+    _check_series(frame, table, where)
+    rules = _TABLE_RULES.get(table)
+    if rules is not None:
+        rules(frame, where)
+
+
+def _check_times(frame: pd.DataFrame, where: str) -> None:
     if "time" in frame.columns and frame["time"].isna().any():
         row = _first_bad_row(frame["time"].isna())
         raise InputError(where, f"row {row}, column 'time'", "a UTC timestamp", got="empty")
@@ -279,116 +295,107 @@ def _check_values(frame: pd.DataFrame, table: str, where: str) -> None:
             fix="epoch seconds were probably read as nanoseconds: write times "
             "as timestamps (or epoch nanoseconds)",
         )
+
+
+def _check_series(frame: pd.DataFrame, table: str, where: str) -> None:
     value = _VALUE.get(table)
-    if value is not None and len(frame):
-        values = frame[value].to_numpy(dtype=np.float64)
-        infinite = np.isinf(values) & ~((table == "spot") & (values > 0))  # inf: no limit
-        if infinite.any():
-            row = int(np.flatnonzero(infinite)[0])
+    if value is None or not len(frame):
+        return
+    values = frame[value].to_numpy(dtype=np.float64)
+    infinite = np.isinf(values) & ~((table == "spot") & (values > 0))  # inf: no limit
+    if infinite.any():
+        row = int(np.flatnonzero(infinite)[0])
+        raise InputError(
+            where,
+            f"row {row}, column {value!r}",
+            "a finite number (NaN for unknown)",
+            got=float(values[row]),
+        )
+    ceiling = _CEILING.get(table)
+    with np.errstate(invalid="ignore"):
+        huge = np.isfinite(values) & (np.abs(values) > ceiling) if ceiling else None
+    if huge is not None and huge.any():
+        row = int(np.flatnonzero(huge)[0])
+        raise InputError(
+            where,
+            f"row {row}, column {value!r}",
+            f"a value of at most {ceiling:g} in size (a unit mistake?)",
+            got=float(values[row]),
+        )
+    keys = [*_SERIES_KEYS[table], "time"]
+    same = frame.duplicated(keys, keep=False)
+    if same.any():
+        clash = frame[same].groupby(keys, sort=False)[value].nunique(dropna=False) > 1
+        if clash.any():
+            key = clash[clash].index[0]
             raise InputError(
                 where,
-                f"row {row}, column {value!r}",
-                "a finite number (NaN for unknown)",
-                got=float(values[row]),
+                "rows "
+                + ", ".join(
+                    map(
+                        str,
+                        frame.index[(frame[keys].apply(tuple, axis=1) == key).to_numpy()][:3],
+                    )
+                ),
+                "one value per series and time",
+                got=f"{key}: conflicting values",
+                fix="drop the duplicate rows or fix their values",
             )
-        ceiling = _CEILING.get(table)
-        with np.errstate(invalid="ignore"):
-            huge = np.isfinite(values) & (np.abs(values) > ceiling) if ceiling else None
-        if huge is not None and huge.any():
-            row = int(np.flatnonzero(huge)[0])
-            raise InputError(
-                where,
-                f"row {row}, column {value!r}",
-                f"a value of at most {ceiling:g} in size (a unit mistake?)",
-                got=float(values[row]),
-            )
-        keys = [*_SERIES_KEYS[table], "time"]
-        same = frame.duplicated(keys, keep=False)
-        if same.any():
-            clash = frame[same].groupby(keys, sort=False)[value].nunique(dropna=False) > 1
-            if clash.any():
-                key = clash[clash].index[0]
-                raise InputError(
-                    where,
-                    "rows "
-                    + ", ".join(
-                        map(
-                            str,
-                            frame.index[(frame[keys].apply(tuple, axis=1) == key).to_numpy()][:3],
-                        )
-                    ),
-                    "one value per series and time",
-                    got=f"{key}: conflicting values",
-                    fix="drop the duplicate rows or fix their values",
-                )
-    if table == "offers":
-        bad = frame["gpu_count"] < 1
-        if bad.any():
-            row = _first_bad_row(bad)
-            raise InputError(
-                where,
-                f"row {row}, column 'gpu_count'",
-                "at least 1",
-                got=int(frame["gpu_count"].iloc[row]),
-            )
-        dup = frame.duplicated(["cloud", "zone", "instance_type"])
-        if dup.any():
-            row = _first_bad_row(dup)
-            raise InputError(
-                where,
-                f"row {row}",
-                "one row per (cloud, zone, instance_type)",
-                got="a duplicate",
-                fix="drop the repeated row",
-            )
-    elif table == "prices":
-        bad_market = ~frame["market"].isin(MARKETS)
-        if bad_market.any():
-            row = _first_bad_row(bad_market)
-            raise InputError(
-                where,
-                f"row {row}, column 'market'",
-                f"one of {MARKETS}",
-                got=repr(frame["market"].iloc[row]),
-            )
-        neg = frame["usd_per_hour"] < 0
-        if neg.any():
-            row = _first_bad_row(neg)
-            raise InputError(
-                where,
-                f"row {row}, column 'usd_per_hour'",
-                "a price >= 0 or NaN",
-                got=float(frame["usd_per_hour"].iloc[row]),
-            )
-    elif table == "spot":
-        neg = frame["capacity"] < 0
-        if neg.any():
-            row = _first_bad_row(neg)
-            raise InputError(
-                where,
-                f"row {row}, column 'capacity'",
-                "a count >= 0 or NaN",
-                got=float(frame["capacity"].iloc[row]),
-            )
-    elif table == "grid":
-        bad = ~frame["metric"].isin(GRID_METRICS)
-        if bad.any():
-            row = _first_bad_row(bad)
-            raise InputError(
-                where,
-                f"row {row}, column 'metric'",
-                f"one of {GRID_METRICS}",
-                got=repr(frame["metric"].iloc[row]),
-            )
-        carbon = frame["metric"].str.startswith("carbon") & (frame["value"] < 0)
-        if carbon.any():
-            row = _first_bad_row(carbon)
-            raise InputError(
-                where,
-                f"row {row}, column 'value'",
-                "a carbon intensity >= 0",
-                got=float(frame["value"].iloc[row]),
-            )
+
+
+def _refuse(
+    bad: pd.Series,
+    frame: pd.DataFrame,
+    col: str,
+    where: str,
+    expected: str,
+    show: Callable[[Any], object] = repr,
+) -> None:
+    """Raise naming the first row where `bad` holds, its column `col` and its value."""
+    if bad.any():
+        row = _first_bad_row(bad)
+        raise InputError(
+            where, f"row {row}, column {col!r}", expected, got=show(frame[col].iloc[row])
+        )
+
+
+def _check_offers(frame: pd.DataFrame, where: str) -> None:
+    _refuse(frame["gpu_count"] < 1, frame, "gpu_count", where, "at least 1", int)
+    dup = frame.duplicated(["cloud", "zone", "instance_type"])
+    if dup.any():
+        row = _first_bad_row(dup)
+        raise InputError(
+            where,
+            f"row {row}",
+            "one row per (cloud, zone, instance_type)",
+            got="a duplicate",
+            fix="drop the repeated row",
+        )
+
+
+def _check_prices(frame: pd.DataFrame, where: str) -> None:
+    _refuse(~frame["market"].isin(MARKETS), frame, "market", where, f"one of {MARKETS}")
+    neg = frame["usd_per_hour"] < 0
+    _refuse(neg, frame, "usd_per_hour", where, "a price >= 0 or NaN", float)
+
+
+def _check_spot(frame: pd.DataFrame, where: str) -> None:
+    _refuse(frame["capacity"] < 0, frame, "capacity", where, "a count >= 0 or NaN", float)
+
+
+def _check_grid(frame: pd.DataFrame, where: str) -> None:
+    bad = ~frame["metric"].isin(GRID_METRICS)
+    _refuse(bad, frame, "metric", where, f"one of {GRID_METRICS}")
+    carbon = frame["metric"].str.startswith("carbon") & (frame["value"] < 0)
+    _refuse(carbon, frame, "value", where, "a carbon intensity >= 0", float)
+
+
+_TABLE_RULES: Final[Mapping[str, Callable[[pd.DataFrame, str], None]]] = {
+    "offers": _check_offers,
+    "prices": _check_prices,
+    "spot": _check_spot,
+    "grid": _check_grid,
+}
 
 
 # -- side tables: published forecasts and spot risk signals ------------------------------
@@ -443,30 +450,7 @@ def empty_side_table(name: str) -> pd.DataFrame:
 
 def _coerce_side(frame: pd.DataFrame, name: str, where: str) -> pd.DataFrame:
     spec = SIDE_TABLES[name]
-    missing = [c for c in spec if c not in frame.columns]
-    if missing:
-        raise InputError(
-            where,
-            f"column {missing[0]!r}",
-            f"columns {list(spec)}",
-            got=list(frame.columns),
-            fix=f"add the {missing[0]!r} column",
-        )
-    out: dict[str, Any] = {}
-    for col, kind in spec.items():
-        series = frame[col]
-        try:
-            if kind == "time":
-                out[col] = pd.to_datetime(series, utc=True)
-            elif kind == "str":
-                out[col] = series.fillna("").astype(str)
-            else:
-                out[col] = pd.to_numeric(series).astype(np.float64)
-        except (ValueError, TypeError) as exc:
-            raise InputError(
-                where, f"column {col!r}", f"{kind} values", got=str(exc)[:120]
-            ) from exc
-    result = pd.DataFrame(out, index=frame.index).reset_index(drop=True)
+    result = _coerce_columns(frame, spec, where)
     for col, kind in spec.items():
         if kind == "time" and result[col].isna().any():
             row = _first_bad_row(result[col].isna())
@@ -504,11 +488,7 @@ def read_side_table(path: Path, name: str) -> pd.DataFrame:
     file = path / f"{name}.parquet"
     if not file.is_file():
         return empty_side_table(name)
-    try:
-        raw = pd.read_parquet(file)
-    except Exception as exc:  # pyarrow raises many types for a damaged file
-        raise InputError(str(file), "", "a readable Parquet file", got=type(exc).__name__) from exc
-    return _coerce_side(raw, name, str(file))
+    return _coerce_side(_read_parquet(file), name, str(file))
 
 
 def forecasts_as_of(forecasts: pd.DataFrame, at: Any) -> pd.DataFrame:

@@ -22,7 +22,7 @@ import logging
 import math
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, ClassVar, Final
 
@@ -136,6 +136,75 @@ def _eic_time(text: str, source: str, where: str) -> datetime:
         raise MalformedResponse(source, where, f"out of range: {short(text)}") from None
 
 
+def _entsoe_refused(root: ET.Element, source: str) -> None:
+    """An Acknowledgement_MarketDocument: "no matching data" (code 999) returns, any other
+    reason raises."""
+    reason = _child(root, "Reason")
+    code = _text(reason, "code", source, "Reason") if reason is not None else ""
+    if code == "999":  # "No matching data found"
+        return
+    text = ""
+    if reason is not None and (t := _child(reason, "text")) is not None:
+        text = (t.text or "").strip()[:200]
+    raise MalformedResponse(source, "Reason", f"request refused: code {code} {text}".strip())
+
+
+def _entsoe_rate(series: ET.Element, eur_to_usd: float, source: str, where: str) -> float:
+    """USD per unit of a TimeSeries' currency (its prices must be per MWh)."""
+    currency = _text(series, "currency_Unit.name", source, where)
+    unit = _text(series, "price_Measure_Unit.name", source, where)
+    if unit != "MWH":
+        raise MalformedResponse(
+            source, f"{where}.price_Measure_Unit.name", f"expected 'MWH', got {short(unit)}"
+        )
+    if currency == "EUR":
+        return eur_to_usd
+    if currency == "USD":
+        return 1.0
+    raise MalformedResponse(
+        source, f"{where}.currency_Unit.name", f"expected 'EUR', got {short(currency)}"
+    )
+
+
+def _entsoe_window(period: ET.Element, source: str, pw: str) -> tuple[datetime, int, int]:
+    """A Period's start, resolution in minutes and number of positions."""
+    start = _eic_time(
+        _text(period, "timeInterval/start", source, pw), source, f"{pw}.timeInterval.start"
+    )
+    end = _eic_time(_text(period, "timeInterval/end", source, pw), source, f"{pw}.timeInterval.end")
+    res_text = _text(period, "resolution", source, pw)
+    m = _RESOLUTION.match(res_text)
+    if m is None or int(m.group(1)) <= 0:
+        raise MalformedResponse(
+            source, f"{pw}.resolution", f"expected PT<minutes>M, got {short(res_text)}"
+        )
+    minutes = int(m.group(1))
+    n = int((end - start) / timedelta(minutes=minutes))
+    if end <= start or n > _MAX_ENTSOE_POINTS:
+        raise MalformedResponse(source, f"{pw}.timeInterval", "an empty or huge interval")
+    return start, minutes, n
+
+
+def _entsoe_points(period: ET.Element, n: int, source: str, pw: str) -> dict[int, float]:
+    """A Period's prices by position (1..n), as given (positions may be left out)."""
+    given: dict[int, float] = {}
+    for q, point in enumerate(_children(period, "Point")):
+        qw = f"{pw}.Point[{q}]"
+        try:
+            position = int(_text(point, "position", source, qw))
+            amount = float(_text(point, "price.amount", source, qw))
+        except ValueError:
+            raise MalformedResponse(source, qw, "expected a position and a price number") from None
+        if not 1 <= position <= n:
+            raise MalformedResponse(source, f"{qw}.position", f"expected 1..{n}, got {position}")
+        if not math.isfinite(amount):
+            raise MalformedResponse(
+                source, f"{qw}.price.amount", f"expected a finite price, got {amount}"
+            )
+        given[position] = amount
+    return given
+
+
 def parse_entsoe_prices(
     body: bytes | str, zone: str, *, eur_to_usd: float = EUR_TO_USD, source: str = "entsoe-prices"
 ) -> list[Obs]:
@@ -144,14 +213,8 @@ def parse_entsoe_prices(
     root = _xml_root(body, source)
     kind = _local(root.tag)
     if kind == "Acknowledgement_MarketDocument":
-        reason = _child(root, "Reason")
-        code = _text(reason, "code", source, "Reason") if reason is not None else ""
-        if code == "999":  # "No matching data found"
-            return []
-        text = ""
-        if reason is not None and (t := _child(reason, "text")) is not None:
-            text = (t.text or "").strip()[:200]
-        raise MalformedResponse(source, "Reason", f"request refused: code {code} {text}".strip())
+        _entsoe_refused(root, source)
+        return []
     if kind != "Publication_MarketDocument":
         raise MalformedResponse(
             source, "root", f"expected Publication_MarketDocument, got {short(kind)}"
@@ -160,67 +223,18 @@ def parse_entsoe_prices(
     found: dict[datetime, tuple[int, float]] = {}
     for s, series in enumerate(_children(root, "TimeSeries")):
         where = f"TimeSeries[{s}]"
-        currency = _text(series, "currency_Unit.name", source, where)
-        unit = _text(series, "price_Measure_Unit.name", source, where)
-        if unit != "MWH":
-            raise MalformedResponse(
-                source, f"{where}.price_Measure_Unit.name", f"expected 'MWH', got {short(unit)}"
-            )
-        if currency == "EUR":
-            rate = eur_to_usd
-        elif currency == "USD":
-            rate = 1.0
-        else:
-            raise MalformedResponse(
-                source, f"{where}.currency_Unit.name", f"expected 'EUR', got {short(currency)}"
-            )
+        rate = _entsoe_rate(series, eur_to_usd, source, where)
         for p, period in enumerate(_children(series, "Period")):
             pw = f"{where}.Period[{p}]"
-            start = _eic_time(
-                _text(period, "timeInterval/start", source, pw), source, f"{pw}.timeInterval.start"
-            )
-            end = _eic_time(
-                _text(period, "timeInterval/end", source, pw), source, f"{pw}.timeInterval.end"
-            )
-            res_text = _text(period, "resolution", source, pw)
-            m = _RESOLUTION.match(res_text)
-            if m is None or int(m.group(1)) <= 0:
-                raise MalformedResponse(
-                    source, f"{pw}.resolution", f"expected PT<minutes>M, got {short(res_text)}"
-                )
-            minutes = int(m.group(1))
-            step = timedelta(minutes=minutes)
-            n = int((end - start) / step)
-            if end <= start or n > _MAX_ENTSOE_POINTS:
-                raise MalformedResponse(source, f"{pw}.timeInterval", "an empty or huge interval")
-            given: dict[int, float] = {}
-            for q, point in enumerate(_children(period, "Point")):
-                qw = f"{pw}.Point[{q}]"
-                try:
-                    position = int(_text(point, "position", source, qw))
-                    amount = float(_text(point, "price.amount", source, qw))
-                except ValueError:
-                    raise MalformedResponse(
-                        source, qw, "expected a position and a price number"
-                    ) from None
-                if not 1 <= position <= n:
-                    raise MalformedResponse(
-                        source, f"{qw}.position", f"expected 1..{n}, got {position}"
-                    )
-                if not math.isfinite(amount):
-                    raise MalformedResponse(
-                        source, f"{qw}.price.amount", f"expected a finite price, got {amount}"
-                    )
-                given[position] = amount
-            if not given:
-                continue
+            start, minutes, n = _entsoe_window(period, source, pw)
+            given = _entsoe_points(period, n, source, pw)
             # Curve A03: a position left out repeats the one before it.
             last: float | None = None
             for position in range(1, n + 1):
                 last = given.get(position, last)
                 if last is None:
                     continue
-                when = start + (position - 1) * step
+                when = start + timedelta(minutes=minutes * (position - 1))
                 prev = found.get(when)
                 if prev is None or minutes < prev[0]:
                     found[when] = (minutes, last * rate)
@@ -654,15 +668,8 @@ def _number(text: str, source: str, where: str) -> float | None:
     return value
 
 
-def parse_caiso_report(
-    body: bytes | str, day: date, source: str = "caiso-curtailment"
-) -> list[Obs]:
-    """One report day as CSV -> curtailed MWh per hour (= average MW), every hour of the
-    Pacific-time day (23, 24 or 25 of them), hours without a row 0. Hour ending h starts
-    h-1 elapsed hours after local midnight (so HE 2 of the spring-forward day is 09:00 UTC
-    and HE 25 exists only on the fall-back day)."""
-    text = body.decode("utf-8-sig", errors="replace") if isinstance(body, bytes) else body
-    reader = csv.reader(io.StringIO(text))
+def _caiso_columns(reader: Iterator[list[str]], source: str) -> list[str]:
+    """The report's header row as our column names ('' for a column not used)."""
     try:
         header = next(reader)
     except StopIteration:
@@ -678,6 +685,32 @@ def parse_caiso_report(
             raise MalformedResponse(
                 source, "header", f"expected a column for {need!r}, got {short(header)}"
             )
+    return names
+
+
+def _caiso_check_day(text: str, day: date, source: str, where: str) -> None:
+    """A row's date (ISO or MM/DD/YYYY) must be the report's day."""
+    try:
+        row_day = date.fromisoformat(text.strip()[:10])
+    except ValueError:
+        try:
+            row_day = datetime.strptime(text.strip(), "%m/%d/%Y").date()
+        except ValueError:
+            raise MalformedResponse(source, where, f"expected a date, got {short(text)}") from None
+    if row_day != day:
+        raise MalformedResponse(source, where, f"expected {day.isoformat()}, got {row_day}")
+
+
+def parse_caiso_report(
+    body: bytes | str, day: date, source: str = "caiso-curtailment"
+) -> list[Obs]:
+    """One report day as CSV -> curtailed MWh per hour (= average MW), every hour of the
+    Pacific-time day (23, 24 or 25 of them), hours without a row 0. Hour ending h starts
+    h-1 elapsed hours after local midnight (so HE 2 of the spring-forward day is 09:00 UTC
+    and HE 25 exists only on the fall-back day)."""
+    text = body.decode("utf-8-sig", errors="replace") if isinstance(body, bytes) else body
+    reader = csv.reader(io.StringIO(text))
+    names = _caiso_columns(reader, source)
     midnight = caiso_hour_start_utc(pd.Series([pd.Timestamp(day)]), pd.Series([1])).iloc[0]
     next_mid = caiso_hour_start_utc(
         pd.Series([pd.Timestamp(day + timedelta(days=1))]), pd.Series([1])
@@ -690,25 +723,7 @@ def parse_caiso_report(
                 continue
             cells = dict(zip(names, row, strict=False))
             if "date" in cells and cells["date"].strip():
-                try:
-                    row_day = date.fromisoformat(cells["date"].strip()[:10])
-                except ValueError:
-                    row_day = None
-                if row_day is None:
-                    try:
-                        row_day = datetime.strptime(cells["date"].strip(), "%m/%d/%Y").date()
-                    except ValueError:
-                        raise MalformedResponse(
-                            source,
-                            f"line {line_no}: date",
-                            f"expected a date, got {short(cells['date'])}",
-                        ) from None
-                if row_day != day:
-                    raise MalformedResponse(
-                        source,
-                        f"line {line_no}: date",
-                        f"expected {day.isoformat()}, got {row_day}",
-                    )
+                _caiso_check_day(cells["date"], day, source, f"line {line_no}: date")
             he_value = _number(cells.get("he", ""), source, f"line {line_no}: hour ending")
             if he_value is None or he_value != int(he_value) or not 1 <= he_value <= n_hours:
                 raise MalformedResponse(

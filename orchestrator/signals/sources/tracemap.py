@@ -99,12 +99,21 @@ def samples_to_rows(samples: pd.DataFrame, priority: Sequence[str] = ()) -> Trac
     s = s[s["time"].notna()].copy()
     for col in ("time", "observed_at", "valid_until"):
         s[col] = pd.to_datetime(s[col], utc=True)
-    kind = s["kind"].astype(str)
-    unit = s["unit"].astype(str)
+    _grid_rows(out, s, priority)
+    _price_rows(out, s)
+    _spot_rows(out, s)
+    _risk_rows(out, s)
+    return out
 
-    # grid
+
+def _grid_rows(out: TraceRows, s: pd.DataFrame, priority: Sequence[str]) -> None:
+    """Grid samples (`GRID_METRIC` kinds and units): where sources overlap, the first of
+    `priority` wins."""
     metric = pd.Series(
-        [GRID_METRIC.get((k, u), "") for k, u in zip(kind, unit, strict=True)],
+        [
+            GRID_METRIC.get((k, u), "")
+            for k, u in zip(s["kind"].astype(str), s["unit"].astype(str), strict=True)
+        ],
         index=s.index,
         dtype="object",
     )
@@ -115,65 +124,73 @@ def samples_to_rows(samples: pd.DataFrame, priority: Sequence[str] = ()) -> Trac
         g = _collapse_and_close(g, ["grid_zone", "metric"], rank)
         out.grid = g[list(COLUMNS["grid"])].reset_index(drop=True)
 
-    # prices
-    p = s[(kind == "price") & (unit == "usd_per_hour")]
-    if len(p):
-        parts = p["key"].astype(str).str.split("/", expand=True)
-        if parts.shape[1] == 5:
-            p = p.assign(
-                cloud=parts[0],
-                region=parts[1],
-                zone=parts[2],
-                instance_type=parts[3],
-                market=parts[4],
-            )
-            p = p[p["market"].isin(MARKETS) & (p["cloud"] != "") & (p["instance_type"] != "")]
-            p = _collapse_and_close(p, ["cloud", "region", "zone", "instance_type", "market"])
-            out.prices = p.rename(columns={"value": "usd_per_hour"})[list(COLUMNS["prices"])]
-            cand = p.drop_duplicates(["cloud", "region", "zone", "instance_type"])
-            out.candidates = pd.DataFrame(
-                {
-                    "cloud": cand["cloud"].to_numpy(),
-                    "region": cand["region"].to_numpy(),
-                    "zone": np.where(cand["zone"] == "", cand["region"], cand["zone"]),
-                    "instance_type": cand["instance_type"].to_numpy(),
-                    "gpu_name": "",
-                    "gpu_count_hint": np.nan,
-                }
-            )
 
-    # spot
+def _price_rows(out: TraceRows, s: pd.DataFrame) -> None:
+    """Price samples (keys cloud/region/zone/instance_type/market), and an offer candidate
+    per priced (cloud, region, zone, instance type)."""
+    p = s[(s["kind"].astype(str) == "price") & (s["unit"].astype(str) == "usd_per_hour")]
+    if not len(p):
+        return
+    parts = p["key"].astype(str).str.split("/", expand=True)
+    if parts.shape[1] != 5:
+        return
+    p = p.assign(
+        cloud=parts[0], region=parts[1], zone=parts[2], instance_type=parts[3], market=parts[4]
+    )
+    p = p[p["market"].isin(MARKETS) & (p["cloud"] != "") & (p["instance_type"] != "")]
+    p = _collapse_and_close(p, ["cloud", "region", "zone", "instance_type", "market"])
+    out.prices = p.rename(columns={"value": "usd_per_hour"})[list(COLUMNS["prices"])]
+    cand = p.drop_duplicates(["cloud", "region", "zone", "instance_type"])
+    out.candidates = pd.DataFrame(
+        {
+            "cloud": cand["cloud"].to_numpy(),
+            "region": cand["region"].to_numpy(),
+            "zone": np.where(cand["zone"] == "", cand["region"], cand["zone"]),
+            "instance_type": cand["instance_type"].to_numpy(),
+            "gpu_name": "",
+            "gpu_count_hint": np.nan,
+        }
+    )
+
+
+def _spot_rows(out: TraceRows, s: pd.DataFrame) -> None:
+    """Spot capacity samples (instances, or a placement score mapped to 1 / 0 / unknown)."""
+    kind, unit = s["kind"].astype(str), s["unit"].astype(str)
     sp = s[(kind == "spot_availability") & unit.isin(["instances", "placement_score"])].copy()
-    if len(sp):
-        score = sp["value"].to_numpy(dtype=float)
-        placement = (sp["unit"] == "placement_score").to_numpy()
-        mapped = np.where(
-            score >= PLACEMENT_LIKELY, 1.0, np.where(score <= PLACEMENT_UNLIKELY, 0.0, np.nan)
-        )
-        sp["value"] = np.where(placement, mapped, score)
-        parts = sp["key"].astype(str).str.split("/", expand=True)
-        if parts.shape[1] == 4:
-            sp = sp.assign(cloud=parts[0], zone=parts[2], instance_type=parts[3])
-            sp = sp[(sp["zone"] != "") & (sp["cloud"] != "")]
-            sp = _collapse_and_close(sp, ["cloud", "zone", "instance_type"])
-            out.spot = sp.rename(columns={"value": "capacity"})[list(COLUMNS["spot"])]
+    if not len(sp):
+        return
+    score = sp["value"].to_numpy(dtype=float)
+    placement = (sp["unit"] == "placement_score").to_numpy()
+    mapped = np.where(
+        score >= PLACEMENT_LIKELY, 1.0, np.where(score <= PLACEMENT_UNLIKELY, 0.0, np.nan)
+    )
+    sp["value"] = np.where(placement, mapped, score)
+    parts = sp["key"].astype(str).str.split("/", expand=True)
+    if parts.shape[1] == 4:
+        sp = sp.assign(cloud=parts[0], zone=parts[2], instance_type=parts[3])
+        sp = sp[(sp["zone"] != "") & (sp["cloud"] != "")]
+        sp = _collapse_and_close(sp, ["cloud", "zone", "instance_type"])
+        out.spot = sp.rename(columns={"value": "capacity"})[list(COLUMNS["spot"])]
 
-    # spot risk signals
+
+def _risk_rows(out: TraceRows, s: pd.DataFrame) -> None:
+    """Spot risk samples (`SPOT_METRICS` units) into the spot_signals side table."""
+    kind, unit = s["kind"].astype(str), s["unit"].astype(str)
     rk = s[(kind == "spot_availability") & unit.isin(list(SPOT_METRICS))]
-    if len(rk):
-        parts = rk["key"].astype(str).str.split("/", expand=True)
-        if parts.shape[1] == 4:
-            rk = rk.assign(
-                cloud=parts[0],
-                region=parts[1],
-                zone=parts[2],
-                instance_type=parts[3],
-                metric=rk["unit"].astype(str),
-            )
-            rk = rk[(rk["cloud"] != "") & (rk["instance_type"] != "")]
-            rk = _collapse_and_close(rk, ["cloud", "region", "zone", "instance_type", "metric"])
-            out.spot_signals = rk[list(SIDE_TABLES["spot_signals"])].reset_index(drop=True)
-    return out
+    if not len(rk):
+        return
+    parts = rk["key"].astype(str).str.split("/", expand=True)
+    if parts.shape[1] == 4:
+        rk = rk.assign(
+            cloud=parts[0],
+            region=parts[1],
+            zone=parts[2],
+            instance_type=parts[3],
+            metric=rk["unit"].astype(str),
+        )
+        rk = rk[(rk["cloud"] != "") & (rk["instance_type"] != "")]
+        rk = _collapse_and_close(rk, ["cloud", "region", "zone", "instance_type", "metric"])
+        out.spot_signals = rk[list(SIDE_TABLES["spot_signals"])].reset_index(drop=True)
 
 
 def forecast_rows(samples: pd.DataFrame) -> pd.DataFrame:

@@ -100,12 +100,23 @@ def _status_error(source: str, what: str, status: int, hint: str) -> HeliotropeE
 
 def classify(exc: BaseException, source: str, what: str, hint: str = "") -> HeliotropeError:
     """The error of ours that `exc` (raised by a library call) stands for."""
+    if isinstance(exc, HeliotropeError):
+        return exc
+    return (
+        _transport_error(exc, source, what, hint)
+        or _text_error(exc, source, what, hint)
+        or MalformedResponse(source, what, f"the client library failed ({type(exc).__name__})")
+    )
+
+
+def _transport_error(
+    exc: BaseException, source: str, what: str, hint: str
+) -> HeliotropeError | None:
+    """An HTTP status, timeout or connection error of urllib or requests, mapped."""
     import urllib.error
 
     import requests
 
-    if isinstance(exc, HeliotropeError):
-        return exc
     if isinstance(exc, urllib.error.HTTPError):  # pandas.read_csv(url) goes through urllib
         return _status_error(source, what, int(exc.code), hint)
     if isinstance(exc, urllib.error.URLError | TimeoutError | ConnectionError):
@@ -120,6 +131,11 @@ def classify(exc: BaseException, source: str, what: str, hint: str = "") -> Heli
         return SourceUnavailable(source, what, "timed out")
     if isinstance(exc, requests.RequestException):
         return SourceUnavailable(source, what, type(exc).__name__)
+    return None
+
+
+def _text_error(exc: BaseException, source: str, what: str, hint: str) -> HeliotropeError | None:
+    """What a library says only in its message (gridstatus' retries, an "HTTP 503")."""
     text = str(exc) if isinstance(exc, ValueError | RuntimeError) else ""
     if text.startswith("Error: Failed after"):  # gridstatus PJM: throttled or timed out
         return SourceUnavailable(source, what, "throttled or timed out")
@@ -128,7 +144,7 @@ def classify(exc: BaseException, source: str, what: str, hint: str = "") -> Heli
     m = _HTTP_STATUS.search(text)
     if m is not None:
         return _status_error(source, what, int(m.group(1)), hint)
-    return MalformedResponse(source, what, f"the client library failed ({type(exc).__name__})")
+    return None
 
 
 def call(

@@ -357,6 +357,20 @@ ENTSOE_STORAGE_TYPES: Final = frozenset({"Hydro Pumped Storage", "Energy storage
 ENTSOE_GENERATION_LAG: Final = 2 * HOUR  # actual generation is published within ~1 h
 
 
+def _generation_intervals(index: object, source: str) -> tuple[pd.DatetimeIndex, pd.Timedelta]:
+    """The interval starts (UTC, distinct) of a generation frame and its step (<= 1 h)."""
+    if not isinstance(index, pd.DatetimeIndex) or index.tz is None:
+        raise MalformedResponse(source, "generation.index", "expected times with a UTC offset")
+    index = index.tz_convert("UTC")
+    if index.has_duplicates:
+        raise MalformedResponse(source, "generation.index", "a repeated interval")
+    steps = index.to_series().diff().dropna()
+    step = steps.min() if len(steps) else pd.Timedelta(hours=1)
+    if step <= pd.Timedelta(0) or step > pd.Timedelta(hours=1):
+        raise MalformedResponse(source, "generation.index", f"an interval of {step}")
+    return index, step
+
+
 def entsoe_intensity(frame: object, zone: str, source: str = "entsoe-generation") -> list[Obs]:
     """entsoe-py's generation frame (``parse_generation(..., nett=True)``: one column per
     production type, MW, index = interval start) -> production-based average gCO2/kWh per
@@ -368,16 +382,7 @@ def entsoe_intensity(frame: object, zone: str, source: str = "entsoe-generation"
         )
     if frame.empty:
         return []
-    index = frame.index
-    if not isinstance(index, pd.DatetimeIndex) or index.tz is None:
-        raise MalformedResponse(source, "generation.index", "expected times with a UTC offset")
-    index = index.tz_convert("UTC")
-    if index.has_duplicates:
-        raise MalformedResponse(source, "generation.index", "a repeated interval")
-    steps = index.to_series().diff().dropna()
-    step = steps.min() if len(steps) else pd.Timedelta(hours=1)
-    if step <= pd.Timedelta(0) or step > pd.Timedelta(hours=1):
-        raise MalformedResponse(source, "generation.index", f"an interval of {step}")
+    index, step = _generation_intervals(frame.index, source)
     total = np.zeros(len(frame))
     weighted = np.zeros(len(frame))
     for column in frame.columns:

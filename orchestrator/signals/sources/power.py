@@ -253,6 +253,7 @@ class Entsoe(KeyedSource):
     history: ClassVar[bool] = True
     back: ClassVar[timedelta] = timedelta(hours=24)
     ahead: ClassVar[timedelta] = timedelta(hours=48)  # day-ahead: tomorrow is published
+    what: ClassVar[str] = "day-ahead prices"  # in error messages: "<what> <zone>"
 
     def __init__(self, ctx: SourceContext) -> None:
         super().__init__(ctx)
@@ -285,28 +286,32 @@ class Entsoe(KeyedSource):
         while lo < end:
             hi = min(lo + ENTSOE_CHUNK, end)
 
-            def once(lo: datetime = lo, hi: datetime = hi) -> str:
+            def once(lo: datetime = lo, hi: datetime = hi) -> Any:
                 try:
-                    text: str = client.query_day_ahead_prices(
-                        eic, start=pd.Timestamp(lo), end=pd.Timestamp(hi)
-                    )
+                    return self._query(client, eic, pd.Timestamp(lo), pd.Timestamp(hi))
                 except no_data:  # "No matching data found" (reason 999): an empty answer
-                    return ""
-                return text
+                    return None
 
-            body = call(
+            answer = call(
                 self.name,
-                f"day-ahead prices {key}",
+                f"{self.what} {key}",
                 once,
                 sleep=self.ctx.sleep,
                 hint=f"check ${ENTSOE_TOKEN_ENV}",
             )
-            if body:
-                out.extend(
-                    parse_entsoe_prices(body, key, eur_to_usd=self.eur_to_usd, source=self.name)
-                )
+            if answer is not None:
+                out.extend(self._parse(answer, key))
             lo = hi
         return out
+
+    def _query(self, client: Any, eic: str, lo: pd.Timestamp, hi: pd.Timestamp) -> Any:
+        """One chunk's answer from entsoe-py (`NoMatchingDataError` where there is none)."""
+        return client.query_day_ahead_prices(eic, start=lo, end=hi)
+
+    def _parse(self, answer: Any, key: str) -> list[Obs]:
+        if not answer:
+            return []
+        return parse_entsoe_prices(answer, key, eur_to_usd=self.eur_to_usd, source=self.name)
 
 
 def _rebased_session(base_url: str, library_url: str) -> Any:
@@ -424,41 +429,15 @@ class EntsoeGeneration(Entsoe):
     kind: ClassVar[SignalKind] = SignalKind.CARBON
     back: ClassVar[timedelta] = timedelta(hours=24)
     ahead: ClassVar[timedelta] = timedelta(0)
+    what: ClassVar[str] = "generation"
 
-    def _read_key(self, key: str, start: datetime, end: datetime) -> list[Obs]:
-        eic = ZONE_TO_EIC.get(key)
-        if eic is None:
-            raise MalformedResponse(self.name, "key", f"no ENTSO-E bidding zone for {key!r}")
-        token = self.ctx.credential(self.name, ENTSOE_TOKEN_ENV)
-        REDACTOR.add([token])
-        client = self._client(token)
+    def _query(self, client: Any, eic: str, lo: pd.Timestamp, hi: pd.Timestamp) -> Any:
+        text = client.query_generation(eic, start=lo, end=hi)
         parsers = require(self.name, "entsoe.parsers", ENTSOE_EXTRA)
-        no_data = require(self.name, "entsoe.exceptions", ENTSOE_EXTRA).NoMatchingDataError
-        out: list[Obs] = []
-        lo = start.replace(minute=0, second=0, microsecond=0)
-        while lo < end:
-            hi = min(lo + ENTSOE_CHUNK, end)
+        return parsers.parse_generation(text, nett=True)
 
-            def once(lo: datetime = lo, hi: datetime = hi) -> Any:
-                try:
-                    text = client.query_generation(
-                        eic, start=pd.Timestamp(lo), end=pd.Timestamp(hi)
-                    )
-                except no_data:
-                    return None
-                return parsers.parse_generation(text, nett=True)
-
-            frame = call(
-                self.name,
-                f"generation {key}",
-                once,
-                sleep=self.ctx.sleep,
-                hint=f"check ${ENTSOE_TOKEN_ENV}",
-            )
-            if frame is not None:
-                out.extend(entsoe_intensity(frame, key, self.name))
-            lo = hi
-        return out
+    def _parse(self, answer: Any, key: str) -> list[Obs]:
+        return entsoe_intensity(answer, key, self.name)
 
 
 # -- EIA-930 ------------------------------------------------------------------------------

@@ -50,7 +50,7 @@ from orchestrator.signals.sources.clouds import (
     GcpBilling,
 )
 from orchestrator.signals.sources.http import REDACTOR, HttpClient
-from orchestrator.signals.sources.isos import ISO_SPECS, PRICE_SOURCES, CaisoCurtailment
+from orchestrator.signals.sources.isos import PRICE_SOURCES, CaisoCurtailment
 from orchestrator.signals.sources.power import Eia930, Entsoe, EntsoeGeneration
 from orchestrator.signals.sources.tracemap import samples_to_rows
 from orchestrator.signals.traces import (
@@ -69,21 +69,24 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_CLASSES: Final[Mapping[str, Any]] = {
-    "aws-spot-price": AwsSpotPrice,
-    "aws-placement-score": AwsPlacementScore,
-    "aws-spot-advisor": AwsSpotAdvisor,
-    "aws-ondemand": AwsOnDemand,
-    "gcp-billing": GcpBilling,
-    "electricitymaps": ElectricityMaps,
-    "watttime": WattTime,
-    "uk-carbon": UkCarbon,
-    "caiso-curtailment": CaisoCurtailment,
-    "entsoe-prices": Entsoe,
-    "entsoe-generation": EntsoeGeneration,
-    "eia930": Eia930,
-    **PRICE_SOURCES,  # caiso-prices, ercot-prices, ... (gridstatus)
-}
+# The registry: one line per source class (its module says everything else about it:
+# name, kind, history, terms, window).
+_SOURCE_CLASSES: Final[tuple[Any, ...]] = (
+    AwsSpotPrice,
+    AwsPlacementScore,
+    AwsSpotAdvisor,
+    AwsOnDemand,
+    GcpBilling,
+    ElectricityMaps,
+    WattTime,
+    UkCarbon,
+    CaisoCurtailment,
+    Entsoe,
+    EntsoeGeneration,
+    Eia930,
+    *PRICE_SOURCES.values(),  # caiso-prices, ercot-prices, ... (gridstatus)
+)
+_CLASSES: Final[Mapping[str, Any]] = {cls.name: cls for cls in _SOURCE_CLASSES}
 SOURCE_NAMES: tuple[str, ...] = tuple(_CLASSES)
 # Where two sources sample one grid series at one time, the earlier wins in a trace.
 GRID_PRIORITY: Final = (
@@ -101,21 +104,8 @@ POLL_DEADLINE_S: Final = 120.0
 GENERATOR: Final = "signals-poll"
 STATUS_WINDOW: Final = timedelta(days=30)
 
-TERMS: Final[Mapping[str, str]] = {
-    "aws-spot-price": "AWS API data (your account's view)",
-    "aws-placement-score": "AWS API data (your account's view)",
-    "aws-spot-advisor": "AWS public Spot Advisor data",
-    "aws-ondemand": "AWS Price List API",
-    "gcp-billing": "Google Cloud Billing Catalog API",
-    "electricitymaps": "Electricity Maps API terms (ODbL for exports): check your plan",
-    "watttime": "WattTime terms: data may not be redistributed",
-    "uk-carbon": "CC BY 4.0 (National Energy System Operator, carbonintensity.org.uk)",
-    "caiso-curtailment": "CAISO public data",
-    "entsoe-prices": "ENTSO-E Transparency Platform terms (attribution)",
-    "entsoe-generation": "ENTSO-E Transparency Platform terms (attribution)",
-    "eia930": "public domain (U.S. EIA)",
-    **{name: spec.terms for name, spec in ISO_SPECS.items()},
-}
+# The data's licence or terms of use per source, for the trace manifest.
+TERMS: Final[Mapping[str, str]] = {name: cls.terms for name, cls in _CLASSES.items()}
 RECORDER_NOTE: Final = (
     "signals poll: prices, spot and grid rows of live sources are rebuilt from samples.parquet "
     "(the recorder's log of every sample, with observed_at and valid_until); a NaN row at a "

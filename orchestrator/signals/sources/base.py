@@ -75,6 +75,7 @@ class SignalSource(Protocol):
     name: str
     kind: SignalKind
     history: bool
+    terms: str  # the data's licence or terms of use, for the trace manifest
 
     def read(self, keys: Sequence[str], start: datetime, end: datetime) -> pd.DataFrame: ...
 
@@ -211,6 +212,7 @@ class KeyedSource:
     name: ClassVar[str] = ""
     kind: ClassVar[SignalKind] = SignalKind.CARBON
     history: ClassVar[bool] = False
+    terms: ClassVar[str] = ""
     back: ClassVar[timedelta] = timedelta(hours=24)
     ahead: ClassVar[timedelta] = timedelta(0)
 

@@ -151,6 +151,7 @@ class ElectricityMaps(KeyedSource):
     """
 
     name: ClassVar[str] = "electricitymaps"
+    terms: ClassVar[str] = "Electricity Maps API terms (ODbL for exports): check your plan"
     kind: ClassVar[SignalKind] = SignalKind.CARBON
     history: ClassVar[bool] = True
     back: ClassVar[timedelta] = timedelta(hours=24)
@@ -263,6 +264,7 @@ class UkCarbon(KeyedSource):
     """National Grid ESO's Carbon Intensity API for Great Britain (no key; half-hourly)."""
 
     name: ClassVar[str] = "uk-carbon"
+    terms: ClassVar[str] = "CC BY 4.0 (National Energy System Operator, carbonintensity.org.uk)"
     kind: ClassVar[SignalKind] = SignalKind.CARBON
     history: ClassVar[bool] = True
     back: ClassVar[timedelta] = timedelta(hours=24)
@@ -403,6 +405,7 @@ class WattTime(KeyedSource):
     signal index, historical MOER (past) and forecast (future)."""
 
     name: ClassVar[str] = "watttime"
+    terms: ClassVar[str] = "WattTime terms: data may not be redistributed"
     kind: ClassVar[SignalKind] = SignalKind.CARBON
     history: ClassVar[bool] = True
     back: ClassVar[timedelta] = timedelta(hours=1)

@@ -80,6 +80,7 @@ class _AwsBase:
     name: ClassVar[str] = ""
     kind: ClassVar[SignalKind] = SignalKind.PRICE
     history: ClassVar[bool] = False
+    terms: ClassVar[str] = "AWS API data (your account's view)"
     back: ClassVar[timedelta] = timedelta(hours=1)
 
     def __init__(self, ctx: SourceContext) -> None:
@@ -335,6 +336,7 @@ class AwsOnDemand(_AwsBase):
     no row (not sold there)."""
 
     name: ClassVar[str] = "aws-ondemand"
+    terms: ClassVar[str] = "AWS Price List API"
     kind: ClassVar[SignalKind] = SignalKind.PRICE
 
     def read_partial(
@@ -442,6 +444,7 @@ class AwsSpotAdvisor(_AwsBase):
     requests; no credential."""
 
     name: ClassVar[str] = "aws-spot-advisor"
+    terms: ClassVar[str] = "AWS public Spot Advisor data"
     kind: ClassVar[SignalKind] = SignalKind.SPOT_AVAILABILITY
 
     def read_partial(
@@ -584,6 +587,7 @@ class GcpBilling(KeyedSource):
     (API key in the ``X-Goog-Api-Key`` header), all pages following ``nextPageToken``."""
 
     name: ClassVar[str] = "gcp-billing"
+    terms: ClassVar[str] = "Google Cloud Billing Catalog API"
     kind: ClassVar[SignalKind] = SignalKind.PRICE
     history: ClassVar[bool] = False
     back: ClassVar[timedelta] = timedelta(hours=1)

@@ -365,6 +365,7 @@ class CaisoCurtailment(_GridstatusSource):
     (the report for a day appears the next morning)."""
 
     name: ClassVar[str] = "caiso-curtailment"
+    terms: ClassVar[str] = "CAISO public data"
     kind: ClassVar[SignalKind] = SignalKind.CURTAILMENT
     back: ClassVar[timedelta] = timedelta(days=2)
     spec: ClassVar[IsoSpec] = IsoSpec(
@@ -388,7 +389,7 @@ def _price_class(name: str, spec: IsoSpec) -> type[IsoPrices]:
     cls = type(
         f"IsoPrices_{spec.iso}",
         (IsoPrices,),
-        {"name": name, "spec": spec, "__doc__": IsoPrices.__doc__},
+        {"name": name, "spec": spec, "terms": spec.terms, "__doc__": IsoPrices.__doc__},
     )
     return cls
 

@@ -249,6 +249,7 @@ class Entsoe(KeyedSource):
     wants in the query string: redacted from every log line and message)."""
 
     name: ClassVar[str] = "entsoe-prices"
+    terms: ClassVar[str] = "ENTSO-E Transparency Platform terms (attribution)"
     kind: ClassVar[SignalKind] = SignalKind.POWER_PRICE
     history: ClassVar[bool] = True
     back: ClassVar[timedelta] = timedelta(hours=24)
@@ -554,6 +555,7 @@ class Eia930(KeyedSource):
     ``api_key``, redacted), paginated by ``offset``/``length`` up to ``response.total``."""
 
     name: ClassVar[str] = "eia930"
+    terms: ClassVar[str] = "public domain (U.S. EIA)"
     kind: ClassVar[SignalKind] = SignalKind.CARBON
     history: ClassVar[bool] = True
     back: ClassVar[timedelta] = timedelta(hours=24)

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from orchestrator import units
 from orchestrator.clock import Clock
 from orchestrator.model import InstanceId, Market, Offer
 from orchestrator.signals.grid import SignalGrid
@@ -190,7 +191,7 @@ class SimProvider:
 
     # -- internals -------------------------------------------------------------------------
     def _tick(self, now_s: float) -> int:
-        k = int((now_s - self._grid.start_s + 1e-6) // self._grid.tick_s)
+        k = units.tick_at(now_s, self._grid.start_s, self._grid.tick_s)
         return min(max(k, 0), self._grid.n_ticks - 1)
 
     def _held(self, k: int) -> int:

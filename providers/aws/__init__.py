@@ -14,9 +14,9 @@ standard library and Heliotrope. The IAM policy for exactly these calls is
 """
 
 from providers.aws.errors import AwsPermanentError, AwsTransientError
-from providers.aws.instances import TAG_CLUSTER, TAG_JOB, TAG_REQUEST
+from providers.aws.instances import TAG_CLUSTER, TAG_JOB, TAG_REQUEST, client_token
 from providers.aws.offers import OfferBook
-from providers.aws.provider import DEFAULT_AMI_PARAMETER, AwsProvider, client_token
+from providers.aws.provider import DEFAULT_AMI_PARAMETER, AwsProvider
 
 __all__ = [
     "DEFAULT_AMI_PARAMETER",

@@ -6,11 +6,12 @@ for spot, its spot request): `heliotrope:cluster`, `heliotrope:job` and
 
 A gang (`LaunchSpec.count` > 1) is two `RunInstances` calls: rank 0 alone, then the other
 `count - 1` nodes, which learn rank 0's private address from their user data. All of them
-share the request tag. Each call's `ClientToken` says which made an instance (rank 0's is
-`client_token(request)`, the others' `ranks_token(request)`): an instance's rank is 0 for
-the first, 1 + its `AmiLaunchIndex` for the second. The gang is known by its
-leader, rank 0; that is the id `launch` returns and `list_instances`, `terminate` and
-`poll_events` use.
+share the request tag, and the others carry `heliotrope:gang=<rank 0's id>`: rank 0 is the
+instance without it, the others' rank is 1 + their `AmiLaunchIndex`. A gang that failed
+part way is terminated (rolled back); a retry of its request starts a new rank 0 (a new
+ClientToken, `rank0_token(request, attempt)`), so the dead attempt is another gang. The
+gang is known by its leader, rank 0; that is the id `launch` returns and `list_instances`,
+`terminate` and `poll_events` use.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ CLOUD: Final = "aws"
 TAG_CLUSTER: Final = "heliotrope:cluster"
 TAG_JOB: Final = "heliotrope:job"
 TAG_REQUEST: Final = "heliotrope:request"
-TAG_KEYS: Final = (TAG_CLUSTER, TAG_JOB, TAG_REQUEST)
+TAG_GANG: Final = "heliotrope:gang"  # on ranks 1..N-1: rank 0's instance id
+TAG_KEYS: Final = (TAG_CLUSTER, TAG_JOB, TAG_REQUEST, TAG_GANG)
 TAG_VALUE_CHARS: Final = 256  # EC2 tag value limit
 CLIENT_TOKEN_CHARS: Final = 64  # EC2 ClientToken limit
 
@@ -60,12 +62,12 @@ class AwsInstance:
     request_id: str
     spot_request_id: str
     private_ip: str = ""
-    first_rank: int = 0
+    gang_leader: str = ""  # rank 0's id, on ranks 1..N-1
 
     @property
     def rank(self) -> int:
         """The node rank in its gang."""
-        return self.first_rank + self.launch_index
+        return self.launch_index + 1 if self.gang_leader else self.launch_index
 
     @property
     def offer_id(self) -> OfferId:
@@ -98,9 +100,7 @@ def parse_instance(raw: InstanceTypeDef, region: str) -> AwsInstance:
         request_id=tags.get(TAG_REQUEST, ""),
         spot_request_id=raw.get("SpotInstanceRequestId", "") or "",
         private_ip=raw.get("PrivateIpAddress", "") or "",
-        first_rank=1
-        if tags.get(TAG_REQUEST) and raw.get("ClientToken") == ranks_token(tags[TAG_REQUEST])
-        else 0,
+        gang_leader=tags.get(TAG_GANG, ""),
     )
 
 
@@ -116,19 +116,33 @@ def client_token(request_id: str) -> str:
     return "sha256-" + hashlib.sha256(request_id.encode()).hexdigest()[: CLIENT_TOKEN_CHARS - 7]
 
 
-def ranks_token(request_id: str) -> str:
+def rank0_token(request_id: str, attempt: int) -> str:
+    """The ClientToken of the `RunInstances` call that starts rank 0 of a gang (attempt 0:
+    the request id itself)."""
+    return client_token(request_id if attempt == 0 else f"{request_id}/{attempt}")
+
+
+def ranks_token(request_id: str, rank0_id: str) -> str:
     """The ClientToken of the `RunInstances` call that starts ranks 1..N-1 of a gang."""
-    return client_token(f"{request_id}/ranks")
+    return client_token(f"{request_id}/ranks/{rank0_id}")
 
 
 def gangs(instances: Iterable[AwsInstance]) -> dict[str, list[AwsInstance]]:
-    """Instances grouped by gang (request tag; an instance without one is its own gang),
-    each gang in rank order, leader first."""
-    groups: dict[str, list[AwsInstance]] = {}
+    """Instances grouped by gang, keyed by its rank 0's id, each gang in rank order, leader
+    first. Ranks 1..N-1 name their rank 0 (a tag); an instance of an older launch, made by
+    one call for the whole gang, belongs with the one of its request at launch index 0."""
+    by_request: dict[str, list[AwsInstance]] = {}
     for inst in instances:
-        groups.setdefault(inst.request_id or f"instance:{inst.id}", []).append(inst)
-    for members in groups.values():
-        members.sort(key=lambda i: (i.rank, i.id))
+        by_request.setdefault(inst.request_id or f"instance:{inst.id}", []).append(inst)
+    groups: dict[str, list[AwsInstance]] = {}
+    for members in by_request.values():
+        heads = [m for m in members if not m.gang_leader and m.launch_index == 0]
+        first = min(heads or members, key=lambda i: (i.rank, i.id))
+        for m in members:
+            key = m.gang_leader or (m.id if m in heads else first.id)
+            groups.setdefault(key, []).append(m)
+    for gang in groups.values():
+        gang.sort(key=lambda i: (i.rank, i.id))
     return groups
 
 

@@ -51,16 +51,17 @@ from providers.aws.instances import (
     GONE_STATES,
     SPOT_RECLAIM_REASON,
     TAG_CLUSTER,
+    TAG_GANG,
     TAG_JOB,
     TAG_REQUEST,
     TAG_VALUE_CHARS,
     AwsInstance,
-    client_token,
     gang_state,
     gangs,
     leader,
     parse_instance,
     parse_offer_id,
+    rank0_token,
     ranks_token,
     tags_of,
 )
@@ -77,7 +78,7 @@ from providers.base import (
     ProviderFailure,
     Quote,
 )
-from providers.gang import all_or_none, count_invalid, member_going, roll_back
+from providers.gang import all_or_none, count_invalid, roll_back
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2.type_defs import (
@@ -329,42 +330,55 @@ class AwsProvider:
         self, spec: LaunchSpec, request_id: str, zone: str, led: list[AwsInstance]
     ) -> ProviderFailure | None:
         """Launch what of the gang is missing (rank 0, then ranks 1..N-1); the leader goes
-        into `led`. A failure comes back, or is raised for `_launch_failure` to map."""
+        into `led`. A gang of this request that is complete (in any state: the same request
+        returns the same instance) or whose rank 0 is live is adopted; a failure comes back,
+        or is raised for `_launch_failure` to map."""
         region = region_of_zone(CLOUD, zone)
         members = self._describe(region, cluster=self._cluster, request_ids=[request_id])
-        if members:
-            logger.info(
-                "launch %s: %d of %d instance(s) already launched (%s)",
-                request_id,
-                len(members),
-                spec.count,
-                ", ".join(f"{m.id} {m.state}" for m in gangs(members)[request_id]),
-            )
-        leads = [m for m in members if m.first_rank == 0]
-        if leads:
-            lead = leader(leads)
-        else:
-            made = self._run(spec, request_id, zone, rank0=None)
-            if isinstance(made, ProviderFailure):
-                return made
-            lead = made[0]
-        led.append(lead)
-        if spec.count == 1 or any(m.first_rank == 1 for m in members):
-            return None
-        if not lead.live:
-            return member_going(f"rank 0 ({lead.id})", lead.state, 30.0)
+        attempts = 0
+        for gang in gangs(members).values():
+            lead = leader(gang)
+            if lead.gang_leader:
+                continue  # ranks without their rank 0: not a gang to adopt
+            attempts += 1
+            if len(gang) >= spec.count or lead.live:
+                logger.info(
+                    "launch %s: adopting %s (%s)",
+                    request_id,
+                    lead.id,
+                    ", ".join(f"{m.id} {m.state}" for m in gang),
+                )
+                led.append(lead)
+                return None if len(gang) >= spec.count else self._start_ranks(spec, zone, lead)
+        made = self._run(spec, request_id, zone, rank0=None, attempt=attempts)
+        if isinstance(made, ProviderFailure):
+            return made
+        led.append(made[0])
+        return None if spec.count == 1 else self._start_ranks(spec, zone, made[0])
+
+    def _start_ranks(
+        self, spec: LaunchSpec, zone: str, lead: AwsInstance
+    ) -> ProviderFailure | None:
+        """Ranks 1..N-1 of the gang led by `lead`, told its private address."""
         if not lead.private_ip:  # RunInstances names it; a describe does once it is known
+            region = region_of_zone(CLOUD, zone)
             found = self._describe(region, cluster=self._cluster, instance_ids=[lead.id])
             lead = next((m for m in found if m.private_ip), lead)
         if not lead.private_ip:
             return ProviderFailure(
                 FailureKind.TRANSIENT, f"rank 0 ({lead.id}) has no private address yet", 30.0
             )
-        made = self._run(spec, request_id, zone, rank0=lead)
+        made = self._run(spec, lead.request_id, zone, rank0=lead)
         return made if isinstance(made, ProviderFailure) else None
 
     def _run(
-        self, spec: LaunchSpec, request_id: str, zone: str, *, rank0: AwsInstance | None
+        self,
+        spec: LaunchSpec,
+        request_id: str,
+        zone: str,
+        *,
+        rank0: AwsInstance | None,
+        attempt: int = 0,
     ) -> list[AwsInstance] | ProviderFailure:
         """One `RunInstances` call: rank 0 alone (`rank0` None) or the other nodes."""
         parsed = parse_offer_id(spec.offer_id)
@@ -373,7 +387,15 @@ class AwsProvider:
         region = region_of_zone(CLOUD, zone)
         user_data = self._user_data(spec, request_id, zone, rank0=rank0)
         params = self._run_params(
-            spec, request_id, zone, instance_type, market, self._ami(region), user_data, rank0=rank0
+            spec,
+            request_id,
+            zone,
+            instance_type,
+            market,
+            self._ami(region),
+            user_data,
+            rank0=rank0,
+            attempt=attempt,
         )
         action = f"ec2:RunInstances {zone} {instance_type} {market.value}"
         ec2 = self._clients.ec2(region)
@@ -608,13 +630,17 @@ class AwsProvider:
         user_data: str,
         *,
         rank0: AwsInstance | None = None,
+        attempt: int = 0,
     ) -> RunInstancesRequestTypeDef:
-        """Rank 0's `RunInstances` request (`rank0` None), or that of ranks 1..N-1."""
+        """Rank 0's `RunInstances` request (`rank0` None; the `attempt`-th of its request),
+        or that of ranks 1..N-1 of the gang `rank0` leads."""
         tags: list[TagTypeDef] = [
             {"Key": TAG_CLUSTER, "Value": self._cluster},
             {"Key": TAG_JOB, "Value": spec.job_id},
             {"Key": TAG_REQUEST, "Value": request_id},
         ]
+        if rank0 is not None:
+            tags.append({"Key": TAG_GANG, "Value": rank0.id})
         count = 1 if rank0 is None else spec.count - 1
         tag_specs: list[TagSpecificationTypeDef] = [
             {"ResourceType": "instance", "Tags": tags},
@@ -625,7 +651,11 @@ class AwsProvider:
             "InstanceType": instance_type,  # type: ignore[typeddict-item]
             "MinCount": count,
             "MaxCount": count,
-            "ClientToken": client_token(request_id) if rank0 is None else ranks_token(request_id),
+            "ClientToken": (
+                rank0_token(request_id, attempt)
+                if rank0 is None
+                else ranks_token(request_id, rank0.id)
+            ),
             "Placement": {"AvailabilityZone": zone},
             "MetadataOptions": {
                 "HttpTokens": "required",

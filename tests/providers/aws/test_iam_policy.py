@@ -134,6 +134,7 @@ def test_instances_and_volumes_are_created_only_tagged_for_the_cluster_with_imds
             CLUSTER_TAG,
             "heliotrope:job",
             "heliotrope:request",
+            "heliotrope:gang",  # on ranks 1..N-1 of a gang: rank 0's id
         }
         if any(r.endswith(":instance/*") for r in creates):
             assert condition["StringEquals"]["ec2:MetadataHttpTokens"] == "required"

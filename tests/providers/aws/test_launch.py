@@ -10,9 +10,10 @@ import pytest
 
 from orchestrator.model import Market, Offer
 from providers.aws import TAG_CLUSTER, TAG_JOB, TAG_REQUEST, AwsProvider, client_token
+from providers.aws.instances import TAG_GANG
 from providers.base import Capability, FailureKind, InstanceState, LaunchSpec
 
-from .conftest import CLUSTER, DLAMI_ID, Hooks, Raw
+from .conftest import CLUSTER, DLAMI_ID, AwsError, Hooks, Raw
 
 OD = Offer.make_id("aws", "us-east-1a", "p3.2xlarge", Market.ON_DEMAND)
 SPOT = Offer.make_id("aws", "us-east-1b", "p3.2xlarge", Market.SPOT)
@@ -114,10 +115,20 @@ def test_same_request_id_buys_one_instance(
     assert other.instance_id != first.instance_id and raw.count() == 2
 
 
-def test_gang_is_one_launch_known_by_its_leader(provider: AwsProvider, raw: Raw) -> None:
-    outcome = provider.launch(spec(OD, count=2), request_id="req-gang")
+def test_gang_is_rank_0_then_the_others_known_by_its_leader(
+    provider: AwsProvider, raw: Raw, hooks: Hooks
+) -> None:
+    outcome = provider.launch(spec(OD, count=3), request_id="req-gang")
     assert outcome.ok
-    assert raw.count() == 2
+    assert raw.count() == 3
+    first, rest = hooks.called("ec2:RunInstances")
+    assert (first["MinCount"], rest["MinCount"]) == (1, 2)
+    lead = raw.instance(outcome.instance_id or "")
+    assert lead["ClientToken"] == "req-gang" == first["ClientToken"]
+    # ranks 1 and 2 are told rank 0's private address (and its id: the gang's) in user data
+    assert f"export MASTER_ADDR={lead['PrivateIpAddress']}\n" in rest["UserData"]
+    others = [raw.instance(i) for i in gang_ids(raw, "req-gang") if i != outcome.instance_id]
+    assert all(raw.tags(o["InstanceId"])[TAG_GANG] == outcome.instance_id for o in others)
 
     listed = provider.list_instances(cluster=CLUSTER)
     assert list(listed) == [outcome.instance_id]
@@ -131,6 +142,64 @@ def test_gang_is_one_launch_known_by_its_leader(provider: AwsProvider, raw: Raw)
     }
     assert states <= {"shutting-down", "terminated"}
     assert provider.list_instances(cluster=CLUSTER) == {}
+
+
+def gang_ids(raw: Raw, request_id: str, *, live: bool = False) -> list[str]:
+    answer = raw.client("ec2").describe_instances(
+        Filters=[{"Name": f"tag:{TAG_REQUEST}", "Values": [request_id]}]
+    )
+    return [
+        i["InstanceId"]
+        for r in answer["Reservations"]
+        for i in r["Instances"]
+        if not live or i["State"]["Name"] in ("pending", "running")
+    ]
+
+
+def test_a_gang_cut_short_is_terminated_and_its_retry_starts_afresh(
+    provider: AwsProvider, raw: Raw, hooks: Hooks
+) -> None:
+    calls = [0]
+
+    def ranks_find_no_capacity(params: dict[str, object]) -> AwsError | None:
+        calls[0] += 1
+        return AwsError("InsufficientInstanceCapacity") if calls[0] == 2 else None
+
+    hooks.on("ec2:RunInstances", ranks_find_no_capacity)
+    failed = provider.launch(spec(OD, count=3), request_id="req-short")
+    assert failed.error is not None and failed.error.kind is FailureKind.CAPACITY
+    [rank0] = gang_ids(raw, "req-short")
+    assert raw.state(rank0) in ("shutting-down", "terminated")  # rolled back
+    assert provider.list_instances(cluster=CLUSTER) == {}
+    assert provider.poll_events() == []  # what Heliotrope ended is no preemption
+
+    # the same request again (the controller retries its launch): a new rank 0, a new token
+    again = provider.launch(spec(OD, count=3), request_id="req-short")
+    assert again.ok and again.instance_id != rank0
+    assert len(gang_ids(raw, "req-short", live=True)) == 3
+    assert hooks.called("ec2:RunInstances")[2]["ClientToken"] != "req-short"
+    assert list(provider.list_instances(cluster=CLUSTER)) == [again.instance_id]
+
+
+def test_a_launch_interrupted_after_rank_0_is_finished_by_its_retry(
+    provider: AwsProvider, raw: Raw, hooks: Hooks
+) -> None:
+    calls = [0]
+
+    def controller_dies(params: dict[str, object]) -> None:
+        calls[0] += 1
+        if calls[0] == 2:
+            raise KeyboardInterrupt  # killed between the two calls: nothing rolled back
+
+    hooks.on("ec2:RunInstances", controller_dies)
+    with pytest.raises(KeyboardInterrupt):
+        provider.launch(spec(OD, count=2), request_id="req-cut")
+    [rank0] = gang_ids(raw, "req-cut", live=True)
+    restarted = provider.launch(spec(OD, count=2), request_id="req-cut")
+    assert restarted.instance_id == rank0  # adopted, not bought again
+    assert len(gang_ids(raw, "req-cut", live=True)) == 2 and calls[0] == 3
+    assert provider.launch(spec(OD, count=2), request_id="req-cut").instance_id == rank0
+    assert calls[0] == 3 and raw.count() == 2
 
 
 def test_user_data_exports_the_job_environment(provider: AwsProvider, raw: Raw) -> None:

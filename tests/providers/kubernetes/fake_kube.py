@@ -147,6 +147,9 @@ class FakeKube:
     events: list[dict[str, Any]] = field(default_factory=list)
     scripted: dict[tuple[str, str], deque[tuple[int, Any]]] = field(default_factory=dict)
     denied: set[tuple[str, str]] = field(default_factory=set)  # (resource, verb) RBAC refuses
+    # Per pod create, in order: None lets it through, a recorded file name refuses it
+    # (403 quota, ...) with the pod's name filled in.
+    failing_creates: deque[str | None] = field(default_factory=deque)
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1000))
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
@@ -344,6 +347,11 @@ class FakeKube:
                 return 404, recorded(
                     "status_404_not_found.json", kind="namespaces", name=args["ns"]
                 )
+            if resource == "pods" and verb == "create" and self.failing_creates:
+                refusal = self.failing_creates.popleft()
+                if refusal is not None:
+                    reply = recorded(refusal, name=body["metadata"]["name"])
+                    return int(reply["code"]), reply
             queue = self.scripted.get((method, f"{resource}/{verb}"))
             if queue:
                 return queue.popleft()

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, cast
@@ -265,24 +265,49 @@ def fetch_zones(
     return zones
 
 
+def spot_price_pages(
+    ec2: EC2Client,
+    call: Callable[[Callable[[], list[Any]], str], list[Any]],
+    region: str,
+    instance_types: Sequence[str],
+    start: datetime,
+    end: datetime | None = None,
+) -> list[Any]:
+    """Every `DescribeSpotPriceHistory` page (Linux/UNIX) of `instance_types` in `region`
+    from `start` (to `end`; None: now), `FILTER_CHUNK` types a request, each request made
+    through `call(fetch, action)` (the caller's retry and error mapping). The one reader of
+    AWS spot prices: the adapter's offers keep the newest price per key
+    (`fetch_spot_prices`), the signals source the history
+    (orchestrator/signals/sources/clouds.py)."""
+    paginator = ec2.get_paginator("describe_spot_price_history")
+    window: dict[str, datetime] = {"StartTime": start}
+    if end is not None:
+        window["EndTime"] = end
+    pages: list[Any] = []
+    for chunk in _chunks(instance_types):
+        types = cast("list[InstanceTypeType]", chunk)
+
+        def fetch(types: list[InstanceTypeType] = types) -> list[Any]:
+            return list(
+                paginator.paginate(
+                    InstanceTypes=types,
+                    ProductDescriptions=[SPOT_PRODUCT],
+                    **window,  # type: ignore[arg-type]
+                )
+            )
+
+        pages.extend(call(fetch, f"ec2:DescribeSpotPriceHistory {region}"))
+    return pages
+
+
 def fetch_spot_prices(
     ec2: EC2Client, retry: EdgeRetry, region: str, instance_types: Sequence[str], now: datetime
 ) -> dict[tuple[str, str], float]:
     """{(zone, type): spot $/h in effect at `now`}."""
-    paginator = ec2.get_paginator("describe_spot_price_history")
-    records: list[SpotPriceTypeDef] = []
-    for chunk in _chunks(sorted(instance_types)):
-        types = cast("list[InstanceTypeType]", chunk)
-        pages = retry(
-            lambda types=types: list(  # type: ignore[misc]
-                paginator.paginate(
-                    InstanceTypes=types, ProductDescriptions=[SPOT_PRODUCT], StartTime=now
-                )
-            ),
-            f"ec2:DescribeSpotPriceHistory {region}",
-        )
-        for page in pages:
-            records.extend(page.get("SpotPriceHistory", []))
+    pages = spot_price_pages(ec2, retry, region, sorted(instance_types), now)
+    records: list[SpotPriceTypeDef] = [
+        r for page in pages for r in page.get("SpotPriceHistory", [])
+    ]
     return latest_spot_prices(records)
 
 

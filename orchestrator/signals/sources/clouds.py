@@ -47,14 +47,12 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 AWS_ENDPOINT_ENV: Final = "HELIOTROPE_AWS_ENDPOINT_URL"
-SPOT_PRODUCT: Final = "Linux/UNIX"
 PRICING_REGION: Final = "us-east-1"  # the Pricing API answers from us-east-1
 SPOT_PRICE_GRACE: Final = timedelta(hours=1)
 PLACEMENT_VALID: Final = timedelta(hours=6)
 ADVISOR_VALID: Final = timedelta(days=2)
 ON_DEMAND_VALID: Final = timedelta(days=7)
 GCP_PRICE_VALID: Final = timedelta(days=2)
-TYPES_PER_CALL: Final = 100
 
 
 def aws_gpu_types() -> tuple[str, ...]:
@@ -121,10 +119,6 @@ class _AwsBase:
         self, keys: Sequence[str], start: datetime, end: datetime
     ) -> tuple[pd.DataFrame, dict[str, HeliotropeError]]:
         raise NotImplementedError
-
-
-def _chunks(values: Sequence[str], size: int = TYPES_PER_CALL) -> list[list[str]]:
-    return [list(values[i : i + size]) for i in range(0, len(values), size)]
 
 
 # -- spot price history -------------------------------------------------------------------
@@ -199,28 +193,17 @@ class AwsSpotPrice(_AwsBase):
     def read_partial(
         self, keys: Sequence[str], start: datetime, end: datetime
     ) -> tuple[pd.DataFrame, dict[str, HeliotropeError]]:
+        from providers.aws.offers import spot_price_pages  # the adapter's reader
+
         start, end = utc(start), utc(end)
         now = self.ctx.clock.now()
         rows: list[Obs] = []
         errors: dict[str, HeliotropeError] = {}
         for region in keys:
             try:
-                ec2 = self.clients.ec2(region)
-                pages: list[Any] = []
-                for chunk in _chunks(self.instance_types):
-                    paginator = ec2.get_paginator("describe_spot_price_history")
-
-                    def fetch(chunk: list[str] = chunk, paginator: Any = paginator) -> list[Any]:
-                        return list(
-                            paginator.paginate(
-                                InstanceTypes=chunk,
-                                ProductDescriptions=[SPOT_PRODUCT],
-                                StartTime=start,
-                                EndTime=end,
-                            )
-                        )
-
-                    pages.extend(self.call(fetch, f"ec2:DescribeSpotPriceHistory {region}"))
+                pages = spot_price_pages(
+                    self.clients.ec2(region), self.call, region, self.instance_types, start, end
+                )
                 rows.extend(parse_spot_price_pages(pages, region, start, end, now, self.name))
             except HeliotropeError as exc:
                 errors[region] = exc

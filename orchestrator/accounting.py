@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from orchestrator import units
+from orchestrator.costs import JobOfferFit, marginal_intensity
 from orchestrator.model import FleetState, FloatArray, Phase
-from policies.costs import JobOfferFit, marginal_intensity
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,11 +55,11 @@ def accrue(
     rate = fit.rate[jobs, offers]
     remaining = work_gpu_h[jobs] - fleet.progress_gpu_h[jobs]
     with np.errstate(divide="ignore", invalid="ignore"):
-        need_s = np.where(rate > 0, remaining / rate * 3600.0, np.inf)
+        need_s = np.where(rate > 0, units.seconds(remaining / rate), np.inf)
     finishing = (need_s <= run_s + 1e-9) & model_progress
     used_run_s = np.where(finishing, need_s, run_s)
     billed_s = np.where(finishing & (not bill_final_tick), (run_from - t0_s) + need_s, dt_s)
-    hours = billed_s / 3600.0
+    hours = units.hours(billed_s)
 
     usd = row.usd_per_hour[offers] * fit.instances[jobs, offers] * hours
     kwh = fit.power_kw[jobs, offers] * fit.pue[offers] * hours
@@ -67,11 +68,11 @@ def accrue(
     fleet.usd[jobs] += np.nan_to_num(usd)
     fleet.kwh[jobs] += kwh
     fleet.kwh_curtailed[jobs] += np.where(row.curtailing[offers], kwh, 0.0)
-    fleet.kg_co2[jobs] += kwh * avg / 1000.0
-    fleet.kg_co2_marginal[jobs] += kwh * marg / 1000.0
+    fleet.kg_co2[jobs] += units.kg_co2(kwh, avg)
+    fleet.kg_co2_marginal[jobs] += units.kg_co2(kwh, marg)
     if not model_progress:
         return jobs[:0]
-    fleet.progress_gpu_h[jobs] += rate * used_run_s / 3600.0
+    fleet.progress_gpu_h[jobs] += units.hours(rate * used_run_s)
 
     running = run_s > 0
     fleet.phase[jobs[running]] = Phase.RUNNING

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from orchestrator import failpoints
+from orchestrator.costs import move_cost
 from orchestrator.model import (
     Action,
     ActionKind,
@@ -26,9 +27,8 @@ from orchestrator.model import (
     InstanceId,
     JobSpec,
     Offer,
-    Snapshot,
 )
-from policies.costs import move_cost
+from policies.base import Snapshot
 from providers.base import ComputeProvider, LaunchSpec
 
 logger = logging.getLogger(__name__)

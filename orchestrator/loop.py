@@ -26,8 +26,10 @@ from typing import Protocol
 
 import numpy as np
 
+from orchestrator import units
 from orchestrator.accounting import SignalRow, accrue
 from orchestrator.clock import utc
+from orchestrator.costs import JobOfferFit, carbon_usd
 from orchestrator.executor import LaunchEnv, Mover, execute
 from orchestrator.model import (
     CostSettings,
@@ -39,21 +41,19 @@ from orchestrator.model import (
     JobSpec,
     Market,
     Phase,
-    Snapshot,
 )
 from orchestrator.planner import plan
 from orchestrator.reconcile import reconcile
 from orchestrator.signals.grid import SignalGrid
 from orchestrator.signals.history import SignalHistory
 from orchestrator.signals.view import SignalFrame, SignalView, as_view
-from policies.base import Policy
-from policies.costs import JobOfferFit
+from policies.base import Policy, Snapshot
 from providers.base import ComputeProvider, EventType, ProviderEvent
 
 logger = logging.getLogger(__name__)
 
 FAILURE_BACKOFF_S = 60.0  # the first relaunch after a failed run waits this long, doubling
-FAILURE_BACKOFF_MAX_S = 3600.0  # ... up to this
+FAILURE_BACKOFF_MAX_S = units.SECONDS_PER_HOUR  # ... up to this
 
 
 def failure_backoff_s(failures: int) -> float:
@@ -126,7 +126,7 @@ class Controller:
         self._index = {job.id: j for j, job in enumerate(self.jobs)}
         self._offer_ix = {o.id: k for k, o in enumerate(self.offers)}
         self._work = np.array([job.work_gpu_hours for job in self.jobs])
-        self._ckpt_s = np.array([job.checkpoint_interval_h * 3600.0 for job in self.jobs])
+        self._ckpt_s = np.array([units.seconds(job.checkpoint_interval_h) for job in self.jobs])
         self._start_s = np.array([job.start.timestamp() for job in self.jobs])
         self._spot = np.array([o.market is Market.SPOT for o in self.offers])
         od = {
@@ -294,9 +294,8 @@ class Controller:
         its emissions (USD/h equivalent; the policy weighs progress and moves besides)."""
         fit = snapshot.fit
         kwh = fit.power_kw[j] * fit.pue
-        out: FloatArray = (
-            snapshot.usd_per_hour * fit.instances[j]
-            + kwh * snapshot.carbon_g_per_kwh * cls._carbon_price(snapshot, j) / 1e6
+        out: FloatArray = snapshot.usd_per_hour * fit.instances[j] + carbon_usd(
+            kwh, snapshot.carbon_g_per_kwh, cls._carbon_price(snapshot, j)
         )
         return out
 
@@ -465,7 +464,7 @@ class Controller:
         return Snapshot(
             now=now,
             now_s=now_s,
-            tick_h=g.tick_s / 3600.0,
+            tick_h=units.hours(float(g.tick_s)),
             offers=g.offers,
             usd_per_hour=g.usd_per_hour[k],
             spot_capacity=capacity,

@@ -1,7 +1,7 @@
 """The domain model: plain frozen data shared by the loop, the policies and the providers.
 
 Per-job numbers that change every tick (progress, dollars, energy) live in `FleetState`, a
-struct of numpy arrays indexed like `Snapshot.jobs`, so a replay of hundreds of jobs over
+struct of numpy arrays indexed like the job list, so a replay of hundreds of jobs over
 thousands of ticks stays fast. Everything else is a frozen, slotted dataclass.
 
 Work is measured in reference GPU-hours: hours of one A100-80GB. A job with `gpus` GPUs on
@@ -12,18 +12,13 @@ GPU-hours per hour once its cold start is over.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import IntEnum, StrEnum
-from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
-
-if TYPE_CHECKING:
-    from orchestrator.signals.history import SignalHistory
-    from policies.costs import JobOfferFit
 
 JobId = str
 OfferId = str
@@ -205,41 +200,6 @@ class CostSettings:
     transfer_time: bool = True
     bill_final_tick: bool = False
     transfer_gbps: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    """Everything a policy may look at, frozen at `now`.
-
-    Per-offer arrays align with `offers`; per-job arrays (in `fleet`) align with `jobs`.
-    `spot_capacity` is how many more instances of a spot offer could be launched now
-    (`inf` for on-demand, 0 where spot is unavailable, NaN where unknown).
-    `carbon_marginal_g_per_kwh` is NaN where no marginal signal exists.
-    `fit` holds the static job x offer facts (progress rate, instances, power).
-    `history` gives signals strictly up to `now` (for forecasts); it cannot see the future.
-    """
-
-    now: datetime
-    now_s: float
-    tick_h: float
-    offers: Sequence[Offer]
-    usd_per_hour: FloatArray
-    spot_capacity: FloatArray
-    carbon_g_per_kwh: FloatArray
-    carbon_marginal_g_per_kwh: FloatArray
-    curtailing: BoolArray
-    jobs: Sequence[JobSpec]
-    fleet: FleetState
-    fit: JobOfferFit
-    settings: CostSettings = field(default_factory=CostSettings)
-    history: SignalHistory | None = None
-
-    @property
-    def carbon_usd_per_tonne(self) -> float:
-        return self.settings.carbon_usd_per_tonne
-
-    def offer_index(self) -> Mapping[OfferId, int]:
-        return {o.id: k for k, o in enumerate(self.offers)}
 
 
 @dataclass(frozen=True, slots=True)

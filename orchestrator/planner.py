@@ -12,8 +12,10 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping
 
-from orchestrator.model import Action, ActionKind, Decision, Phase, Snapshot
-from policies.costs import move_cost
+from orchestrator import units
+from orchestrator.costs import move_cost
+from orchestrator.model import Action, ActionKind, Decision, Phase
+from policies.base import Snapshot
 
 
 def plan(
@@ -98,11 +100,13 @@ def _late_move(snapshot: Snapshot, j: int, current: int, o: int) -> str | None:
     move = move_cost(job, src.location, dst.location, snapshot.settings)
     now_s = snapshot.now_s
     ready_s = float(fleet.ready_at_s[j])
-    here_s = (now_s if math.isnan(ready_s) else max(now_s, ready_s)) + remaining / rate_here * 3600
-    there_s = now_s + (job.cold_start_h + move.transfer_h + remaining / rate_dst) * 3600
+    here_s = (now_s if math.isnan(ready_s) else max(now_s, ready_s)) + units.seconds(
+        remaining / rate_here
+    )
+    there_s = now_s + units.seconds(job.cold_start_h + move.transfer_h + remaining / rate_dst)
     deadline_s = job.deadline.timestamp()
     if there_s > deadline_s >= here_s:
-        late_h = (there_s - deadline_s) / 3600
+        late_h = units.hours(there_s - deadline_s)
         return (
             f"a move to {dst.id} would finish {late_h:.1f} h after the deadline (staying "
             f"finishes in time): held where it is"

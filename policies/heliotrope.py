@@ -63,19 +63,19 @@ from typing import Any
 
 import numpy as np
 
+from orchestrator import units
+from orchestrator.costs import carbon_usd, move_matrices
 from orchestrator.model import (
     BoolArray,
     Decision,
     FloatArray,
     IntArray,
     Intent,
-    Location,
     Market,
     Phase,
-    Snapshot,
 )
 from orchestrator.signals.forecast import forecast_mean
-from policies.costs import egress_per_gb, transfer_h_per_gb
+from policies.base import Snapshot
 from policies.spot_lifetime import LifetimeTracker
 
 _FIRST_ACTIVE, _LAST_ACTIVE = int(Phase.WAITING), int(Phase.RUNNING)  # started, not done
@@ -147,7 +147,7 @@ class Heliotrope:
         hourly = price[None, :] * inst
         if (carbon_prices > 0).any():
             kwh_per_hour = fit.power_kw[js] * fit.pue[None, :]
-            hourly = hourly + kwh_per_hour * carbon[None, :] * carbon_prices[:, None] / 1e6
+            hourly = hourly + carbon_usd(kwh_per_hour, carbon[None, :], carbon_prices[:, None])
         allowed = rate > 0
         with np.errstate(divide="ignore", invalid="ignore"):
             per_progress = hourly / rate
@@ -177,12 +177,12 @@ class Heliotrope:
         now_s = snapshot.now_s
         if holding.any():
             hj = rows_j[holding]
-            ready_in = (fleet.ready_at_s[js[hj]] - now_s) / 3600.0
+            ready_in = units.hours(fleet.ready_at_s[js[hj]] - now_s)
             startup[hj, current[holding]] = np.where(ready_in > 0.0, ready_in, 0.0)  # NaN: 0
             egress[hj, current[holding]] = 0.0
 
         remaining = np.maximum(fit.work_gpu_h[js] - fleet.progress_gpu_h[js], 0.0)
-        time_left = (fit.deadline_s[js] - now_s) / 3600.0
+        time_left = units.hours(fit.deadline_s[js] - now_s)
         with np.errstate(divide="ignore", invalid="ignore"):
             finish_h = startup + remaining[:, None] / rate
         stay = np.maximum(np.minimum(lifetime[None, :], finish_h), tick_h)
@@ -409,25 +409,8 @@ class Heliotrope:
 
     def _move_matrices(self, snapshot: Snapshot) -> tuple[FloatArray, FloatArray]:
         """[src offer, dst offer]: egress USD per GB and transfer hours per GB."""
-        settings = snapshot.settings
-        key = ("move", id(snapshot.offers), settings)
+        key = ("move", id(snapshot.offers), snapshot.settings)
         if key not in self._memo:
-            offers = snapshot.offers
-            regions: dict[tuple[str, str], int] = {}
-            code: IntArray = np.array(
-                [regions.setdefault((o.cloud, o.region), len(regions)) for o in offers],
-                dtype=np.int64,
-            )
-            locs = [Location(c, r) for c, r in regions]
-            n = len(locs)
-            egress = np.zeros((n, n))
-            transfer = np.zeros((n, n))
-            for a, src in enumerate(locs):
-                for b, dst in enumerate(locs):
-                    if a == b:
-                        continue
-                    egress[a, b] = egress_per_gb(src, dst, settings)
-                    transfer[a, b] = transfer_h_per_gb(src, dst, settings)
-            self._memo[key] = (egress[np.ix_(code, code)], transfer[np.ix_(code, code)])
+            self._memo[key] = move_matrices(snapshot.offers, snapshot.settings)
         result: tuple[FloatArray, FloatArray] = self._memo[key]
         return result

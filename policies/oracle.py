@@ -70,6 +70,8 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from orchestrator import units
+from orchestrator.costs import move_cost, objective_usd
 from orchestrator.model import (
     BoolArray,
     Decision,
@@ -80,9 +82,8 @@ from orchestrator.model import (
     Market,
     Offer,
     Phase,
-    Snapshot,
 )
-from policies.costs import move_cost
+from policies.base import Snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -164,7 +165,7 @@ class Hindsight:
 
         return Hindsight(
             start_s=snapshot.now_s,
-            tick_s=snapshot.tick_h * 3600.0,
+            tick_s=units.seconds(snapshot.tick_h),
             offers=tuple(snapshot.offers),
             usd_per_hour=rows(snapshot.usd_per_hour),
             spot_capacity=rows(capacity),
@@ -223,7 +224,9 @@ class JobProblem:
         return int(self.egress_usd.shape[1])
 
     def objective_per_hour(self) -> FloatArray:
-        j: FloatArray = self.usd_per_hour + self.carbon_usd_per_tonne * self.kg_per_hour / 1000.0
+        j: FloatArray = objective_usd(
+            self.usd_per_hour, self.kg_per_hour, self.carbon_usd_per_tonne
+        )
         return j
 
 
@@ -314,9 +317,9 @@ class Oracle:
             return Decision()
         hindsight = self._hindsight(snapshot)
         cols = self._columns(snapshot, hindsight)
-        k = round((snapshot.now_s - hindsight.start_s) / hindsight.tick_s)
+        k = units.tick_at(snapshot.now_s, hindsight.start_s, hindsight.tick_s)
         if abs(hindsight.start_s + k * hindsight.tick_s - snapshot.now_s) > 1e-3 or not (
-            abs(snapshot.tick_h * 3600.0 - hindsight.tick_s) < 1e-6
+            abs(units.seconds(snapshot.tick_h) - hindsight.tick_s) < 1e-6
         ):
             raise ValueError("the oracle's hindsight is on another tick grid than the loop")
         intents: dict[int, Intent] = {}
@@ -357,7 +360,7 @@ class Oracle:
             return self.hindsight
         cached = self._cache.get("persistent")
         horizon_s = max(j.deadline.timestamp() for j in snapshot.jobs) - snapshot.now_s
-        tick_s = snapshot.tick_h * 3600.0
+        tick_s = units.seconds(snapshot.tick_h)
         if isinstance(cached, Hindsight) and (
             cached.start_s + cached.n_ticks * cached.tick_s >= snapshot.now_s + horizon_s
         ):
@@ -562,7 +565,7 @@ def job_problem(
         work_gpu_h=max(0.0, job.work_gpu_hours - float(fleet.progress_gpu_h[j])),
         rate=rate,
         usd_per_hour=price0 * instances[None, :],
-        kg_per_hour=kwh_per_hour[None, :] * carbon / 1000.0,
+        kg_per_hour=units.kg_co2(kwh_per_hour[None, :], carbon),
         usable=usable,
         preempted=short,
         location=location,
@@ -759,7 +762,7 @@ def _backward_forward(
     n_ticks = pb.dp_ticks
     n_loc = pb.n_locations
     tick_s = pb.tick_s
-    tick_h = tick_s / 3600.0
+    tick_h = units.hours(tick_s)
     work = pb.work_gpu_h
     act = act[np.argsort(pb.location[act], kind="stable")]  # offers of a location together
     n_act = len(act)
@@ -771,7 +774,7 @@ def _backward_forward(
     final_weight = 0.0 if pb.finishing_tick_free else 1.0
 
     # Startup classes (cold start + transfer), in ticks.
-    keys = np.round(pb.startup_h * 3600.0 / tick_s, 9)
+    keys = np.round(units.seconds(pb.startup_h) / tick_s, 9)
     uniq = sorted(set(keys.ravel().tolist()))
     cls = np.searchsorted(np.array(uniq), keys)  # [L+1, L]
     launches = []
@@ -797,7 +800,7 @@ def _backward_forward(
         levels_cap = max(16, int(n_lev * max_cells / cells))
     levels = np.arange(n_lev, dtype=np.int64)
     with np.errstate(divide="ignore"):
-        need_s = (work - levels[None, :] * unit) / rate[:, None] * 3600.0  # [A, P]
+        need_s = units.seconds((work - levels[None, :] * unit) / rate[:, None])  # [A, P]
     # Finishing is a suffix of levels: from fin_stay[o] in a kept tick, from fin_launch[c][o]
     # in the last tick of a launch of class c.
     fin_stay = _first_at_most(need_s, tick_s + _FINISH_TOL_S)
@@ -853,7 +856,7 @@ def _backward_forward(
         for o in np.flatnonzero(first < hi).tolist():
             a = max(int(first[o]), lo)
             ns = need_s[o, a:hi]
-            bill = tick_h if pb.bill_final_tick else (offset_s + ns) / 3600.0
+            bill = tick_h if pb.bill_final_tick else units.hours(offset_s + ns)
             cost = base[o] + row_rate[o] * bill * final_weight
             if (tick + 1) * tick_s > deadline:
                 cost = np.where(tick * tick_s + offset_s + ns <= deadline, cost, np.inf)
@@ -1015,7 +1018,7 @@ def _fallback(pb: JobProblem) -> Schedule:
     (or kept), stay usable until the job is done, the earliest finish, then the lowest J;
     with none, the fastest offer never preempted in the hindsight, held to its end."""
     n_ticks = pb.n_ticks
-    tick_h = pb.tick_s / 3600.0
+    tick_h = units.hours(pb.tick_s)
     none = pb.n_locations
     ckpt = pb.start_location if pb.start_location >= 0 else none
     if pb.start_offer >= 0:
@@ -1101,7 +1104,7 @@ def _account(
             if a >= 0:
                 dst = int(pb.location[a])
                 usd += float(pb.egress_usd[ckpt, dst])
-                ready_s = t0 + float(pb.startup_h[ckpt, dst]) * 3600.0
+                ready_s = t0 + units.seconds(float(pb.startup_h[ckpt, dst]))
                 ckpt = dst
         if held < 0:
             continue
@@ -1109,11 +1112,11 @@ def _account(
         run_from = min(max(ready_s, t0), t1)
         run_s = t1 - run_from
         r = float(pb.rate[held])
-        need = (work - progress) / r * 3600.0 if r > 0 else math.inf
+        need = units.seconds((work - progress) / r) if r > 0 else math.inf
         finishing = need <= run_s + _FINISH_TOL_S
-        billed_h = (
+        billed_h = units.hours(
             (run_from - t0) + need if finishing and not pb.bill_final_tick else tick_s
-        ) / 3600.0
+        )
         row = min(i, pb.n_ticks - 1)
         usd += float(pb.usd_per_hour[row, held]) * billed_h
         kg += float(pb.kg_per_hour[row, held]) * billed_h
@@ -1124,10 +1127,10 @@ def _account(
             held_out, progress_out = held_out[: i + 1], progress_out[: i + 1]
             targets = targets[: i + 1]
             break
-        progress += r * run_s / 3600.0
-    objective = usd + pb.carbon_usd_per_tonne * kg / 1000.0
+        progress += units.hours(r * run_s)
+    objective = objective_usd(usd, kg, pb.carbon_usd_per_tonne)
     if pb.finishing_tick_free:
-        objective -= final_usd + pb.carbon_usd_per_tonne * final_kg / 1000.0
+        objective -= objective_usd(final_usd, final_kg, pb.carbon_usd_per_tonne)
     met = math.isfinite(finish_s) and finish_s <= pb.deadline_s + _DEADLINE_TOL_S
     return Schedule(
         held=held_out,

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from orchestrator.costs import move_cost
 from orchestrator.errors import InputError, TransientError
 from orchestrator.jobs import load_jobs
 from orchestrator.live.controller import CANCELLED, LiveController
@@ -30,11 +31,9 @@ from orchestrator.model import (
     Market,
     Offer,
     Phase,
-    Snapshot,
 )
 from orchestrator.state import LoadedFleet, StateStore
-from policies.base import Policy
-from policies.costs import move_cost
+from policies.base import Policy, Snapshot
 from policies.registry import make_policy
 
 MIGRATE_TRIES = 5  # ticks `migrate` tries while a running controller's commits win the race
@@ -130,7 +129,7 @@ def jobs_table(
     rate of the offer it runs on, or for a job without an instance its best offer plus a
     cold start) and whether that keeps its deadline (`deadline_status`: met | missed (+H h)
     for finished jobs; on track | at risk | missed for the others; cancelled)."""
-    from policies.costs import relative_throughput
+    from orchestrator.costs import relative_throughput
 
     loaded, _ = store.load()
     by_id = {o.id: o for o in offers}
@@ -698,7 +697,7 @@ def cost_report(since: datetime | None = None) -> dict[str, Any]:
     Built from the job's events, which carry its running totals: what accrued between two
     events is booked to the offer the job held in between (a launch sets it; a stop, a
     preemption or the finish clears it)."""
-    from policies.costs import JobOfferFit
+    from orchestrator.costs import JobOfferFit
 
     world = configured_world()
     store = world.open_store()

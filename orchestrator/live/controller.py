@@ -56,7 +56,6 @@ from orchestrator.model import (
     Offer,
     Phase,
     SignalKind,
-    Snapshot,
 )
 from orchestrator.signals.grid import SignalGrid
 from orchestrator.signals.sources.keys import spot_key
@@ -69,7 +68,7 @@ from orchestrator.state import (
     fleet_from_rows,
     rows_from_fleet,
 )
-from policies.base import Policy
+from policies.base import Policy, Snapshot
 from providers.base import ComputeProvider, acknowledging, preemptible
 
 logger = logging.getLogger(__name__)

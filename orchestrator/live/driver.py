@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 
 from orchestrator.checkpoints import CheckpointStore
+from orchestrator.costs import move_cost
 from orchestrator.errors import HeliotropeError, TransientError
 from orchestrator.loop import Controller
 from orchestrator.migration import (
@@ -43,9 +44,9 @@ from orchestrator.migration import (
     Terminate,
     advance,
 )
-from orchestrator.model import Event, EventKind, InstanceId, JobSpec, Offer, Phase, Snapshot
+from orchestrator.model import Event, EventKind, InstanceId, JobSpec, Offer, Phase
 from orchestrator.state import InstanceRecord, MigrationRecord, StateStore
-from policies.costs import move_cost
+from policies.base import Snapshot
 from providers.base import ComputeProvider, InstanceState, LaunchOutcome, LaunchSpec
 
 logger = logging.getLogger(__name__)

@@ -28,7 +28,7 @@ from typing import Any, Final, Protocol
 
 import numpy as np
 
-from orchestrator import catalog
+from orchestrator import catalog, units
 from orchestrator.model import FloatArray, Market, Offer, SignalKind
 from orchestrator.signals.grid import WORLD_AVG_G_PER_KWH, SignalGrid
 from orchestrator.signals.sources.base import FORECAST_SUFFIX
@@ -173,7 +173,7 @@ class GridView:
 
     def frame(self, now_s: float) -> SignalFrame:
         g = self.grid
-        k = int((now_s - g.start_s + 1e-6) // g.tick_s)
+        k = units.tick_at(now_s, g.start_s, g.tick_s)
         stale: tuple[str, ...] = ()
         if k >= g.n_ticks:
             end = g.time_of(g.n_ticks)

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from orchestrator.model import BoolArray, FloatArray, IntArray, Market, Phase, Snapshot
-from policies.costs import JobOfferFit
+from orchestrator.costs import JobOfferFit
+from orchestrator.model import BoolArray, FloatArray, IntArray, Market, Phase
+from policies.base import Snapshot
 
 NO_OFFER = -1
 _SPOT = Market.SPOT  # enum lookups are slow on 3.11; these run per offer / per call

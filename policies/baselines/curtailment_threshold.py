@@ -31,8 +31,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from orchestrator.model import BoolArray, Decision, FloatArray, IntArray, Intent, Phase, Snapshot
+from orchestrator.costs import marginal_intensity
+from orchestrator.model import BoolArray, Decision, FloatArray, IntArray, Intent, Phase
 from orchestrator.units import SECONDS_PER_HOUR
+from policies.base import Snapshot
 from policies.baselines._common import (
     candidates,
     held_offer,
@@ -41,7 +43,6 @@ from policies.baselines._common import (
     priced_offers,
     spot_mask,
 )
-from policies.costs import marginal_intensity
 
 # Added to the score ($ per unit of progress) of offers that are not curtailing, so any
 # curtailing offer ranks first.

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from orchestrator.model import Decision, Intent, Phase, Snapshot
+from orchestrator.model import Decision, Intent, Phase
+from policies.base import Snapshot
 from policies.baselines._common import (
     candidates,
     home_mask,

@@ -32,7 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from orchestrator.model import Decision, Intent, Phase, Snapshot
+from orchestrator.model import Decision, Intent, Phase
+from policies.base import Snapshot
 from policies.baselines._common import (
     candidates,
     jobs_in,

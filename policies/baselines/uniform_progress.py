@@ -43,8 +43,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from orchestrator.model import Decision, Intent, Phase, Snapshot
+from orchestrator.model import Decision, Intent, Phase
 from orchestrator.units import SECONDS_PER_HOUR
+from policies.base import Snapshot
 from policies.baselines._common import (
     candidates,
     held_offer,

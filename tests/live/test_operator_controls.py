@@ -19,7 +19,8 @@ from orchestrator.jobs import parse_jobs
 from orchestrator.live.commands import hold, live_controller
 from orchestrator.live.controller import LiveController
 from orchestrator.live.world import LiveSettings, local_world
-from orchestrator.model import Decision, EventKind, Intent, Market, Phase, Snapshot
+from orchestrator.model import Decision, EventKind, Intent, Market, Phase
+from policies.base import Snapshot
 
 COUNT_JOB = Path(__file__).resolve().parents[1] / "e2e" / "count_job.py"
 

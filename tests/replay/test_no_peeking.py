@@ -12,11 +12,11 @@ import pytest
 from orchestrator.clock import FakeClock
 from orchestrator.jobs import parse_jobs
 from orchestrator.loop import Controller, EventLog
-from orchestrator.model import Decision, Snapshot
+from orchestrator.model import Decision
 from orchestrator.replay.runner import build_grid
 from orchestrator.signals.grid import SignalGrid
 from orchestrator.signals.scenario import generate
-from policies.base import Policy
+from policies.base import Policy, Snapshot
 from policies.registry import make_policy
 from providers.sim import SimProvider
 

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from orchestrator.costs import JobOfferFit
 from orchestrator.errors import InputError, UnknownNameError
 from orchestrator.model import (
     Decision,
@@ -29,11 +30,10 @@ from orchestrator.model import (
     Market,
     Offer,
     Phase,
-    Snapshot,
 )
 from orchestrator.signals.grid import SignalGrid
 from orchestrator.signals.history import SignalHistory
-from policies.base import Policy
+from policies.base import Policy, Snapshot
 from policies.baselines import (
     CarbonGreedy,
     CurtailmentThreshold,
@@ -41,7 +41,6 @@ from policies.baselines import (
     SpotFailover,
     UniformProgress,
 )
-from policies.costs import JobOfferFit
 from policies.registry import POLICY_NAMES, make_policy
 
 T0 = datetime(2024, 3, 1, tzinfo=UTC)

@@ -11,7 +11,8 @@ from datetime import timedelta
 import numpy as np
 import pytest
 
-from orchestrator.model import CostSettings, Market, Phase, Snapshot
+from orchestrator.model import CostSettings, Market, Phase
+from policies.base import Snapshot
 from policies.heliotrope import Heliotrope
 from tests.unit.test_baselines import KEEP, PAUSE, Expected, World, check, decide, job, offer
 

@@ -18,9 +18,9 @@ from orchestrator.model import (
     JobSpec,
     Location,
     Phase,
-    Snapshot,
 )
 from orchestrator.replay.runner import Replay, run_replay
+from policies.base import Snapshot
 from tests.conftest import T0, tiny_trace
 
 AWS_OD, AWS_SPOT, GCP_OD, GCP_SPOT = 0, 1, 2, 3  # offer order in tiny_trace's grid

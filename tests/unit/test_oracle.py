@@ -30,11 +30,10 @@ from orchestrator.model import (
     JobSpec,
     Market,
     Phase,
-    Snapshot,
 )
 from orchestrator.replay.runner import build_grid, run_policy
 from orchestrator.signals.grid import SignalGrid
-from policies.base import Policy
+from policies.base import Policy, Snapshot
 from policies.baselines import CarbonGreedy, OnDemand, SpotFailover, UniformProgress
 from policies.oracle import NO_OFFER, Hindsight, JobProblem, Oracle, plan_job
 from policies.registry import make_policy

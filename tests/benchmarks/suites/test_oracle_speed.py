@@ -21,9 +21,10 @@ import pytest
 
 from orchestrator.clock import FakeClock
 from orchestrator.loop import Controller, EventLog, LoopOptions
-from orchestrator.model import CostSettings, Decision, Snapshot
+from orchestrator.model import CostSettings, Decision
 from orchestrator.replay.suites import SKYNOMAD_FILE, skynomad_h100
 from orchestrator.signals.grid import SignalGrid
+from policies.base import Snapshot
 from policies.oracle import Hindsight, JobProblem, job_problem, plan_job
 from providers.sim import SimProvider, realize_spot
 from tests.benchmarks.conftest import best_of, reference_workload_s

@@ -215,9 +215,11 @@ class KeyedSource:
     terms: ClassVar[str] = ""
     back: ClassVar[timedelta] = timedelta(hours=24)
     ahead: ClassVar[timedelta] = timedelta(0)
+    default_url: ClassVar[str] = ""  # its API's base URL (`url`: this or the configured one)
 
     def __init__(self, ctx: SourceContext) -> None:
         self.ctx = ctx
+        self.url = ctx.base_url(self.name, self.default_url) if self.default_url else ""
 
     # -- the protocol -------------------------------------------------------------------
     def read(self, keys: Sequence[str], start: datetime, end: datetime) -> pd.DataFrame:

@@ -156,10 +156,7 @@ class ElectricityMaps(KeyedSource):
     history: ClassVar[bool] = True
     back: ClassVar[timedelta] = timedelta(hours=24)
     ahead: ClassVar[timedelta] = timedelta(hours=24)
-
-    def __init__(self, ctx: SourceContext) -> None:
-        super().__init__(ctx)
-        self.url = ctx.base_url(self.name, EM_DEFAULT_URL)
+    default_url: ClassVar[str] = EM_DEFAULT_URL
 
     def _get(self, path: str, params: Mapping[str, str]) -> bytes:
         token = self.ctx.credential(self.name, EM_TOKEN_ENV)
@@ -269,10 +266,7 @@ class UkCarbon(KeyedSource):
     history: ClassVar[bool] = True
     back: ClassVar[timedelta] = timedelta(hours=24)
     ahead: ClassVar[timedelta] = timedelta(hours=24)
-
-    def __init__(self, ctx: SourceContext) -> None:
-        super().__init__(ctx)
-        self.url = ctx.base_url(self.name, UK_DEFAULT_URL)
+    default_url: ClassVar[str] = UK_DEFAULT_URL
 
     def covers(self, key: str) -> bool:
         return key == UK_ZONE
@@ -411,9 +405,10 @@ class WattTime(KeyedSource):
     back: ClassVar[timedelta] = timedelta(hours=1)
     ahead: ClassVar[timedelta] = timedelta(hours=24)
 
+    default_url: ClassVar[str] = WT_DEFAULT_URL
+
     def __init__(self, ctx: SourceContext) -> None:
         super().__init__(ctx)
-        self.url = ctx.base_url(self.name, WT_DEFAULT_URL)
         extra = ctx.options.get("watttime_regions") or {}
         self.regions: dict[str, str] = {**ZONE_TO_WATTTIME, **dict(extra)}
         self._token: str | None = None

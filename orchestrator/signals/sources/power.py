@@ -256,9 +256,10 @@ class Entsoe(KeyedSource):
     ahead: ClassVar[timedelta] = timedelta(hours=48)  # day-ahead: tomorrow is published
     what: ClassVar[str] = "day-ahead prices"  # in error messages: "<what> <zone>"
 
+    default_url: ClassVar[str] = ENTSOE_DEFAULT_URL
+
     def __init__(self, ctx: SourceContext) -> None:
         super().__init__(ctx)
-        self.url = ctx.base_url(self.name, ENTSOE_DEFAULT_URL)
         self.eur_to_usd = float(ctx.options.get("eur_to_usd", EUR_TO_USD))
 
     def covers(self, key: str) -> bool:
@@ -560,9 +561,10 @@ class Eia930(KeyedSource):
     history: ClassVar[bool] = True
     back: ClassVar[timedelta] = timedelta(hours=24)
 
+    default_url: ClassVar[str] = EIA_DEFAULT_URL
+
     def __init__(self, ctx: SourceContext) -> None:
         super().__init__(ctx)
-        self.url = ctx.base_url(self.name, EIA_DEFAULT_URL)
         self.page_size = int(ctx.options.get("eia_page_size", EIA_PAGE))
 
     def covers(self, key: str) -> bool:

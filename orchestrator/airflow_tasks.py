@@ -24,14 +24,21 @@ sources; they are never logged.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Final, Protocol, TypeVar
+from typing import Annotated, Any, Final, Protocol, TypeVar
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from orchestrator.errors import InputError, TransientError
 
@@ -50,13 +57,18 @@ CONNECTION_IDS: Final[Mapping[str, str]] = {
     "eia": "eia_default",
 }
 
+# -- what the DAG files read while Airflow parses them ---------------------------------------
+#
+# A DAG file may import this module and nothing else of ours while it is parsed (the parse
+# test: no policies, providers, orchestrator.signals/live/replay, numpy or pandas), yet its
+# task groups, param enums and form suggestions need these names. So they are written out
+# here, and tests/dags/test_task_bodies.py and tests/providers/test_registry.py keep each
+# equal to the registry it copies. Task bodies (run time) read the real registries instead.
+
 #: The signals DAG's task groups: one task per family, mapped over regions. Cloud families
-#: poll the regions of their cloud; grid families every region, by its grid zone. Together
-#: they are `orchestrator.signals.poll.SOURCE_NAMES` (a test keeps them in step). The cloud
-#: families are the registry's (`cloud_families()`: each cloud with signal sources, its
-#: price then capacity sources); they are written out here because the DAG file reads this
-#: while Airflow parses it, when nothing but this module may be imported (a test keeps the
-#: two equal).
+#: poll the regions of their cloud: the cloud registry's `cloud_families()` (each cloud with
+#: signal sources, its price then capacity sources). Grid families (defined here) poll
+#: every region, by its grid zone. Together they are `orchestrator.signals.poll.SOURCE_NAMES`.
 SIGNAL_FAMILIES: Final[Mapping[str, tuple[str, ...]]] = {
     "aws": ("aws-spot-price", "aws-ondemand", "aws-placement-score", "aws-spot-advisor"),
     "gcp": ("gcp-billing",),
@@ -76,20 +88,11 @@ SIGNAL_FAMILIES: Final[Mapping[str, tuple[str, ...]]] = {
     ),
 }
 
-
-def cloud_families() -> dict[str, tuple[str, ...]]:
-    """The cloud families of the signals DAG, from the cloud registry: each registered cloud
-    with price or capacity signal sources, named after it."""
-    from providers import registry
-
-    return {s.name: s.signal_sources for s in registry.specs() if s.signal_sources}
-
-
-#: The regions of the local world (orchestrator.live.world.LOCAL_REGIONS), offered as
-#: suggestions in the migrate form. A test keeps the two in step.
+#: The regions of the local world (`orchestrator.live.world.LOCAL_REGIONS`), offered as
+#: suggestions in the migrate form.
 LOCAL_REGION_NAMES: Final = ("us-east-1", "eu-north-1", "us-central1", "europe-west4")
 
-#: Policy names a replay may run (policies.registry.POLICY_NAMES; a test keeps them in step).
+#: Policy names a replay may run (`policies.registry.POLICY_NAMES`): the replay form's enum.
 REPLAY_POLICY_CHOICES: Final = (
     "on-demand",
     "spot-failover",
@@ -100,7 +103,7 @@ REPLAY_POLICY_CHOICES: Final = (
     "oracle",
 )
 
-#: Policies a replay runs when none are given (the CLI's default).
+#: Policies a replay runs when none are given (`orchestrator.replay.service.DEFAULT_POLICIES`).
 DEFAULT_REPLAY_POLICIES: Final = (
     "on-demand",
     "spot-failover",
@@ -108,6 +111,21 @@ DEFAULT_REPLAY_POLICIES: Final = (
     "carbon-greedy",
     "curtailment-threshold",
 )
+
+
+def cloud_families() -> dict[str, tuple[str, ...]]:
+    """The cloud families of the signals DAG, from the cloud registry: each registered cloud
+    with price or capacity signal sources, named after it."""
+    from providers import registry
+
+    return {s.name: s.signal_sources for s in registry.specs() if s.signal_sources}
+
+
+def signal_families() -> dict[str, tuple[str, ...]]:
+    """The families a task polls, at run time: the registry's cloud families, then the grid
+    families of `SIGNAL_FAMILIES`."""
+    grid = {k: v for k, v in SIGNAL_FAMILIES.items() if k in ("carbon", "power")}
+    return {**cloud_families(), **grid}
 
 
 class PollFailed(TransientError):
@@ -127,8 +145,30 @@ class Skip(Exception):
 # -- settings ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class TaskSettings:
+class _Refused(ValueError):
+    """What a Variable key's value should have been."""
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",")]
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise _Refused("a list of names")
+    return tuple(v for v in value if v)
+
+
+def _seconds(value: Any) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
+        raise _Refused("seconds > 0")
+    return float(value)
+
+
+Names = Annotated[tuple[str, ...], BeforeValidator(_names)]
+
+
+class TaskSettings(BaseModel):
     """What the Airflow tasks need beyond the CLI's config file.
 
     From the Variable ``heliotrope`` (every key optional)::
@@ -137,81 +177,66 @@ class TaskSettings:
          "trace_dir": "/srv/heliotrope/signals",  # where polled samples are appended
          "regions": ["us-east-1", "europe-west4"],  # regions the signals DAG polls
          "sources": ["uk-carbon", ...],      # signal sources to poll (default: all)
-         "signal_max_age_s": 3600}           # older signals: rebalance skips
-    """
+         "signal_max_age_s": 3600}           # rebalance with require_polled: older skips
+
+    `home` defaults to ``$HELIOTROPE_HOME`` (else ``~/.heliotrope``), `trace_dir` to the
+    home's ``signals``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     home: Path
     trace_dir: Path
-    regions: tuple[str, ...] = ()
-    sources: tuple[str, ...] = ()
-    signal_max_age_s: float = 3600.0
+    regions: Names = ()
+    sources: Names = ()
+    signal_max_age_s: Annotated[float, BeforeValidator(_seconds)] = 3600.0
 
+    @model_validator(mode="before")
+    @classmethod
+    def _paths(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        out = dict(data)
+        home = out.get("home") or os.environ.get("HELIOTROPE_HOME") or "~/.heliotrope"
+        home_dir = Path(str(home)).expanduser()
+        trace_dir = Path(str(out.get("trace_dir") or home_dir / "signals")).expanduser()
+        out["home"], out["trace_dir"] = str(home_dir), str(trace_dir)  # strings: JSON too
+        return out
 
-_SETTING_KEYS: Final = frozenset({"home", "trace_dir", "regions", "sources", "signal_max_age_s"})
+    @field_validator("sources")
+    @classmethod
+    def _known(cls, sources: tuple[str, ...]) -> tuple[str, ...]:
+        known = [n for family in SIGNAL_FAMILIES.values() for n in family]
+        for name in sources:
+            if name not in known:
+                raise _Refused(f"signal sources among {', '.join(known)}; got {name!r}")
+        return sources
 
 
 def task_settings(variable: Mapping[str, Any] | str | None = None) -> TaskSettings:
     """Settings from the Variable's value (a mapping, its JSON text, or None when unset),
     over the environment (``$HELIOTROPE_HOME``). Unknown keys are refused, naming them."""
-    raw: Mapping[str, Any]
-    if variable is None or variable == "":
-        raw = {}
-    elif isinstance(variable, str):
-        try:
-            loaded = json.loads(variable)
-        except json.JSONDecodeError as exc:
+    where = f"Airflow Variable {VARIABLE!r}"
+    try:
+        if variable is None or variable == "":
+            return TaskSettings.model_validate({})
+        if isinstance(variable, str):
+            return TaskSettings.model_validate_json(variable)
+        return TaskSettings.model_validate(variable)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = str(err["loc"][0]) if err["loc"] else ""
+        cause = (err.get("ctx") or {}).get("error")
+        if err["type"] == "extra_forbidden":
             raise InputError(
-                f"Airflow Variable {VARIABLE!r}", "", "a JSON object", got=exc.msg
-            ) from exc
-        if not isinstance(loaded, dict):
-            raise InputError(f"Airflow Variable {VARIABLE!r}", "", "a JSON object", got=loaded)
-        raw = loaded
-    else:
-        raw = variable
-    unknown = sorted(set(raw) - _SETTING_KEYS)
-    if unknown:
-        raise InputError(
-            f"Airflow Variable {VARIABLE!r}",
-            unknown[0],
-            "one of the keys " + ", ".join(sorted(_SETTING_KEYS)),
-            fix="remove it (live settings belong in $HELIOTROPE_HOME/config.yaml)",
-        )
-    home = Path(
-        str(raw.get("home") or os.environ.get("HELIOTROPE_HOME") or "~/.heliotrope")
-    ).expanduser()
-    trace_dir = Path(str(raw.get("trace_dir") or home / "signals")).expanduser()
-    max_age = raw.get("signal_max_age_s", 3600.0)
-    if not isinstance(max_age, int | float) or isinstance(max_age, bool) or max_age <= 0:
-        raise InputError(
-            f"Airflow Variable {VARIABLE!r}", "signal_max_age_s", "seconds > 0", got=max_age
-        )
-    sources = _names(raw.get("sources"), "sources")
-    known = [n for family in SIGNAL_FAMILIES.values() for n in family]
-    for name in sources:
-        if name not in known:
-            raise InputError(
-                f"Airflow Variable {VARIABLE!r}",
-                "sources",
-                "signal sources among " + ", ".join(known),
-                got=repr(name),
-            )
-    return TaskSettings(
-        home=home,
-        trace_dir=trace_dir,
-        regions=_names(raw.get("regions"), "regions"),
-        sources=sources,
-        signal_max_age_s=float(max_age),
-    )
-
-
-def _names(value: Any, key: str) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        value = [v.strip() for v in value.split(",")]
-    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-        raise InputError(f"Airflow Variable {VARIABLE!r}", key, "a list of names", got=value)
-    return tuple(v for v in value if v)
+                where,
+                key,
+                "one of the keys " + ", ".join(sorted(TaskSettings.model_fields)),
+                fix="remove it (live settings belong in $HELIOTROPE_HOME/config.yaml)",
+            ) from None
+        if not key or err["type"] in ("json_invalid", "model_type"):
+            raise InputError(where, "", "a JSON object", got=err["msg"]) from None
+        expected = str(cause) if isinstance(cause, _Refused) else err["msg"]
+        raise InputError(where, key, expected, got=repr(err.get("input"))) from None
 
 
 @contextlib.contextmanager
@@ -319,12 +344,13 @@ def signal_regions(settings: TaskSettings, family: str | None = None) -> list[st
     or a bare region name the catalog knows), else the live world's regions. For a cloud
     `family` (a cloud of the registry with signal sources) only that cloud's regions; grid
     families poll every region."""
+    from orchestrator.live.world import LOCAL_REGIONS
     from providers import registry
 
     polled = [s for s in registry.specs() if s.signal_sources]  # registry order
     regions = {s.name: s.regions() for s in polled}
     out: list[str] = []
-    for value in settings.regions or LOCAL_REGION_NAMES:
+    for value in settings.regions or [name for name, _ in LOCAL_REGIONS]:
         cloud, sep, region = value.partition(":")
         if not sep:
             cloud, region = "", value
@@ -339,8 +365,9 @@ def signal_regions(settings: TaskSettings, family: str | None = None) -> list[st
             )
         if f"{cloud}:{region}" not in out:
             out.append(f"{cloud}:{region}")
-    if family is not None and family not in SIGNAL_FAMILIES:
-        raise InputError("", "family", "one of " + ", ".join(SIGNAL_FAMILIES), got=family)
+    families = signal_families()
+    if family is not None and family not in families:
+        raise InputError("", "family", "one of " + ", ".join(families), got=family)
     want = family if family in regions else None
     return [r for r in out if want is None or r.startswith(want + ":")]
 
@@ -364,10 +391,11 @@ def poll_signals(
     from orchestrator.signals import poll
     from orchestrator.signals.sources.base import SourceContext
 
-    if family not in SIGNAL_FAMILIES:
-        raise InputError("", "family", "one of " + ", ".join(SIGNAL_FAMILIES), got=family)
+    families = signal_families()
+    if family not in families:
+        raise InputError("", "family", "one of " + ", ".join(families), got=family)
     cloud, _, name = region.partition(":")
-    names = [n for n in SIGNAL_FAMILIES[family] if not settings.sources or n in settings.sources]
+    names = [n for n in families[family] if not settings.sources or n in settings.sources]
     if family in cloud_families():
         if cloud != family:
             raise Skip(f"{family} sources do not cover {region}")
@@ -513,34 +541,36 @@ def rebalance(settings: TaskSettings, *, require_polled: bool = False) -> dict[s
     The tick accrues, observes and reconciles whatever the signals; when the signals the
     policy would decide on are stale (the world's view says so: nothing polled is fresh, or
     a scenario's grid has ended) it decides nothing, records why, and this raises `Skip`
-    with the reason. With `require_polled`, a trace directory the signals DAG never wrote
-    to is a reason to skip as well (`stale_signals`). Returns the tick's events and the
-    fleet afterwards."""
+    with the reason. With `require_polled`, the view's frame must rest on polled samples,
+    none older than ``signal_max_age_s`` (`polled_reasons`), else it skips before the tick.
+    Returns the tick's events and the fleet afterwards."""
     from orchestrator.live import commands
     from orchestrator.live.world import configured_world
 
     with heliotrope_home(settings):
         world = configured_world()
         now = world.clock.now()
-        if require_polled:
-            regions = {f"{o.cloud}:{o.region}" for o in world.offers}
-            stale = stale_signals(settings, regions=regions, require=True)
-            if stale:
-                raise Skip(
-                    "signals are stale: "
-                    + "; ".join(stale[:10])
-                    + (f" (+{len(stale) - 10} more)" if len(stale) > 10 else "")
-                )
         store = world.open_store()
-        live = commands.live_controller(world, store, locked=True)
         try:
-            events = live.tick()
-            fleet = live.fleet_table()
-            held = live.controller.held if live.controller is not None else ""
-            standby = live.standby_ticks > 0
+            if require_polled:
+                frame = world.view(store).frame(now.timestamp())
+                reasons = polled_reasons(frame, settings.signal_max_age_s)
+                if reasons:
+                    raise Skip(
+                        "signals are stale: "
+                        + "; ".join(reasons[:10])
+                        + (f" (+{len(reasons) - 10} more)" if len(reasons) > 10 else "")
+                    )
+            live = commands.live_controller(world, store, locked=True)
+            try:
+                events = live.tick()
+                fleet = live.fleet_table()
+                held = live.controller.held if live.controller is not None else ""
+                standby = live.standby_ticks > 0
+            finally:
+                if live.lock is not None:  # one tick: let the next task (or controller) lead
+                    live.lock.release()
         finally:
-            if live.lock is not None:  # one tick: let the next task (or controller) lead
-                live.lock.release()
             store.close()
     if standby:
         raise Skip("another controller holds the fleet lock and acts this tick")
@@ -560,35 +590,31 @@ def rebalance(settings: TaskSettings, *, require_polled: bool = False) -> dict[s
     }
 
 
-def stale_signals(
-    settings: TaskSettings,
-    *,
-    regions: set[str] | None = None,
-    require: bool = False,
-    now: datetime | None = None,
-) -> list[str]:
-    """Reasons, one per stale polled series (source, key) feeding one of `regions` (all
-    when None): past its ``valid_until``, or observed more than ``signal_max_age_s`` ago.
-    Empty when every series is fresh, or when nothing was ever polled (the live world's
-    scenario signals are in use) unless `require`."""
-    from orchestrator.signals import poll
-
-    now = now or datetime.now(UTC)
-    out = settings.trace_dir if (settings.trace_dir / poll.SAMPLES_FILE).is_file() else None
-    rows = poll.freshness(out, None, now=now)
-    if regions is not None:
-        rows = [r for r in rows if regions & set(r.region.split(", "))]
-    if not rows:
-        return [f"no polled signals in {settings.trace_dir}"] if require else []
-    reasons = []
-    for r in rows:
-        age_min = r.age_s / 60.0
-        if r.stale:
-            until = r.valid_until.isoformat() if r.valid_until else "no validity"
-            reasons.append(f"{r.source} {r.key} ({r.region}) valid until {until}")
-        elif r.age_s > settings.signal_max_age_s:
-            reasons.append(f"{r.source} {r.key} ({r.region}) last polled {age_min:.0f} min ago")
-    return reasons
+def polled_reasons(frame: Any, max_age_s: float) -> list[str]:
+    """Why a tick that requires polled signals should not decide on `frame` (a
+    `signals.view.SignalFrame`), by the live view's own rule: the frame's staleness (nothing
+    polled counts any more); no basis (a scenario's grid, not polled signals); every signal
+    of every offer on its prior (nothing polled, or nothing that still counts); a polled
+    sample behind the frame older than `max_age_s`. Empty: decide."""
+    if frame.stale:
+        return [r.removeprefix("signals are stale: ") for r in frame.stale]
+    basis = frame.basis
+    if basis is None:
+        return ["the world's signals are a scenario, not polled (config.yaml `signals`)"]
+    offers = frame.grid.offers
+    polled = [
+        (signal, o)
+        for signal, sources in basis.source.items()
+        for o, src in enumerate(sources)
+        if not src.startswith("prior")
+    ]
+    if not polled:
+        return ["no polled signal counts now (every offer is on its priors)"]
+    return [
+        f"{signal} of {offers[o].id} from {basis.describe(o, signal)}"
+        for signal, o in polled
+        if float(basis.age_s[signal][o]) > max_age_s
+    ]
 
 
 # -- migrate -------------------------------------------------------------------------------
@@ -648,7 +674,7 @@ def replay(
     run_id: str = "manual",
     out_dir: str | Path | None = None,
     trace_dir: str | None = None,
-    policies: Sequence[str] | str = DEFAULT_REPLAY_POLICIES,
+    policies: Sequence[str] | str | None = None,
     carbon_price: float = 0.0,
     window_start: str | None = None,
     window_days: float | None = None,
@@ -663,7 +689,7 @@ def replay(
     ``start_offset_h``; with `window_days`, only jobs that start inside [start, start +
     days) are replayed. Without `trace_dir` the built-in scenario is generated for the
     window (`window_days`, default 14)."""
-    from orchestrator.replay.service import DAG_FIELDS, ReplayRequest, parse_time
+    from orchestrator.replay.service import DAG_FIELDS, DEFAULT_POLICIES, ReplayRequest, parse_time
     from orchestrator.replay.service import replay as run
 
     if window_days is not None and not (window_days > 0):
@@ -674,7 +700,7 @@ def replay(
     request = ReplayRequest(
         jobs_file=Path(jobs_file).expanduser(),
         out_dir=out,
-        policies=tuple(_policy_names(policies)),
+        policies=tuple(_policy_names(DEFAULT_POLICIES if policies is None else policies)),
         traces=traces,
         scenario_days=window_days or 14.0,
         scenario_start=start,

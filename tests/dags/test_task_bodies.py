@@ -142,7 +142,7 @@ def test_regions_per_family(home: Path) -> None:
         at.signal_regions(at.task_settings({"regions": ["mars-1"]}))
 
 
-def test_a_poll_writes_the_store_and_the_trace_dir_and_feeds_freshness(
+def test_a_poll_writes_the_store_and_the_trace_dir(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from orchestrator.model import SignalKind
@@ -162,10 +162,38 @@ def test_a_poll_writes_the_store_and_the_trace_dir_and_feeds_freshness(
     assert store.samples(SignalKind.CARBON, ["GB"], lo, now.timestamp() + 86400)
     store.close()
 
-    assert at.stale_signals(s, regions={"aws:eu-west-2"}, now=now) == []
-    assert at.stale_signals(s, regions={"aws:us-east-1"}, now=now) == []  # not polled there
-    later = at.stale_signals(s, regions={"aws:eu-west-2"}, now=now + timedelta(hours=3))
-    assert later and "uk-carbon GB" in later[0]
+
+def test_require_polled_decides_only_on_fresh_polled_signals(home: Path) -> None:
+    """`rebalance(require_polled=True)` reads the live view's frame: a scenario, a frame on
+    priors alone, or a polled sample older than signal_max_age_s is a reason to skip."""
+    import numpy as np
+
+    from orchestrator.live.world import local_world
+    from orchestrator.signals.view import SignalBasis, SignalFrame
+
+    with pytest.raises(at.Skip, match="scenario, not polled"):
+        at.rebalance(settings(home), require_polled=True)
+
+    grid = local_world().grid
+    assert grid is not None
+    n = len(grid.offers)
+
+    def frame(sources: list[str], ages: list[float], stale: tuple[str, ...] = ()) -> SignalFrame:
+        basis = SignalBasis(
+            source={"carbon": tuple(sources)}, age_s={"carbon": np.array(ages, dtype=float)}
+        )
+        return SignalFrame(grid, 0, stale, basis)
+
+    nan = float("nan")
+    assert at.polled_reasons(frame(["prior: yearly"] * n, [nan] * n), 3600.0) == [
+        "no polled signal counts now (every offer is on its priors)"
+    ]
+    fresh = frame(["uk-carbon"] + ["prior: yearly"] * (n - 1), [600.0] + [nan] * (n - 1))
+    assert at.polled_reasons(fresh, 3600.0) == []
+    (old,) = at.polled_reasons(fresh, 300.0)
+    assert old.startswith(f"carbon of {grid.offers[0].id} from uk-carbon, 10 min old")
+    stale = frame(["prior: yearly"] * n, [nan] * n, ("signals are stale: nothing counts",))
+    assert at.polled_reasons(stale, 3600.0) == ["nothing counts"]
 
 
 def test_a_poll_skips_what_it_cannot_poll(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -376,11 +404,14 @@ def test_bad_replay_params_are_refused(
 
 def test_constants_offered_in_the_forms_match_the_code() -> None:
     from orchestrator.live.world import LOCAL_REGIONS
+    from orchestrator.replay.service import DEFAULT_POLICIES
     from policies.registry import POLICY_NAMES
 
     assert tuple(r for r, _ in LOCAL_REGIONS) == at.LOCAL_REGION_NAMES
     assert tuple(POLICY_NAMES) == at.REPLAY_POLICY_CHOICES
+    assert at.DEFAULT_REPLAY_POLICIES == DEFAULT_POLICIES
     assert set(at.DEFAULT_REPLAY_POLICIES) <= set(POLICY_NAMES)
+    assert at.signal_families() == dict(at.SIGNAL_FAMILIES)
 
 
 def test_a_poll_without_network_is_skipped_with_the_reason(

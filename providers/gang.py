@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
+from orchestrator.model import Market
 from providers.base import FailureKind, Launcher, LaunchSpec, ProviderFailure
 
 logger = logging.getLogger(__name__)
@@ -217,6 +218,33 @@ def member_going(what: str, state: str, retry_after_s: float) -> ProviderFailure
 
 def count_invalid(count: int) -> str | None:
     return None if count >= 1 else f"count must be >= 1, got {count}"
+
+
+def invalid_offer(spec: LaunchSpec, why: str) -> ProviderFailure:
+    return ProviderFailure(FailureKind.INVALID, f"offer {spec.offer_id!r}: {why}")
+
+
+def offer_parts(
+    spec: LaunchSpec, *, cloud: str, cluster: str, form: str
+) -> tuple[str, str, Market] | ProviderFailure:
+    """(place, shape, market) of `spec.offer_id` once the checks every cloud adapter makes
+    pass: the launch is for `cluster`, a gang of one or more, an offer id of `cloud` in the
+    form `form` (`<cloud>:<place>:<shape>:<market>`), of a known market."""
+    if spec.cluster != cluster:
+        return invalid_offer(
+            spec, f"cluster {spec.cluster!r}, but this provider serves {cluster!r}"
+        )
+    if (bad := count_invalid(spec.count)) is not None:
+        return invalid_offer(spec, bad)
+    parts = spec.offer_id.split(":")
+    if len(parts) != 4 or parts[0] != cloud:
+        return invalid_offer(spec, f"expected {form}")
+    _, place, shape, market_name = parts
+    try:
+        market = Market(market_name)
+    except ValueError:
+        return invalid_offer(spec, f"market {market_name!r} is not spot or on_demand")
+    return place, shape, market
 
 
 # -- all or none -----------------------------------------------------------------------------

@@ -21,11 +21,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
-from orchestrator.errors import HeliotropeError, PermanentError, TransientError
+from orchestrator.errors import HeliotropeError, TransientError
+from providers import failures
 from providers.base import FailureKind, ProviderFailure
 
 TRANSIENT_RETRY_AFTER_S: Final = 30.0
-CAPACITY_RETRY_AFTER_S: Final = 0.0  # the policy moves elsewhere; it decides when to return
+CAPACITY_RETRY_AFTER_S: Final = failures.CAPACITY_RETRY_AFTER_S
 
 # No machines of that size in the region (or zone) now, for this priority.
 CAPACITY_CODES: Final = frozenset(
@@ -119,16 +120,7 @@ def classify(
 
 
 def _retry_after_s(kind: FailureKind, response: object) -> float:
-    if kind is FailureKind.CAPACITY:
-        return CAPACITY_RETRY_AFTER_S
-    if kind is not FailureKind.TRANSIENT:
-        return 0.0
-    headers = getattr(response, "headers", None)
-    value = headers.get("Retry-After") if headers is not None else None
-    try:
-        return max(float(value), 0.0) if value is not None else TRANSIENT_RETRY_AFTER_S
-    except (TypeError, ValueError):
-        return TRANSIENT_RETRY_AFTER_S
+    return failures.retry_after_s(kind, response, transient_s=TRANSIENT_RETRY_AFTER_S)
 
 
 def error_codes(exc: BaseException) -> tuple[list[str], str]:
@@ -205,6 +197,4 @@ def is_retryable(exc: BaseException) -> bool:
 
 def as_error(failure: ProviderFailure) -> HeliotropeError:
     """A failure as the exception listing, terminating and polling raise."""
-    if failure.kind in (FailureKind.TRANSIENT, FailureKind.CAPACITY):
-        return TransientError(f"azure: {failure.message}", retry_after_s=failure.retry_after_s)
-    return PermanentError(f"azure ({failure.kind.value}): {failure.message}")
+    return failures.as_error("azure", failure)

@@ -70,10 +70,11 @@ from providers.gang import (
     Node,
     all_or_none,
     command,
-    count_invalid,
     environment,
     foreign_member,
+    invalid_offer,
     member_going,
+    offer_parts,
     roll_back,
 )
 from providers.gcp import naming
@@ -503,24 +504,21 @@ class AzureProvider:
     # -- launch --------------------------------------------------------------------------
     def _target(self, spec: LaunchSpec, request_id: str) -> _Target | ProviderFailure:
         def invalid(why: str) -> ProviderFailure:
-            return ProviderFailure(FailureKind.INVALID, f"offer {spec.offer_id!r}: {why}")
+            return invalid_offer(spec, why)
 
-        if spec.cluster != self.cluster:
-            return invalid(f"cluster {spec.cluster!r}, but this provider serves {self.cluster!r}")
-        if (bad := count_invalid(spec.count)) is not None:
-            return invalid(bad)
-        parts = spec.offer_id.split(":")
-        if len(parts) != 4 or parts[0] != CLOUD:
-            return invalid("expected azure:<region>:<VM size>:<spot|on_demand>")
-        _, region, size, market_name = parts
+        parsed = offer_parts(
+            spec,
+            cloud=CLOUD,
+            cluster=self.cluster,
+            form="azure:<region>:<VM size>:<spot|on_demand>",
+        )
+        if isinstance(parsed, ProviderFailure):
+            return parsed
+        region, size, market = parsed
         if region not in self.regions:
             return invalid(f"region {region} is not one of {', '.join(self.regions)}")
         if catalog.instance_gpus(CLOUD, size) is None:
             return invalid(f"{size} is not a GPU VM size Heliotrope knows")
-        try:
-            market = Market(market_name)
-        except ValueError:
-            return invalid(f"market {market_name!r} is not spot or on_demand")
         if region not in self._config.subnet_ids:
             return invalid(f"no subnet for {region}: set AzureLaunchConfig.subnet_ids[{region!r}]")
         if not self._config.ssh_public_key.strip():

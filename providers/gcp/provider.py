@@ -62,10 +62,11 @@ from providers.gang import (
     Node,
     all_or_none,
     command,
-    count_invalid,
     environment,
     foreign_member,
+    invalid_offer,
     member_going,
+    offer_parts,
     roll_back,
 )
 from providers.gcp import errors, naming
@@ -447,25 +448,19 @@ class GcpProvider:
 
     # -- launch --------------------------------------------------------------------------
     def _target(self, spec: LaunchSpec) -> _Target | ProviderFailure:
-        def invalid(why: str) -> ProviderFailure:
-            return ProviderFailure(FailureKind.INVALID, f"offer {spec.offer_id!r}: {why}")
-
-        if spec.cluster != self.cluster:
-            return invalid(f"cluster {spec.cluster!r}, but this provider serves {self.cluster!r}")
-        if (bad := count_invalid(spec.count)) is not None:
-            return invalid(bad)
-        parts = spec.offer_id.split(":")
-        if len(parts) != 4 or parts[0] != CLOUD:
-            return invalid("expected gcp:<zone>:<machine type>:<spot|on_demand>")
-        _, zone, machine_type, market_name = parts
+        parsed = offer_parts(
+            spec,
+            cloud=CLOUD,
+            cluster=self.cluster,
+            form="gcp:<zone>:<machine type>:<spot|on_demand>",
+        )
+        if isinstance(parsed, ProviderFailure):
+            return parsed
+        zone, machine_type, market = parsed
         if zone not in self.zones:
-            return invalid(f"zone {zone} is not one of {', '.join(self.zones)}")
+            return invalid_offer(spec, f"zone {zone} is not one of {', '.join(self.zones)}")
         if catalog.instance_gpus(CLOUD, machine_type) is None:
-            return invalid(f"{machine_type} is not a GPU machine type Heliotrope knows")
-        try:
-            market = Market(market_name)
-        except ValueError:
-            return invalid(f"market {market_name!r} is not spot or on_demand")
+            return invalid_offer(spec, f"{machine_type} is not a GPU machine type Heliotrope knows")
         return _Target(zone, catalog.region_of_zone(CLOUD, zone), machine_type, market)
 
     def _launch_gang(

@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 from typing import Final
 
-from orchestrator.errors import HeliotropeError, PermanentError, TransientError
+from orchestrator.errors import HeliotropeError, TransientError
+from providers import failures
 from providers.base import FailureKind, ProviderFailure
 
 TRANSIENT_RETRY_AFTER_S: Final = 10.0
@@ -106,7 +107,4 @@ def call_errors() -> tuple[type[BaseException], ...]:
 def as_error(exc: BaseException) -> HeliotropeError:
     if isinstance(exc, HeliotropeError):
         return exc
-    failure = failure_from_exception(exc)
-    if failure.kind in (FailureKind.TRANSIENT, FailureKind.CAPACITY):
-        return TransientError(f"kubernetes: {failure.message}", retry_after_s=failure.retry_after_s)
-    return PermanentError(f"kubernetes ({failure.kind.value}): {failure.message}")
+    return failures.as_error("kubernetes", failure_from_exception(exc))

@@ -65,10 +65,11 @@ from providers.gang import (
     Node,
     all_or_none,
     command,
-    count_invalid,
     environment,
     foreign_member,
+    invalid_offer,
     member_going,
+    offer_parts,
 )
 from providers.gcp import naming
 from providers.gcp.naming import Gang
@@ -596,23 +597,20 @@ class KubernetesProvider:
     # -- launch ----------------------------------------------------------------------------
     def _target(self, spec: LaunchSpec) -> _Target | ProviderFailure:
         def invalid(why: str) -> ProviderFailure:
-            return ProviderFailure(FailureKind.INVALID, f"offer {spec.offer_id!r}: {why}")
+            return invalid_offer(spec, why)
 
-        if spec.cluster != self.cluster:
-            return invalid(f"cluster {spec.cluster!r}, but this provider serves {self.cluster!r}")
-        if (bad := count_invalid(spec.count)) is not None:
-            return invalid(bad)
-        parts = spec.offer_id.split(":")
-        if len(parts) != 4 or parts[0] != CLOUD:
-            return invalid("expected k8s:<context>:<gpu>x<count>:<spot|on_demand>")
-        _, context, shape, market_name = parts
+        parsed = offer_parts(
+            spec,
+            cloud=CLOUD,
+            cluster=self.cluster,
+            form="k8s:<context>:<gpu>x<count>:<spot|on_demand>",
+        )
+        if isinstance(parsed, ProviderFailure):
+            return parsed
+        context, shape, market = parsed
         region = self.regions.get(context)
         if region is None:
             return invalid(f"context {context!r} is not one of {', '.join(self.regions)}")
-        try:
-            market = Market(market_name)
-        except ValueError:
-            return invalid(f"market {market_name!r} is not spot or on_demand")
         refused = naming.refused_env_names(spec.env)
         if refused:
             return ProviderFailure(

@@ -102,7 +102,7 @@ class Loaded:
     def text(self, col: str) -> pd.Series:
         return to_text(self.path, self.raw, col)
 
-    def label(self, col: str) -> pd.Series:
+    def optional_text(self, col: str) -> pd.Series:
         """Column `col` as strings, an empty field as ''."""
         return self.raw[col].fillna("").astype("str")
 

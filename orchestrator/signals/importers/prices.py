@@ -147,7 +147,7 @@ def import_gcp_prices(part: Part, data_dir: Path, f: Loaded) -> None:
             "last_seen": f.utc("last_observed_utc"),
             "instance_type": f.text("instance_type"),
             "region": f.text("region"),
-            "gpu_model": f.label("gpu_model"),
+            "gpu_model": f.optional_text("gpu_model"),
             "gpu_count": f.number("gpu_count"),
             "on_demand": f.number("ondemand_usd_per_hour"),
             "spot": f.number("spot_usd_per_hour"),
@@ -207,7 +207,7 @@ def import_aws_prices(part: Part, data_dir: Path, f: Loaded) -> None:
     frame = pd.DataFrame(
         {
             "instance_type": f.text("instance_type"),
-            "gpu_name": f.label("accelerator_name"),
+            "gpu_name": f.optional_text("accelerator_name"),
             "gpu_count_hint": f.number("accelerator_count"),
             "on_demand": f.number("ondemand_usd_per_hour"),
             "spot": f.number("spot_usd_per_hour"),

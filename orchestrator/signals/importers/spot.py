@@ -186,12 +186,14 @@ def _segment_meta(part: Part, m: Loaded, seg: pd.DataFrame) -> pd.DataFrame:
     meta = pd.DataFrame(
         {
             "trace_id": m.text("trace_id"),
-            "kind": m.label("trace_kind"),
+            "kind": m.optional_text("trace_kind"),
             "cloud": m.text("cloud").str.lower(),
-            "region": m.label("region"),
-            "zone": m.label("zone"),
-            "label": m.label("instance_label"),
-            "instance_type": m.label("instance_type").str.extract(_INSTANCE_RE, expand=False),
+            "region": m.optional_text("region"),
+            "zone": m.optional_text("zone"),
+            "label": m.optional_text("instance_label"),
+            "instance_type": m.optional_text("instance_type").str.extract(
+                _INSTANCE_RE, expand=False
+            ),
             "start": pd.to_datetime(
                 m.raw["start_date_mmddyyyy"], format="%m-%d-%Y", utc=True, errors="coerce"
             ),

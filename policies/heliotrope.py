@@ -191,8 +191,15 @@ class Heliotrope:
         od = (~spot)[None, :] & usable
         od_pp = np.where(od, per_progress, np.inf)
         c_od = od_pp.min(axis=1)
-        cheap = np.argmin(np.where(spot[None, :], per_progress, np.inf), axis=1)
-        c_low = per_progress[rows_j, cheap]
+        # What finishing costs per unit of progress, start-up included
+        # (``hourly * finish_h / remaining``): a job with little work left pays a whole cold
+        # start for it, and a value below that would idle it for all its slack.
+        with np.errstate(divide="ignore", invalid="ignore"):
+            got = np.maximum(finish_h - startup, 0.0)
+            effective = np.where(got > 0, per_progress * finish_h / got, np.inf)
+
+        cheap = np.argmin(np.where(spot[None, :], effective, np.inf), axis=1)
+        c_low = effective[rows_j, cheap]
         c_low = np.where(np.isfinite(c_low), np.minimum(c_low, c_od), c_od)
         od_rate = np.where(od, rate, 0.0)
         r_fast = od_rate.max(axis=1)

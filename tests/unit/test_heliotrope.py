@@ -367,3 +367,15 @@ def test_a_jobs_own_carbon_price_moves_only_that_job() -> None:
     first = {e.job_id: e.offer_id for e in reversed(run.events) if e.kind.value == "launched"}
     assert first["plain"].startswith("aws:")  # the cheap zone (PJM, 400 g/kWh)
     assert first["green"].startswith("gcp:")  # NL, 300 g/kWh, at its own carbon price
+
+
+@pytest.mark.parametrize("left_gpu_h", [64.0, 8.0, 2.0])
+def test_a_job_with_little_work_left_and_all_its_slack_still_launches_on_spot(
+    left_gpu_h: float,
+) -> None:
+    """The value of progress starts at what finishing costs on the cheapest spot offer,
+    its cold start included: with 0.25 h of work left (2 GPU-h on 8 A100s) and 24 h of
+    slack, a 0.5 h cold start must not keep the job idle until the safety net puts it on
+    on-demand (the demo's jobs idled 22 h that way and paid on-demand)."""
+    world = World(progress=64.0 - left_gpu_h)
+    assert decide(Heliotrope(), world)[0] == 3  # the cheapest spot, at once

@@ -387,28 +387,10 @@ def poll_signals(
 
     `Skip` when no source of the family covers the region, or every one lacks its
     credential; `PollFailed` when nothing was read and some source failed otherwise."""
-    from orchestrator import catalog
     from orchestrator.signals import poll
-    from orchestrator.signals.sources.base import SourceContext
 
-    families = signal_families()
-    if family not in families:
-        raise InputError("", "family", "one of " + ", ".join(families), got=family)
+    names = _sources_to_poll(settings, family, region, credentials)
     cloud, _, name = region.partition(":")
-    names = [n for n in families[family] if not settings.sources or n in settings.sources]
-    if family in cloud_families():
-        if cloud != family:
-            raise Skip(f"{family} sources do not cover {region}")
-    else:
-        zone = catalog.grid_zone(cloud, name)
-        ctx = SourceContext(credentials=dict(credentials or {}))
-        names = [n for n in names if zone and _covers(poll.make_source(n, ctx), zone)]
-        if not names:
-            raise Skip(
-                f"no {family} source polled here covers {region} (grid zone {zone or 'unknown'})"
-            )
-    if not names:
-        raise Skip(f"the Variable's `sources` leave no {family} source to poll")
     now = now or datetime.now(UTC)
     creds = dict(credentials or {})
     with heliotrope_home(settings):
@@ -436,33 +418,7 @@ def poll_signals(
     if report.store_error:
         raise PollFailed(f"state store: {report.store_error}")
     if not written:
-        failed = [r for r in report.results if r.status == "failed"]
-        missing = [r for r in failed if any(": credential: " in e for e in r.errors)]
-        offline = [
-            r
-            for r in failed
-            if r not in missing and r.errors and all(_offline(e) for e in r.errors)
-        ]
-        if failed and len(missing) + len(offline) == len(failed):
-            conns = ", ".join(sorted(CONNECTION_IDS.values()))
-            reasons = []
-            if missing:
-                reasons.append(
-                    f"no credentials for {', '.join(r.name for r in missing)}: add "
-                    f"the Airflow Connection ({conns}) or the environment variable "
-                    "the error names"
-                )
-            if offline:
-                reasons.append(
-                    f"no network to {', '.join(r.name for r in offline)} (could "
-                    "not connect): check this worker's egress"
-                )
-            raise Skip("; ".join(reasons))
-        if failed:
-            raise PollFailed(
-                f"{family} at {region}: nothing read; "
-                + "; ".join(f"{r.name}: {' '.join(r.errors)[:200]}" for r in failed)
-            )
+        _nothing_read(family, region, report.results)
     return {
         "family": family,
         "region": region,
@@ -470,6 +426,65 @@ def poll_signals(
         "trace_dir": str(settings.trace_dir),
         "sources": table,
     }
+
+
+def _sources_to_poll(
+    settings: TaskSettings, family: str, region: str, credentials: Mapping[str, str] | None
+) -> list[str]:
+    """The sources of `family` the Variable allows that cover `region`; `Skip` when none."""
+    from orchestrator import catalog
+    from orchestrator.signals import poll
+    from orchestrator.signals.sources.base import SourceContext
+
+    families = signal_families()
+    if family not in families:
+        raise InputError("", "family", "one of " + ", ".join(families), got=family)
+    cloud, _, name = region.partition(":")
+    names = [n for n in families[family] if not settings.sources or n in settings.sources]
+    if family in cloud_families():
+        if cloud != family:
+            raise Skip(f"{family} sources do not cover {region}")
+    else:
+        zone = catalog.grid_zone(cloud, name)
+        ctx = SourceContext(credentials=dict(credentials or {}))
+        names = [n for n in names if zone and _covers(poll.make_source(n, ctx), zone)]
+        if not names:
+            raise Skip(
+                f"no {family} source polled here covers {region} (grid zone {zone or 'unknown'})"
+            )
+    if not names:
+        raise Skip(f"the Variable's `sources` leave no {family} source to poll")
+    return names
+
+
+def _nothing_read(family: str, region: str, results: Sequence[Any]) -> None:
+    """A poll that wrote nothing: `Skip` when every failure is a missing credential or no
+    network, `PollFailed` (worth a retry) when some source failed otherwise."""
+    failed = [r for r in results if r.status == "failed"]
+    missing = [r for r in failed if any(": credential: " in e for e in r.errors)]
+    offline = [
+        r for r in failed if r not in missing and r.errors and all(_offline(e) for e in r.errors)
+    ]
+    if failed and len(missing) + len(offline) == len(failed):
+        conns = ", ".join(sorted(CONNECTION_IDS.values()))
+        reasons = []
+        if missing:
+            reasons.append(
+                f"no credentials for {', '.join(r.name for r in missing)}: add "
+                f"the Airflow Connection ({conns}) or the environment variable "
+                "the error names"
+            )
+        if offline:
+            reasons.append(
+                f"no network to {', '.join(r.name for r in offline)} (could "
+                "not connect): check this worker's egress"
+            )
+        raise Skip("; ".join(reasons))
+    if failed:
+        raise PollFailed(
+            f"{family} at {region}: nothing read; "
+            + "; ".join(f"{r.name}: {' '.join(r.errors)[:200]}" for r in failed)
+        )
 
 
 def _offline(error: str) -> bool:

@@ -251,7 +251,7 @@ def test_a_real_run_starts_the_move_through_the_controller(submitted: str, home:
     from orchestrator.live.world import local_world
 
     (move,) = local_world().open_store().open_migrations(submitted)
-    assert move.src_offer_id.startswith("gcp:europe-west4")
+    assert move.src_offer_id is not None and move.src_offer_id.startswith("gcp:europe-west4")
     assert move.dst_offer_id.startswith("aws:us-east-1")
 
 

@@ -24,12 +24,13 @@ import threading
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
 from azure.core.pipeline.transport import RequestsTransport
+
+from tests.providers.fake_http import JsonServer
 
 RECORDED = Path(__file__).parent / "recorded"
 ARM = "https://management.azure.com"
@@ -158,49 +159,29 @@ class FakeArm:
     )
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _server: ThreadingHTTPServer | None = None
+    _http: JsonServer | None = None
 
     # -- life ----------------------------------------------------------------------------
     def start(self) -> FakeArm:
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _serve(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                status, body, headers = fake.handle(
-                    self.command, self.path, dict(self.headers), raw
-                )
-                data = b"" if body is None else json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json; charset=utf-8")
-                self.send_header("Content-Length", str(len(data)))
-                self.send_header("x-ms-request-id", f"req-{next(fake._ids)}")
-                for key, value in headers.items():
-                    self.send_header(key, value)
-                self.end_headers()
-                self.wfile.write(data)
-
-            do_GET = do_PUT = do_DELETE = _serve  # noqa: N815
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        self._http = JsonServer(
+            self._answer, content_type="application/json; charset=utf-8"
         ).start()
         return self
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+        if self._http is not None:
+            self._http.stop()
 
     @property
     def url(self) -> str:
-        assert self._server is not None
-        return f"http://127.0.0.1:{self._server.server_port}"
+        assert self._http is not None
+        return self._http.url
+
+    def _answer(
+        self, method: str, path: str, headers: dict[str, str], raw: bytes
+    ) -> tuple[int, Any, dict[str, str]]:
+        status, body, extra = self.handle(method, path, headers, raw)
+        return status, body, {"x-ms-request-id": f"req-{next(self._ids)}", **extra}
 
     def transport(self) -> RedirectingTransport:
         return RedirectingTransport(self.url)

@@ -21,10 +21,11 @@ import threading
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from tests.providers.fake_http import JsonServer
 
 RECORDED = Path(__file__).parent / "recorded"
 API_ROOT = "https://www.googleapis.com/compute/v1"
@@ -138,44 +139,24 @@ class FakeCompute:
     _by_request_id: dict[str, dict[str, Any]] = field(default_factory=dict)
     _system_ops: list[dict[str, Any]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _server: ThreadingHTTPServer | None = None
+    _http: JsonServer | None = None
 
     # -- life ----------------------------------------------------------------------------
     def start(self) -> FakeCompute:
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _serve(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                status, body = fake.handle(self.command, self.path, dict(self.headers), raw)
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json; charset=UTF-8")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            do_GET = do_POST = do_DELETE = _serve  # noqa: N815
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        self._http = JsonServer(
+            lambda *request: (*self.handle(*request), {}),
+            content_type="application/json; charset=UTF-8",
         ).start()
         return self
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+        if self._http is not None:
+            self._http.stop()
 
     @property
     def url(self) -> str:
-        assert self._server is not None
-        return f"http://127.0.0.1:{self._server.server_port}"
+        assert self._http is not None
+        return self._http.url
 
     # -- set-up helpers --------------------------------------------------------------------
     def script(self, api: str, *replies: tuple[int, Any]) -> None:

@@ -26,10 +26,11 @@ import threading
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from tests.providers.fake_http import JsonServer
 
 RECORDED = Path(__file__).parent / "recorded"
 NOW = "2024-05-01T17:00:00Z"
@@ -152,44 +153,23 @@ class FakeKube:
     failing_creates: deque[str | None] = field(default_factory=deque)
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1000))
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _server: ThreadingHTTPServer | None = None
+    _http: JsonServer | None = None
 
     def start(self) -> FakeKube:
         self.nodes = recorded(self.nodes_file)["items"]
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _serve(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                status, body = fake.handle(self.command, self.path, dict(self.headers), raw)
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            do_GET = do_POST = do_DELETE = _serve  # noqa: N815
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        self._http = JsonServer(
+            lambda *request: (*self.handle(*request), {}), content_type="application/json"
         ).start()
         return self
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+        if self._http is not None:
+            self._http.stop()
 
     @property
     def url(self) -> str:
-        assert self._server is not None
-        return f"http://127.0.0.1:{self._server.server_port}"
+        assert self._http is not None
+        return self._http.url
 
     # -- the cluster's part ----------------------------------------------------------------
     def script(self, method: str, resource: str, verb: str, *replies: tuple[int, Any]) -> None:

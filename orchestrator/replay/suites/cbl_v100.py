@@ -215,6 +215,46 @@ def _cbl_trace(
             for z in zones
         ]
     )
+    price_rows = _price_rows(prices, regions)
+    tick = pd.Timedelta(seconds=CBL_TICK_S)
+    t0 = pd.Timestamp(CBL_START)
+    ids = {CBL_TRACE.format(zone=z): z for z in zones}
+    seg = segments[segments["trace_id"].isin(ids)].sort_values(["trace_id", "start_tick"])
+    missing = sorted(set(ids) - set(seg["trace_id"]))
+    if missing:
+        raise InputError(
+            CBL_SEGMENTS,
+            "trace_id",
+            "the Can't Be Late 2023-02-15 V100 traces",
+            got="missing " + ", ".join(missing),
+        )
+    spot = pd.DataFrame(
+        {
+            "time": t0 + seg["start_tick"].to_numpy() * tick,
+            "cloud": "aws",
+            "zone": seg["trace_id"].map(ids),
+            "instance_type": CBL_INSTANCE,
+            "capacity": seg["value"].astype(float),
+        }
+    )
+    grid_zones = [catalog.grid_zone("aws", r) or "" for r in regions.values()]
+    grid = yearly_carbon(data_dir, grid_zones, 2023, CBL_START)
+    return Trace(
+        offers=offers,
+        prices=price_rows,
+        spot=spot.reset_index(drop=True),
+        grid=grid,
+        manifest=make_manifest(
+            generator="suite cbl-v100",
+            sources=[{"file": CBL_SEGMENTS}, {"file": CBL_PRICES}],
+            start=CBL_START.isoformat(),
+        ),
+    )
+
+
+def _price_rows(prices: pd.DataFrame, regions: Mapping[str, str]) -> pd.DataFrame:
+    """Spot prices where they change (per-tick in the artifact), on-demand at list price."""
+    zones = list(regions)
     tick = pd.Timedelta(seconds=CBL_TICK_S)
     t0 = pd.Timestamp(CBL_START)
     p = prices[prices["zone"].isin(zones)].sort_values(["zone", "tick"], kind="stable")
@@ -249,35 +289,4 @@ def _cbl_trace(
         ],
         ignore_index=True,
     )
-    ids = {CBL_TRACE.format(zone=z): z for z in zones}
-    seg = segments[segments["trace_id"].isin(ids)].sort_values(["trace_id", "start_tick"])
-    missing = sorted(set(ids) - set(seg["trace_id"]))
-    if missing:
-        raise InputError(
-            CBL_SEGMENTS,
-            "trace_id",
-            "the Can't Be Late 2023-02-15 V100 traces",
-            got="missing " + ", ".join(missing),
-        )
-    spot = pd.DataFrame(
-        {
-            "time": t0 + seg["start_tick"].to_numpy() * tick,
-            "cloud": "aws",
-            "zone": seg["trace_id"].map(ids),
-            "instance_type": CBL_INSTANCE,
-            "capacity": seg["value"].astype(float),
-        }
-    )
-    grid_zones = [catalog.grid_zone("aws", r) or "" for r in regions.values()]
-    grid = yearly_carbon(data_dir, grid_zones, 2023, CBL_START)
-    return Trace(
-        offers=offers,
-        prices=price_rows,
-        spot=spot.reset_index(drop=True),
-        grid=grid,
-        manifest=make_manifest(
-            generator="suite cbl-v100",
-            sources=[{"file": CBL_SEGMENTS}, {"file": CBL_PRICES}],
-            start=CBL_START.isoformat(),
-        ),
-    )
+    return price_rows

@@ -10,9 +10,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from orchestrator import units
+from orchestrator.costs import objective_usd
 from orchestrator.model import EventKind, Phase
 from orchestrator.replay.runner import PolicyRun, Replay
-from policies.costs import objective_usd
 
 TIMELINE_COLUMNS = [
     "policy",
@@ -42,7 +43,7 @@ def policy_results(replay: Replay, run: PolicyRun) -> dict[str, Any]:
     usd = float(f.usd.sum())
     kg = float(f.kg_co2.sum())
     budgets = np.array([j.budget_usd if j.budget_usd is not None else np.inf for j in replay.jobs])
-    completion_h = (f.finished_at_s[finished] - starts[finished]) / 3600.0
+    completion_h = units.hours(f.finished_at_s[finished] - starts[finished])
     return {
         "usd": round(usd, 4),
         "kg_co2": round(kg, 4),

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 import numpy as np
 
 from orchestrator.clock import FakeClock, utc
+from orchestrator.costs import JobOfferFit
 from orchestrator.errors import InputError
 from orchestrator.loop import Controller, EventLog, LoopOptions
 from orchestrator.model import CostSettings, Event, FleetState, JobSpec, Market, Offer
@@ -23,7 +24,6 @@ from orchestrator.signals.traces import Trace
 from orchestrator.signals.view import grid_from_samples, list_priors
 from orchestrator.state.records import SignalSample
 from policies.base import Policy
-from policies.costs import JobOfferFit
 from policies.oracle import Hindsight, Oracle
 from providers.sim import SimProvider, realize_spot
 

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from orchestrator import units
+from orchestrator.costs import JobOfferFit, objective_usd
 from orchestrator.loop import LoopOptions
 from orchestrator.model import EventKind, JobSpec, Phase
 from orchestrator.replay.runner import PolicyRun
@@ -18,7 +19,6 @@ from orchestrator.replay.suites.base import ORACLE, SuiteCase
 from orchestrator.replay.suites.results import WindowResult
 from orchestrator.signals.grid import SignalGrid
 from policies.base import Policy
-from policies.costs import JobOfferFit, objective_usd
 from policies.oracle import Hindsight, Oracle
 from policies.registry import make_policy
 from providers.sim import realize_spot

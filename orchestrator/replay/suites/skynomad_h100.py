@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from orchestrator import catalog
+from orchestrator import catalog, units
 from orchestrator.errors import InputError
 from orchestrator.model import CostSettings, JobSpec
 from orchestrator.replay.suites.base import Suite, SuiteCase
@@ -156,7 +156,7 @@ def _cases(
     works: list[float | None] = [None] if opts.work_hours is None else list(opts.work_hours)
     tick = timedelta(seconds=SKYNOMAD_TICK_S)
     deadline = SKYNOMAD_DEADLINE_TICKS * tick
-    deadline_h = deadline.total_seconds() / 3600.0
+    deadline_h = units.hours(deadline.total_seconds())
     default_world = (
         opts.zones == list(SKYNOMAD_ZONES)
         and opts.start_ticks == list(SKYNOMAD_STARTS)
@@ -238,7 +238,7 @@ def _setting_label(axes: Sequence[tuple[str, float, str, bool]], single: str) ->
 
 def _description(opts: SkynomadOptions, settings: CostSettings) -> str:
     ratios = opts.deadline_ratio
-    deadline_h = SKYNOMAD_DEADLINE_TICKS * SKYNOMAD_TICK_S / 3600.0
+    deadline_h = units.hours(SKYNOMAD_DEADLINE_TICKS * SKYNOMAD_TICK_S)
     if opts.work_hours is None:
         shape = (
             f"deadline {deadline_h:.3f} h ({SKYNOMAD_DEADLINE_TICKS} ticks), work = "

@@ -18,19 +18,22 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from orchestrator.checkpoints import CheckpointStore
+from orchestrator.checkpoints import CheckpointRef, CheckpointStore
 from orchestrator.clock import FakeClock
 from orchestrator.jobs import parse_jobs
-from orchestrator.live.clouds import make_providers
+from orchestrator.live.clouds import CloudAccess, make_providers
 from orchestrator.live.commands import live_controller
 from orchestrator.live.controller import LiveController
 from orchestrator.live.world import LiveSettings, World, configured_world
+from orchestrator.loop import Controller
 from orchestrator.model import EventKind, Phase, SignalKind
 from orchestrator.state import MemoryStateStore, SignalSample
 from providers.base import FailureKind, LaunchSpec
@@ -55,14 +58,6 @@ TICK_S = 600
 def fakes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[CloudFakes]:
     with open_cloud_fakes(monkeypatch, tmp_path) as f:
         yield f
-
-
-def clouds(fakes: CloudFakes) -> LiveSettings:
-    """config.yaml of the clouds world: the fakes' clouds and the failover policy."""
-    doc = fakes.settings_doc()
-    return LiveSettings(
-        world="clouds", cluster=doc.pop("cluster"), policy=doc.pop("policy"), clouds=doc
-    )
 
 
 def job_doc() -> dict[str, object]:
@@ -91,73 +86,150 @@ def tick(live: LiveController, clock: FakeClock) -> list[EventKind]:
     return [e.kind for e in live.tick()]
 
 
-@pytest.mark.timeout(120)
-def test_spot_job_preempted_on_aws_moves_to_gcp_with_its_checkpoint(
-    fakes: CloudFakes, tmp_path: Path
-) -> None:
-    # moto stamps LaunchTime with the real time: start the fake clock there.
+def aligned_now() -> FakeClock:
+    """A fake clock at the real time (moto stamps LaunchTime with it), on a tick."""
     now_s = datetime.now(UTC).timestamp()
-    clock = FakeClock(datetime.fromtimestamp(now_s - now_s % TICK_S, UTC))
-    world: World = configured_world(
-        clouds(fakes), clock=clock, access=fakes.access(sleep=clock.sleep)
-    )
+    return FakeClock(datetime.fromtimestamp(now_s - now_s % TICK_S, UTC))
+
+
+def clouds_world(doc: dict[str, Any]) -> LiveSettings:
+    """config.yaml of a clouds world (`doc`: the clouds settings; cluster and policy
+    default to the fakes' and `spot-failover`)."""
+    doc = dict(doc)
+    cluster = doc.pop("cluster", CLUSTER)
+    policy = doc.pop("policy", "spot-failover")
+    return LiveSettings(world="clouds", cluster=cluster, policy=policy, clouds=doc)
+
+
+@dataclass
+class Move:
+    """A job the live controller runs on `src`, to be moved to `dst`: its world, state
+    store, controller and the two offers' checkpoint stores."""
+
+    job: str
+    src: str
+    dst: str
+    clock: FakeClock
+    world: World
+    store: MemoryStateStore
+    live: LiveController
+    src_store: CheckpointStore
+    dst_store: CheckpointStore
+
+    @property
+    def controller(self) -> Controller:
+        c = self.live.controller
+        assert c is not None
+        return c
+
+    def tick(self) -> list[EventKind]:
+        return tick(self.live, self.clock)
+
+    def checkpoint(self, files: dict[str, bytes]) -> CheckpointRef:
+        """The job checkpoints into its region's store, as it would."""
+        return self.src_store.write(self.job, STEP, files, now_s=self.clock.now().timestamp())
+
+    def planned(self, kinds: list[EventKind]) -> None:
+        """The last tick saw the preemption and planned the move."""
+        assert EventKind.PREEMPTED in kinds and EventKind.MIGRATION in kinds
+        [planned] = self.store.open_migrations()
+        assert (planned.src_offer_id, planned.dst_offer_id) == (self.src, self.dst)
+
+    def finish(self, ref: CheckpointRef) -> CheckpointRef:
+        """Tick until the moved job is done; its checkpoint was copied and verifies at the
+        destination, and it was launched on `src`, then on `dst`. The copy comes back."""
+        for _ in range(30):
+            if self.controller.all_done and not self.store.open_migrations():
+                break
+            self.tick()
+        assert self.controller.fleet.phase[0] == Phase.DONE and not self.store.open_migrations()
+        copied = self.dst_store.latest(self.job)
+        assert copied is not None and copied.manifest_sha256 == ref.manifest_sha256
+        self.dst_store.verify(copied)
+        assert self.dst_store.read(copied) == self.src_store.read(ref)
+        history = self.store.history(self.job)
+        assert [e.offer_id for e in history if e.kind is EventKind.LAUNCHED] == [self.src, self.dst]
+        return copied
+
+
+def start_move(
+    settings: LiveSettings,
+    access: Callable[[FakeClock], CloudAccess],
+    clock: FakeClock,
+    jobs: dict[str, object],
+    src: str,
+    dst: str,
+) -> Move:
+    """The world of `settings`, one job submitted, and the first tick: it launches on `src`."""
+    world = configured_world(settings, clock=clock, access=access(clock))
     offers = {o.id: o for o in world.offers}
-    assert {AWS_SPOT_L4, GCP_SPOT_L4} <= set(offers)
-    assert {o.cloud for o in offers.values()} == {"aws", "gcp"}
-    src_store = CheckpointStore(world.store_uri(offers[AWS_SPOT_L4]), durable=False)
-    dst_store = CheckpointStore(world.store_uri(offers[GCP_SPOT_L4]), durable=False)
+    assert {src, dst} <= set(offers)
+    src_store = CheckpointStore(world.store_uri(offers[src]), durable=False)
+    dst_store = CheckpointStore(world.store_uri(offers[dst]), durable=False)
     assert src_store.root_uri != dst_store.root_uri
     store = MemoryStateStore(clock=clock)
-    store.submit(parse_jobs(job_doc(), trace_start=clock.now()))
+    [job] = parse_jobs(jobs, trace_start=clock.now())
+    store.submit([job])
     live = live_controller(world, store)
+    move = Move(job.id, src, dst, clock, world, store, live, src_store, dst_store)
+    assert EventKind.LAUNCHED in [e.kind for e in live.tick()]
+    c = move.controller
+    assert c.offers[int(c.fleet.offer[0])].id == src
+    return move
+
+
+def vm_puts(arm: Any) -> list[Any]:
+    """The VM creates the fake Resource Manager was asked for."""
+    return [
+        call
+        for call in arm.calls
+        if call.method == "PUT" and call.action == "Microsoft.Compute/virtualMachines/write"
+    ]
+
+
+def pod_env(create: Any) -> dict[str, str]:
+    return {e["name"]: e.get("value") for e in create.body["spec"]["containers"][0]["env"]}
+
+
+@pytest.mark.timeout(120)
+def test_spot_job_preempted_on_aws_moves_to_gcp_with_its_checkpoint(fakes: CloudFakes) -> None:
+    move = start_move(
+        clouds_world(fakes.settings_doc()),
+        lambda clock: fakes.access(sleep=clock.sleep),
+        aligned_now(),
+        job_doc(),
+        AWS_SPOT_L4,
+        GCP_SPOT_L4,
+    )
+    world, store, live = move.world, move.store, move.live
+    assert {o.cloud for o in world.offers} == {"aws", "gcp"}
     assert live.options.progress_from_provider is False  # clouds run code we cannot see
 
-    # 1. The job starts on the cheapest spot offer: L4 in AWS us-east-1a.
-    assert EventKind.LAUNCHED in [e.kind for e in live.tick()]
-    c = live.controller
-    assert c is not None and c.offers[int(c.fleet.offer[0])].id == AWS_SPOT_L4
+    # 1. The job started on the cheapest spot offer: L4 in AWS us-east-1a.
+    c = move.controller
     aws_instance = c.instance_of[0]
     assert aws_instance is not None and aws_instance.startswith("i-")
     [run] = fakes.aws_ops("ec2:RunInstances")
     assert run["InstanceMarketOptions"]["MarketType"] == "spot"
     assert fakes.raw.state(aws_instance) == "running"
     for _ in range(2):
-        tick(live, clock)
+        move.tick()
     assert c.fleet.progress_gpu_h[0] > 0  # modelled progress
 
     # 2. The job checkpoints into its region's store, as it would.
-    ref = src_store.write(
-        JOB,
-        STEP,
-        {"model.pt": b"weights" * 1000, "optim.pt": b"adam" * 500},
-        now_s=clock.now().timestamp(),
-    )
+    ref = move.checkpoint({"model.pt": b"weights" * 1000, "optim.pt": b"adam" * 500})
 
     # 3. AWS reclaims the spot instance, behind the adapter's back.
     tagged = fakes.raw.tags(aws_instance)
     fakes.raw.terminate(aws_instance)
     fakes.answer_spot_reclaimed(aws_instance, job_id=JOB, request_id=tagged["heliotrope:request"])
-    kinds = tick(live, clock)
-    assert EventKind.PREEMPTED in kinds and EventKind.MIGRATION in kinds
-    [planned] = store.open_migrations()
-    assert (planned.src_offer_id, planned.dst_offer_id) == (AWS_SPOT_L4, GCP_SPOT_L4)
+    move.planned(move.tick())
 
     # 4. The controller moves it: copy, verify, launch at GCP, restore, run, finish.
-    for _ in range(30):
-        if c.all_done and not store.open_migrations():
-            break
-        tick(live, clock)
-        c = live.controller
-        assert c is not None
-    assert c.fleet.phase[0] == Phase.DONE and not store.open_migrations()
-
-    # The checkpoint was copied to the destination's store and verifies there.
-    copied = dst_store.latest(JOB)
-    assert copied is not None and copied.step == ref.step == STEP
-    assert copied.manifest_sha256 == ref.manifest_sha256
-    dst_store.verify(copied)
-    assert dst_store.read(copied) == src_store.read(ref)
-    assert src_store.latest(JOB) == ref  # the source is only ever read
+    copied = move.finish(ref)
+    c = move.controller
+    assert copied.step == ref.step == STEP
+    assert move.src_store.latest(JOB) == ref  # the source is only ever read
 
     # The job launched at GCP on spot, with our labels and its checkpoint location.
     [insert] = fakes.gcp_ops("compute.instances.insert")
@@ -168,7 +240,7 @@ def test_spot_job_preempted_on_aws_moves_to_gcp_with_its_checkpoint(
     assert body["labels"]["heliotrope-cluster"] == label_value(CLUSTER)
     assert body["labels"]["heliotrope-job"] == label_value(JOB)
     startup = {i["key"]: i["value"] for i in body["metadata"]["items"]}["startup-script"]
-    assert f"HELIOTROPE_CHECKPOINT_URI={dst_store.root_uri}" in startup
+    assert f"HELIOTROPE_CHECKPOINT_URI={move.dst_store.root_uri}" in startup
 
     history = store.history(JOB)
     steps = [e.detail for e in history if e.kind is EventKind.MIGRATION]
@@ -180,8 +252,6 @@ def test_spot_job_preempted_on_aws_moves_to_gcp_with_its_checkpoint(
         "running -> done",
     ):
         assert any(phase in s for s in steps), (phase, steps)
-    launches = [e.offer_id for e in history if e.kind is EventKind.LAUNCHED]
-    assert launches == [AWS_SPOT_L4, GCP_SPOT_L4]
     assert [e.offer_id for e in history if e.kind is EventKind.PREEMPTED] == [AWS_SPOT_L4]
     [finished] = [e for e in history if e.kind is EventKind.FINISHED]
     assert finished.offer_id == GCP_SPOT_L4
@@ -207,7 +277,7 @@ def test_multi_provider_routes_each_instance_to_its_cloud_and_leaves_others_alon
     settings = fakes.settings()
     access = fakes.access(sleep=clock.sleep)
     hour = clock.now().replace(minute=0, second=0, microsecond=0)
-    world = configured_world(clouds(fakes), clock=clock, access=access)
+    world = configured_world(clouds_world(fakes.settings_doc()), clock=clock, access=access)
     store = MemoryStateStore(clock=clock)
     store.append_samples(
         [
@@ -276,6 +346,7 @@ def test_multi_provider_routes_each_instance_to_its_cloud_and_leaves_others_alon
 AZURE_SPOT_A100 = "azure:eastus:Standard_NC24ads_A100_v4:spot"
 K8S_SPOT_A100 = "k8s:onprem:a100-80gbx1:spot"
 A100_JOB = "lm-a100"
+T_AZURE = datetime(2024, 5, 1, 17, 0, tzinfo=UTC)
 
 
 def a100_job_doc() -> dict[str, object]:
@@ -302,92 +373,44 @@ def test_spot_job_evicted_on_azure_moves_to_a_kubernetes_spot_pool_with_its_chec
         new.label_spot("onprem", "dgx-a100-01")
         k8s = new.k8s_section()
         k8s["contexts"][0]["spot_usd_per_gpu_hour"] = {"A100-80GB": 0.78}
-        clock = FakeClock(datetime(2024, 5, 1, 17, 0, tzinfo=UTC))
-        live_settings = LiveSettings(
-            world="clouds",
-            cluster=CLUSTER,
-            policy="spot-failover",
-            clouds={
-                "providers": ["azure", "k8s"],
-                "azure": new.azure_section(),
-                "k8s": k8s,
-                "checkpoints": {"default": f"file://{tmp_path}/checkpoints/{{cloud}}/{{region}}"},
-            },
+        checkpoints = {"default": f"file://{tmp_path}/checkpoints/{{cloud}}/{{region}}"}
+        settings = {"providers": ["azure", "k8s"], "azure": new.azure_section(), "k8s": k8s}
+        move = start_move(
+            clouds_world({**settings, "checkpoints": checkpoints}),
+            lambda clock: new.access(sleep=clock.sleep),
+            FakeClock(T_AZURE),
+            a100_job_doc(),
+            AZURE_SPOT_A100,
+            K8S_SPOT_A100,
         )
-        world = configured_world(live_settings, clock=clock, access=new.access(sleep=clock.sleep))
-        offers = {o.id: o for o in world.offers}
-        assert {AZURE_SPOT_A100, K8S_SPOT_A100} <= set(offers)
-        src_store = CheckpointStore(world.store_uri(offers[AZURE_SPOT_A100]), durable=False)
-        dst_store = CheckpointStore(world.store_uri(offers[K8S_SPOT_A100]), durable=False)
-        store = MemoryStateStore(clock=clock)
-        store.submit(parse_jobs(a100_job_doc(), trace_start=clock.now()))
-        live = live_controller(world, store)
 
         # 1. The cheapest spot A100: Azure eastus, a Spot VM with eviction policy Delete.
-        assert EventKind.LAUNCHED in [e.kind for e in live.tick()]
-        c = live.controller
-        assert c is not None and c.offers[int(c.fleet.offer[0])].id == AZURE_SPOT_A100
-        [put] = [
-            call
-            for call in new.arm.calls
-            if call.method == "PUT" and call.action == "Microsoft.Compute/virtualMachines/write"
-        ]
+        [put] = vm_puts(new.arm)
         assert put.body["properties"]["priority"] == "Spot"
         assert put.body["properties"]["evictionPolicy"] == "Delete"
         [vm_name] = list(new.arm.vms)
         for _ in range(2):
-            tick(live, clock)
-        ref = src_store.write(
-            A100_JOB, STEP, {"model.pt": b"w" * 4000}, now_s=clock.now().timestamp()
-        )
+            move.tick()
+        ref = move.checkpoint({"model.pt": b"w" * 4000})
 
         # 2. Azure evicts the VM: it is gone (eviction policy Delete).
         new.arm.evict(vm_name)
-        kinds = tick(live, clock)
-        assert EventKind.PREEMPTED in kinds and EventKind.MIGRATION in kinds
-        [planned] = store.open_migrations()
-        assert (planned.src_offer_id, planned.dst_offer_id) == (AZURE_SPOT_A100, K8S_SPOT_A100)
+        move.planned(move.tick())
 
         # 3. Copied, verified, launched as a pod on the spot node, restored, run, done.
-        for _ in range(30):
-            if c.all_done and not store.open_migrations():
-                break
-            tick(live, clock)
-            c = live.controller
-            assert c is not None
-        assert c.fleet.phase[0] == Phase.DONE and not store.open_migrations()
-        copied = dst_store.latest(A100_JOB)
-        assert copied is not None and copied.manifest_sha256 == ref.manifest_sha256
-        dst_store.verify(copied)
-        assert dst_store.read(copied) == src_store.read(ref)
-
+        move.finish(ref)
         onprem = new.kube["onprem"]
         [create] = onprem.requests_for("pods", "create")
         pod = create.body
-        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
-        assert env["HELIOTROPE_CHECKPOINT_URI"] == dst_store.root_uri
+        assert pod_env(create)["HELIOTROPE_CHECKPOINT_URI"] == move.dst_store.root_uri
         assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
         assert "karpenter.sh/capacity-type" in json.dumps(pod["spec"]["affinity"])
         assert new.kube["gpucloud"].requests_for("pods", "create") == []
         assert onprem.pods == {}  # deleted once the job finished
-        history = store.history(A100_JOB)
-        assert [e.offer_id for e in history if e.kind is EventKind.LAUNCHED] == [
-            AZURE_SPOT_A100,
-            K8S_SPOT_A100,
-        ]
+        history = move.store.history(A100_JOB)
         assert [e.offer_id for e in history if e.kind is EventKind.FINISHED] == [K8S_SPOT_A100]
         # Nothing else bought: one VM create at Azure, one pod, and no VM left there.
-        assert (
-            len(
-                [
-                    call
-                    for call in new.arm.calls
-                    if call.method == "PUT"
-                    and call.action == "Microsoft.Compute/virtualMachines/write"
-                ]
-            )
-            == 1
-        )
+        assert len(vm_puts(new.arm)) == 1
         assert new.arm.vms == {}
 
 
@@ -409,60 +432,31 @@ def test_spot_job_reclaimed_on_aws_moves_to_a_kubernetes_spot_pool(
         k8s["contexts"][0]["spot_usd_per_gpu_hour"] = {"L4": 0.30}
         doc = fakes.settings_doc(providers=["aws", "k8s"], k8s=k8s)
         del doc["gcp"]
-        now_s = datetime.now(UTC).timestamp()
-        clock = FakeClock(datetime.fromtimestamp(now_s - now_s % TICK_S, UTC))
-        world = configured_world(
-            LiveSettings(
-                world="clouds", cluster=doc.pop("cluster"), policy=doc.pop("policy"), clouds=doc
-            ),
-            clock=clock,
-            access=fakes.access(sleep=clock.sleep),
+        move = start_move(
+            clouds_world(doc),
+            lambda clock: fakes.access(sleep=clock.sleep),
+            aligned_now(),
+            job_doc(),
+            AWS_SPOT_L4,
+            K8S_SPOT_L4,
         )
-        offers = {o.id: o for o in world.offers}
-        assert {AWS_SPOT_L4, K8S_SPOT_L4} <= set(offers)
-        src_store = CheckpointStore(world.store_uri(offers[AWS_SPOT_L4]), durable=False)
-        dst_store = CheckpointStore(world.store_uri(offers[K8S_SPOT_L4]), durable=False)
-        store = MemoryStateStore(clock=clock)
-        store.submit(parse_jobs(job_doc(), trace_start=clock.now()))
-        live = live_controller(world, store)
-
-        assert EventKind.LAUNCHED in [e.kind for e in live.tick()]
-        c = live.controller
-        assert c is not None and c.offers[int(c.fleet.offer[0])].id == AWS_SPOT_L4
-        aws_instance = c.instance_of[0]
+        aws_instance = move.controller.instance_of[0]
         assert aws_instance is not None
-        tick(live, clock)
-        ref = src_store.write(
-            JOB, STEP, {"model.pt": b"weights" * 1000}, now_s=clock.now().timestamp()
-        )
+        move.tick()
+        ref = move.checkpoint({"model.pt": b"weights" * 1000})
         tagged = fakes.raw.tags(aws_instance)
         fakes.raw.terminate(aws_instance)
         fakes.answer_spot_reclaimed(
             aws_instance, job_id=JOB, request_id=tagged["heliotrope:request"]
         )
-        kinds = tick(live, clock)
-        assert EventKind.PREEMPTED in kinds and EventKind.MIGRATION in kinds
-        [planned] = store.open_migrations()
-        assert (planned.src_offer_id, planned.dst_offer_id) == (AWS_SPOT_L4, K8S_SPOT_L4)
-        for _ in range(30):
-            if c.all_done and not store.open_migrations():
-                break
-            tick(live, clock)
-            c = live.controller
-            assert c is not None
-        assert c.fleet.phase[0] == Phase.DONE and not store.open_migrations()
-        copied = dst_store.latest(JOB)
-        assert copied is not None and copied.manifest_sha256 == ref.manifest_sha256
-        dst_store.verify(copied)
+        move.planned(move.tick())
+        move.finish(ref)
         [create] = new.kube["onprem"].requests_for("pods", "create")
-        env = {e["name"]: e.get("value") for e in create.body["spec"]["containers"][0]["env"]}
-        assert env["HELIOTROPE_CHECKPOINT_URI"] == dst_store.root_uri
+        assert pod_env(create)["HELIOTROPE_CHECKPOINT_URI"] == move.dst_store.root_uri
         assert "karpenter.sh/capacity-type" in json.dumps(create.body["spec"]["affinity"])
         assert new.kube["onprem"].pods == {}
         assert len(fakes.aws_ops("ec2:RunInstances")) == 1
         assert fakes.aws_ops("ec2:TerminateInstances") == []
-        launches = [e.offer_id for e in store.history(JOB) if e.kind is EventKind.LAUNCHED]
-        assert launches == [AWS_SPOT_L4, K8S_SPOT_L4]
 
 
 @pytest.mark.timeout(120)
@@ -478,70 +472,35 @@ def test_spot_pod_preempted_on_kubernetes_moves_to_azure_with_its_checkpoint(
         new.label_spot("onprem", "dgx-a100-01")
         k8s = new.k8s_section()
         k8s["contexts"][0]["spot_usd_per_gpu_hour"] = {"A100-80GB": 0.50}
-        clock = FakeClock(datetime(2024, 5, 1, 17, 0, tzinfo=UTC))
-        world = configured_world(
-            LiveSettings(
-                world="clouds",
-                cluster=CLUSTER,
-                policy="spot-failover",
-                clouds={
-                    "providers": ["k8s", "azure"],
-                    "k8s": k8s,
-                    "azure": new.azure_section(),
-                    "checkpoints": {"default": f"file://{tmp_path}/ckpt/{{cloud}}/{{region}}"},
-                },
-            ),
-            clock=clock,
-            access=new.access(sleep=clock.sleep),
+        checkpoints = {"default": f"file://{tmp_path}/ckpt/{{cloud}}/{{region}}"}
+        settings = {"providers": ["k8s", "azure"], "k8s": k8s, "azure": new.azure_section()}
+        move = start_move(
+            clouds_world({**settings, "checkpoints": checkpoints}),
+            lambda clock: new.access(sleep=clock.sleep),
+            FakeClock(T_AZURE),
+            a100_job_doc(),
+            K8S_SPOT_A100,
+            AZURE_SPOT_A100,
         )
-        offers = {o.id: o for o in world.offers}
-        src_store = CheckpointStore(world.store_uri(offers[K8S_SPOT_A100]), durable=False)
-        dst_store = CheckpointStore(world.store_uri(offers[AZURE_SPOT_A100]), durable=False)
-        store = MemoryStateStore(clock=clock)
-        store.submit(parse_jobs(a100_job_doc(), trace_start=clock.now()))
-        live = live_controller(world, store)
-
-        assert EventKind.LAUNCHED in [e.kind for e in live.tick()]
-        c = live.controller
-        assert c is not None and c.offers[int(c.fleet.offer[0])].id == K8S_SPOT_A100
         onprem = new.kube["onprem"]
         [pod_name] = list(onprem.pods)
-        tick(live, clock)
-        ref = src_store.write(
-            A100_JOB, STEP, {"model.pt": b"w" * 4000}, now_s=clock.now().timestamp()
-        )
+        move.tick()
+        ref = move.checkpoint({"model.pt": b"w" * 4000})
 
         # The scheduler preempts the pod: first the notice, then it is gone.
         onprem.disrupt(pod_name, reason="PreemptionByScheduler", message="preempted")
-        tick(live, clock)
+        move.tick()
         onprem.remove(pod_name)
-        kinds = tick(live, clock)
-        history = store.history(A100_JOB)
+        kinds = move.tick()
+        history = move.store.history(A100_JOB)
         assert EventKind.PREEMPTED in [e.kind for e in history], kinds
-        for _ in range(30):
-            if c.all_done and not store.open_migrations():
-                break
-            tick(live, clock)
-            c = live.controller
-            assert c is not None
-        assert c.fleet.phase[0] == Phase.DONE and not store.open_migrations()
-        copied = dst_store.latest(A100_JOB)
-        assert copied is not None and copied.manifest_sha256 == ref.manifest_sha256
-        dst_store.verify(copied)
-        history = store.history(A100_JOB)
-        assert [e.offer_id for e in history if e.kind is EventKind.LAUNCHED] == [
-            K8S_SPOT_A100,
-            AZURE_SPOT_A100,
-        ]
-        [put] = [
-            call
-            for call in new.arm.calls
-            if call.method == "PUT" and call.action == "Microsoft.Compute/virtualMachines/write"
-        ]
+        move.finish(ref)
+        [put] = vm_puts(new.arm)
         assert put.body["properties"]["priority"] == "Spot"
         custom = put.body["properties"]["osProfile"]["customData"]
         assert (
-            f"HELIOTROPE_CHECKPOINT_URI={dst_store.root_uri}" in base64.b64decode(custom).decode()
+            f"HELIOTROPE_CHECKPOINT_URI={move.dst_store.root_uri}"
+            in base64.b64decode(custom).decode()
         )
         assert new.arm.vms == {} and onprem.pods == {}  # the VM deleted once done
         assert len(onprem.requests_for("pods", "create")) == 1

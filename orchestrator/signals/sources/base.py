@@ -202,7 +202,22 @@ def concat_frames(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
     )
 
 
-class KeyedSource:
+class ReadsAll:
+    """`read`, for a source that implements `read_partial`: everything, or its first error."""
+
+    def read(self, keys: Sequence[str], start: datetime, end: datetime) -> pd.DataFrame:
+        frame, errors = self.read_partial(keys, start, end)
+        if errors:
+            raise next(iter(errors.values()))
+        return frame
+
+    def read_partial(
+        self, keys: Sequence[str], start: datetime, end: datetime
+    ) -> tuple[pd.DataFrame, dict[str, HeliotropeError]]:
+        raise NotImplementedError
+
+
+class KeyedSource(ReadsAll):
     """A source read one key at a time: subclasses implement `_read_key`.
 
     An `AuthFailed` or `MissingCredential` stops the loop (every key would fail the same
@@ -222,12 +237,6 @@ class KeyedSource:
         self.url = ctx.base_url(self.name, self.default_url) if self.default_url else ""
 
     # -- the protocol -------------------------------------------------------------------
-    def read(self, keys: Sequence[str], start: datetime, end: datetime) -> pd.DataFrame:
-        frame, errors = self.read_partial(keys, start, end)
-        if errors:
-            raise next(iter(errors.values()))
-        return frame
-
     def read_partial(
         self, keys: Sequence[str], start: datetime, end: datetime
     ) -> tuple[pd.DataFrame, dict[str, HeliotropeError]]:

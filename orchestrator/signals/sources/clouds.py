@@ -27,6 +27,7 @@ from orchestrator.model import Market, SignalKind
 from orchestrator.signals.sources.base import (
     KeyedSource,
     Obs,
+    ReadsAll,
     SourceContext,
     Strict,
     Time,
@@ -74,7 +75,7 @@ def default_aws_clients(env: Mapping[str, str] | None = None) -> AwsClients:
     return Clients(endpoint_urls=urls)
 
 
-class _AwsBase:
+class _AwsBase(ReadsAll):
     name: ClassVar[str] = ""
     kind: ClassVar[SignalKind] = SignalKind.PRICE
     history: ClassVar[bool] = False
@@ -108,17 +109,6 @@ class _AwsBase:
     def poll_window(self, now: datetime) -> tuple[datetime, datetime]:
         now = utc(now)
         return now - self.back, now
-
-    def read(self, keys: Sequence[str], start: datetime, end: datetime) -> pd.DataFrame:
-        frame, errors = self.read_partial(keys, start, end)
-        if errors:
-            raise next(iter(errors.values()))
-        return frame
-
-    def read_partial(
-        self, keys: Sequence[str], start: datetime, end: datetime
-    ) -> tuple[pd.DataFrame, dict[str, HeliotropeError]]:
-        raise NotImplementedError
 
 
 # -- spot price history -------------------------------------------------------------------

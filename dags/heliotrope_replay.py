@@ -1,7 +1,9 @@
 """Heliotrope replay: what would these jobs have cost, and emitted, under each policy?
 
-``heliotrope replay`` as a task: the jobs file replayed over a trace directory (empty: the
-built-in scenario) under each policy, with carbon priced in the objective. The report's
+``heliotrope replay`` as a task (the same replay service, `orchestrator.replay.service`):
+the jobs file replayed over a trace directory (empty: the built-in scenario; a directory the
+signals DAG wrote is replayed as the live controller knew it) under each policy, with carbon
+priced in the objective. The report's
 path is in the task log and in XCom (``return_value["report"]``), next to results.json and
 timeline.csv, under ``$HELIOTROPE_HOME/replays/<run id>`` unless an output dir is given.
 """

@@ -40,17 +40,10 @@ from orchestrator.signals.sources.errors import (
     short,
 )
 from orchestrator.signals.sources.http import HttpClient
+from orchestrator.state.records import SAMPLE_COLUMNS
 
-FRAME_COLUMNS: Final = (
-    "time",
-    "key",
-    "kind",
-    "value",
-    "unit",
-    "source",
-    "observed_at",
-    "valid_until",
-)
+# A source's frame is a samples frame: the state store appends it as it is.
+FRAME_COLUMNS: Final = SAMPLE_COLUMNS
 FORECAST_SUFFIX: Final = "-forecast"
 
 # unit -> meaning. Grid units map onto trace metrics in `tracemap.GRID_METRIC`.

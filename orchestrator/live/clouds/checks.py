@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from orchestrator.clock import Clock, SystemClock
 from orchestrator.errors import HeliotropeError
@@ -14,7 +13,7 @@ from orchestrator.live.clouds.adapters import build_context
 from orchestrator.live.clouds.settings import CloudSettings
 from orchestrator.signals.sources.redact import Redactor
 from providers import registry
-from providers.registry import CheckRow, CloudAccess
+from providers.registry import CheckRow, CloudAccess, Result
 
 MAX_REASON_CHARS = 400
 
@@ -23,7 +22,7 @@ MAX_REASON_CHARS = 400
 class CheckResult:
     provider: str
     check: str
-    result: Literal["ok", "fail", "skip"]
+    result: Result
     reason: str
 
     def row(self) -> dict[str, str]:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from providers.azure import AzureLaunchConfig, AzureProvider
-from providers.base import LaunchSpec
+from tests.providers.specs import spec_maker
 
 SUBSCRIPTION = "8f2b6c1e-3a4d-4e5f-9a0b-1c2d3e4f5a6b"
 RESOURCE_GROUP = "heliotrope-ml"
@@ -35,22 +35,4 @@ CONFIG = AzureLaunchConfig(subnet_ids=SUBNETS, ssh_public_key=SSH_KEY, poll_inte
 Factory = Callable[..., AzureProvider]
 
 
-def spec(
-    offer: str = SPOT_A100,
-    *,
-    job: str = "job-1",
-    count: int = 1,
-    env: dict[str, str] | None = None,
-    entrypoint: tuple[str, ...] = ("python", "train.py"),
-    startup_s: float = 600.0,
-    cluster: str = CLUSTER,
-) -> LaunchSpec:
-    return LaunchSpec(
-        job_id=job,
-        offer_id=offer,
-        cluster=cluster,
-        startup_s=startup_s,
-        count=count,
-        entrypoint=entrypoint,
-        env=env or {},
-    )
+spec = spec_maker(SPOT_A100, cluster=CLUSTER, startup_s=600.0)

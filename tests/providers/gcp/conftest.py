@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from orchestrator.clock import FakeClock
-from providers.base import LaunchSpec
 from providers.gcp import GcpProvider
 from providers.gcp.naming import label_value
+from tests.providers.specs import spec_maker
 
 from .fake_compute import FakeCompute
 
@@ -27,25 +27,7 @@ SPOT_L4_EU = "gcp:europe-west4-a:g2-standard-4:spot"
 Factory = Callable[..., GcpProvider]
 
 
-def spec(
-    offer: str = SPOT_A100,
-    *,
-    job: str = "job-1",
-    count: int = 1,
-    env: dict[str, str] | None = None,
-    entrypoint: tuple[str, ...] = ("python", "train.py"),
-    startup_s: float = 600.0,
-    cluster: str = CLUSTER,
-) -> LaunchSpec:
-    return LaunchSpec(
-        job_id=job,
-        offer_id=offer,
-        cluster=cluster,
-        startup_s=startup_s,
-        count=count,
-        entrypoint=entrypoint,
-        env=env or {},
-    )
+spec = spec_maker(SPOT_A100, cluster=CLUSTER, startup_s=600.0)
 
 
 @pytest.fixture

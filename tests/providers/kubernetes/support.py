@@ -13,9 +13,9 @@ from pathlib import Path
 
 import yaml
 
-from providers.base import LaunchSpec
 from providers.kubernetes import KubeLaunchConfig, KubeRegion, KubernetesProvider
 from tests.providers.kubernetes.fake_kube import FakeKube
+from tests.providers.specs import spec_maker
 
 CLUSTER = "ml-prod"
 NAMESPACE = "heliotrope"
@@ -60,22 +60,4 @@ def write_kubeconfig(path: Path, fakes: dict[str, FakeKube]) -> Path:
     return path
 
 
-def spec(
-    offer: str = H100X8_SPOT,
-    *,
-    job: str = "job-1",
-    count: int = 1,
-    env: dict[str, str] | None = None,
-    entrypoint: tuple[str, ...] = ("python", "train.py"),
-    startup_s: float = 120.0,
-    cluster: str = CLUSTER,
-) -> LaunchSpec:
-    return LaunchSpec(
-        job_id=job,
-        offer_id=offer,
-        cluster=cluster,
-        startup_s=startup_s,
-        count=count,
-        entrypoint=entrypoint,
-        env=env or {},
-    )
+spec = spec_maker(H100X8_SPOT, cluster=CLUSTER, startup_s=120.0)

@@ -33,6 +33,7 @@ from orchestrator.costs import move_cost
 from orchestrator.errors import HeliotropeError, TransientError
 from orchestrator.loop import Controller
 from orchestrator.migration import (
+    NOTHING_TO_MOVE,
     CheckpointSeen,
     CopyCheckpoint,
     Launch,
@@ -189,12 +190,24 @@ class MigrationDriver:
             self.open[job_id] = nxt
             if nxt != m:
                 self.changed[nxt.id] = nxt
+            if nxt.error == NOTHING_TO_MOVE and m.error != NOTHING_TO_MOVE:
+                self._start_over(self._job_index(job_id))
             for action in actions:
                 events += self._perform(nxt, action, now_s)
             if nxt.terminal:
                 del self.open[job_id]
                 self.controller.busy.discard(self._job_index(job_id))
         return events
+
+    def _start_over(self, j: int) -> None:
+        """No instance and no verified checkpoint (preempted before its first one): there is
+        nothing to move, so the job starts again from the beginning wherever the policy
+        sends it next, instead of planning the same failing move every tick."""
+        assert self.controller is not None
+        f = self.controller.fleet
+        f.checkpoint_offer[j] = -1
+        f.progress_gpu_h[j] = 0.0
+        f.checkpointed_gpu_h[j] = 0.0
 
     def drain_records(self) -> list[MigrationRecord]:
         records = [to_record(m) for m in self.changed.values()]

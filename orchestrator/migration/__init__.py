@@ -7,6 +7,7 @@ executor. The controller protocol (record, act, observe) is in `machine`'s docst
 
 from orchestrator.migration.machine import (
     DEFAULT_LIMITS,
+    NOTHING_TO_MOVE,
     TERMINAL,
     TRANSITIONS,
     CheckpointSeen,
@@ -25,6 +26,7 @@ from orchestrator.migration.machine import (
 
 __all__ = [
     "DEFAULT_LIMITS",
+    "NOTHING_TO_MOVE",
     "TERMINAL",
     "TRANSITIONS",
     "CheckpointSeen",

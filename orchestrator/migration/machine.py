@@ -417,6 +417,7 @@ def advance(
 
 
 _FINISHED = "the job finished at the source before it moved: nothing to move"
+NOTHING_TO_MOVE = "the job holds no live instance and has no verified checkpoint: nothing to move"
 
 
 def _planned(m: Migration, obs: Observation, now_s: float, limits: Limits) -> Result:
@@ -429,8 +430,7 @@ def _planned(m: Migration, obs: Observation, now_s: float, limits: Limits) -> Re
     if ck is not None:
         nxt = _to(replace(m, src_checkpoint_uri=ck.uri, checkpoint_step=ck.step), _P.COPYING, now_s)
         return nxt, [_copy(nxt)]
-    why = "the job holds no live instance and has no verified checkpoint: nothing to move"
-    return _to(replace(m, error=why), _P.FAILED, now_s), []
+    return _to(replace(m, error=NOTHING_TO_MOVE), _P.FAILED, now_s), []
 
 
 def _checkpointing(m: Migration, obs: Observation, now_s: float, limits: Limits) -> Result:

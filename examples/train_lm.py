@@ -186,6 +186,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=0.0,
         help="pause after each step (demos and tests pace the job with it)",
     )
+    p.add_argument(
+        "--step-time-s",
+        type=float,
+        default=0.0,
+        help="pad each step to at least this many seconds (the demo: a step takes the same "
+        "time however busy the machine is)",
+    )
     return p.parse_args(argv)
 
 
@@ -240,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         model.train()
         for step in range(start, args.steps):
+            began = time.monotonic()
             x, y, data_state = batches.next(data_state)
             x, y = x.to(device), y.to(device)
             logits = model(x)
@@ -260,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
             run.step_done(step, data_state)
             if args.step_sleep_s > 0:
                 time.sleep(args.step_sleep_s)
+            if args.step_time_s > 0:
+                time.sleep(max(0.0, args.step_time_s - (time.monotonic() - began)))
         run.finish()
     print(
         f"done steps={args.steps} loss={loss_value:.4f} params_sha256={state_digest(model)}",

@@ -325,7 +325,7 @@ def _parser() -> argparse.ArgumentParser:
 
     dm = sub.add_parser("demo", help="the live demo: local jobs moved by the policy, then a replay")
     dm.add_argument("--home", type=Path, default=Path("out/demo"))
-    dm.add_argument("--steps", type=int, default=240, help="training steps per job")
+    dm.add_argument("--steps", type=int, default=144, help="training steps per job")
     dm.set_defaults(handler=_demo)
     return p
 

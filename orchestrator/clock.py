@@ -78,5 +78,13 @@ class ScaledClock:
     def now(self) -> datetime:
         return self._origin + (self._base.now() - self._real0) * self.speed
 
+    @property
+    def real_origin(self) -> datetime:
+        return self._real0
+
+    def restart(self) -> None:
+        """Scenario time starts over at `origin`, from now on."""
+        self._real0 = self._base.now()
+
     def sleep(self, seconds: float) -> None:
         self._base.sleep(seconds / self.speed)

@@ -532,6 +532,30 @@ def run(
     return live
 
 
+def signal_reason(d: dict[str, Any]) -> str:
+    """What decided a launch or a move, in a few words, from its event data (the signals it
+    was decided on, `orchestrator.loop`): the signal that makes up most of the gap in USD/h
+    equivalent between where the job was (its running or checkpointed offer) and where it
+    went; for a first launch, the signals there."""
+    there = f"{d['dst_usd_per_hour']:.3f} USD/h, {d['dst_g_co2_per_kwh']:.0f} g/kWh" + (
+        ", curtailing" if d.get("dst_curtailing") else ""
+    )
+    if "src_usd_per_hour" not in d:
+        return there
+    if d.get("src_spot_capacity", 1.0) == 0.0:
+        return f"spot capacity gone where it was; {there}"
+    d_price = d["src_usd_per_hour"] - d["dst_usd_per_hour"]
+    d_equiv = d.get("src_usd_equiv_per_hour", math.nan) - d.get("dst_usd_equiv_per_hour", math.nan)
+    d_carbon = d_equiv - d_price if math.isfinite(d_equiv) else 0.0
+    price = f"price {d['src_usd_per_hour']:.3f} -> {d['dst_usd_per_hour']:.3f} USD/h"
+    carbon = f"carbon {d['src_g_co2_per_kwh']:.0f} -> {d['dst_g_co2_per_kwh']:.0f} g/kWh"
+    if abs(d_carbon) > abs(d_price):
+        return f"{carbon} (and {price})"
+    if abs(d_price) > 1e-9:
+        return f"{price} (and {carbon})"
+    return there
+
+
 def explain(store: StateStore, job_id: str) -> list[str]:
     """Each placement decision of a job in words: where it went, why (the policy's reason),
     and the signals it was decided on; for a move, how the signals of the place it left

@@ -20,6 +20,8 @@ entry point runs. Every live command and DAG asks `configured_world()`; none bui
     start: 2024-04-02T06:00:00Z
     days: 7
     speed: 600
+    events: [{kind: carbon, region: us-central1, at_h: 4, hours: 6, g_per_kwh: 850}]
+                                 # scenario only: scripted signal events (signals/events.py)
     clouds: {providers: [aws, gcp], aws: {...}, gcp: {...}, checkpoints: {...}}
                                  # world: clouds (or clouds_file: clouds.yaml, the default)
 
@@ -39,12 +41,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from orchestrator.clock import Clock, ScaledClock, SystemClock
 from orchestrator.errors import InputError
 from orchestrator.loop import LoopOptions
 from orchestrator.model import CostSettings, Offer
+from orchestrator.signals.events import GridEvent, apply_events
 from orchestrator.signals.grid import SignalGrid
 from orchestrator.signals.view import (
     GridView,
@@ -105,12 +108,21 @@ class LiveSettings(BaseModel):
     start: datetime = datetime(2024, 4, 2, 6, tzinfo=UTC)
     days: float = Field(default=7.0, gt=0, le=60)
     speed: float = Field(default=600.0, gt=0, allow_inf_nan=False)
+    events: list[GridEvent] = Field(default_factory=list, max_length=100)
     clouds: dict[str, Any] | None = None
     clouds_file: Path | None = None
 
     @property
     def scenario(self) -> bool:
         return self.signals == "scenario"
+
+    @model_validator(mode="after")
+    def _events_need_a_scenario(self) -> LiveSettings:
+        if self.events and not self.scenario:
+            raise ValueError(
+                "events: script the built-in scenario; set signals: scenario or drop events:"
+            )
+        return self
 
 
 def home() -> Path:
@@ -338,7 +350,17 @@ def _scenario_grid(settings: LiveSettings) -> SignalGrid:
         600,
         keep_offer=lambda o: (o.region, o.instance_type) in wanted,
     )
-    return realize_spot(grid, settings.seed)
+    return apply_events(realize_spot(grid, settings.seed), settings.events)
+
+
+def restart_scenario_clock(world: World) -> None:
+    """Scenario time starts at `start` again, now (the demo: after its set-up, so the first
+    tick is the scenario's first); every command of the home agrees (clock.json)."""
+    if not isinstance(world.clock, ScaledClock):
+        raise InputError("config.yaml", "signals", "scenario", got=world.settings.signals)
+    world.clock.restart()
+    path = home() / "clock.json"
+    path.write_text(json.dumps({"real_origin": world.clock.real_origin.isoformat()}))
 
 
 def _real_origin() -> datetime:

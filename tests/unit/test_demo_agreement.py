@@ -3,6 +3,7 @@ not."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -73,3 +74,30 @@ def test_the_demo_says_whether_they_agree(replayed: dict[str, float], words: str
     console = Console(width=200, record=True)
     _print_agreement(console, store_with(4.0, 8.0), replayed)
     assert words in " ".join(console.export_text().split())
+
+
+def test_the_replay_runs_each_job_at_the_speed_it_ran_live() -> None:
+    """Ready 0.5 h after launch, done 2 h later with 1 GPU-h of progress on a job nominally
+    making 1 GPU-h per hour: it ran at 0.5x, and its replay twin does too."""
+    from orchestrator.costs import relative_throughput
+    from orchestrator.live.demo import _at_speed, measured_speed
+    from orchestrator.model import Event, EventKind
+
+    store = store_with(3.0)
+    (job,) = store.load()[0].jobs
+    job_l4 = dataclasses.replace(job, gpu_types=frozenset({"L4"}), throughput={"L4": 1.0})
+    t = T0.timestamp()
+    _, version = store.load()
+    store.commit(
+        [
+            Event(t, job.id, EventKind.LAUNCHED, "o", "", {"ready_at_s": t + 1800.0}),
+            Event(t + 9000.0, job.id, EventKind.FINISHED, "o", "", {"progress_gpu_h": 1.0}),
+        ],
+        {},
+        expected_version=version,
+    )
+    speed = measured_speed(store, [job_l4])
+    assert speed == {job.id: pytest.approx(0.5)}
+    (twin,) = _at_speed([job_l4], speed)
+    assert relative_throughput(twin, "L4") == pytest.approx(0.5)
+    assert measured_speed(store_with(3.0), [job_l4]) == {job.id: 1.0}  # no launch recorded

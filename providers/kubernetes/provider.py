@@ -70,6 +70,7 @@ from providers.gang import (
     invalid_offer,
     member_going,
     offer_parts,
+    roll_back,
 )
 from providers.gcp import naming
 from providers.gcp.naming import Gang
@@ -402,10 +403,7 @@ class KubernetesProvider:
             spec=spec,
             request_id=request_id,
             start=lambda: self._launch_gang(gang, target, spec, request_id),
-            # its terminate, limited to what this request made
-            roll_back=lambda: self._delete_gang(
-                gang, target.region, request_id, only_request=request_id
-            ),
+            roll_back=lambda: self._roll_back(gang, target.region, request_id),
             call_errors=errors.call_errors(),
             failure_of=errors.failure_from_exception,
         )
@@ -812,11 +810,72 @@ class KubernetesProvider:
             ]
         return tolerations
 
+    def _roll_back(self, gang: Gang, region: KubeRegion, request_id: str) -> None:
+        """Delete the pods (and the Service) of a failed gang that this request made."""
+        from kubernetes.client.exceptions import ApiException
+
+        core = self._core_api(region.context)
+        timeout = self._config.request_timeout_s
+        service = gang.name if gang.count > 1 else None
+
+        def read(name: str) -> Any:
+            if name != service:
+                return self._read_pod(region, name)
+            try:
+                return self._api(
+                    partial(
+                        core.read_namespaced_service,
+                        name,
+                        region.namespace,
+                        _request_timeout=timeout,
+                    )
+                )
+            except ApiException as exc:
+                if exc.status == 404:
+                    return None
+                raise
+
+        def made_here(name: str) -> bool:
+            obj = read(name)
+            return (
+                obj is not None
+                and self._owned(obj, service=name == service)
+                and _annotation(obj, ANNOTATION_REQUEST) == request_id
+            )
+
+        def delete(name: str) -> None:
+            if name == service:
+                call = partial(
+                    core.delete_namespaced_service, name, region.namespace, _request_timeout=timeout
+                )
+            else:
+                call = partial(
+                    core.delete_namespaced_pod,
+                    name,
+                    region.namespace,
+                    grace_period_seconds=self._config.termination_grace_s,
+                    _request_timeout=timeout,
+                )
+            try:
+                self._api(call)
+            except ApiException as exc:
+                if exc.status != 404:  # gone already: rolled back
+                    raise
+
+        roll_back(
+            [*gang.members, *([service] if service else [])],
+            request_id=request_id,
+            made_here=made_here,
+            delete=delete,
+            name=lambda name: f"{region.namespace}/{name}",
+            call_errors=errors.call_errors(),
+            reason=lambda exc: errors.failure_from_exception(exc).message,
+        )
+
     def _delete_gang(
-        self, gang: Gang, region: KubeRegion, request_id: str, *, only_request: str | None = None
+        self, gang: Gang, region: KubeRegion, request_id: str
     ) -> HeliotropeError | None:
-        """Delete the gang's pods (and Service) that are ours (and, with `only_request`, of
-        that request); the first error, or None."""
+        """Delete the gang's pods (and Service) that are ours; the first error, or None."""
         from kubernetes.client.exceptions import ApiException
 
         core = self._core_api(region.context)
@@ -828,10 +887,7 @@ class KubernetesProvider:
                 pod = self._read_pod(region, member)
                 if pod is None:
                     continue
-                if not self._owned(pod) or (
-                    only_request is not None
-                    and _annotation(pod, ANNOTATION_REQUEST) != only_request
-                ):
+                if not self._owned(pod):
                     logger.warning(
                         "pod %s/%s is not ours to delete; not deleting it", region.namespace, member
                     )
@@ -862,9 +918,7 @@ class KubernetesProvider:
                         _request_timeout=timeout,
                     )
                 )
-                if self._owned(service, service=True) and (
-                    only_request is None or _annotation(service, ANNOTATION_REQUEST) == only_request
-                ):
+                if self._owned(service, service=True):
                     self._api(
                         partial(
                             core.delete_namespaced_service,

@@ -327,11 +327,6 @@ class FakeKube:
                 return 404, recorded(
                     "status_404_not_found.json", kind="namespaces", name=args["ns"]
                 )
-            if resource == "pods" and verb == "create" and self.failing_creates:
-                refusal = self.failing_creates.popleft()
-                if refusal is not None:
-                    reply = recorded(refusal, name=body["metadata"]["name"])
-                    return int(reply["code"]), reply
             queue = self.scripted.get((method, f"{resource}/{verb}"))
             if queue:
                 return queue.popleft()
@@ -390,6 +385,12 @@ class FakeKube:
 
     def _create(self, resource: str, store: dict[str, Any], body: Any) -> tuple[int, Any]:
         name = body["metadata"]["name"]
+        refusal = (
+            self.failing_creates.popleft() if resource == "pods" and self.failing_creates else None
+        )
+        if refusal is not None:
+            reply = recorded(refusal, name=name)
+            return int(reply["code"]), reply
         if name in store:
             return 409, recorded("status_409_already_exists.json", name=name)
         obj = copy.deepcopy(body)

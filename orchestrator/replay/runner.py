@@ -194,6 +194,19 @@ def run_policy(
     )
 
 
+def run_policies(
+    policies: Sequence[Policy],
+    jobs: Sequence[JobSpec],
+    grid: SignalGrid,
+    *,
+    options: LoopOptions,
+    progress: ProgressFn | None = None,
+) -> tuple[PolicyRun, ...]:
+    """Each policy over the same jobs on the same grid, one after the other, each on a
+    fresh simulated provider and clock (`run_policy`)."""
+    return tuple(run_policy(p, jobs, grid, options=options, progress=progress) for p in policies)
+
+
 def run_replay(
     trace: Trace,
     jobs: Sequence[JobSpec],
@@ -218,7 +231,7 @@ def run_replay(
         settings or CostSettings(), carbon_usd_per_tonne=carbon_usd_per_tonne
     )
     options = LoopOptions(cluster="replay", settings=settings)
-    runs = tuple(run_policy(p, jobs, grid, options=options, progress=progress) for p in policies)
+    runs = run_policies(policies, jobs, grid, options=options, progress=progress)
     return Replay(
         jobs=tuple(jobs),
         grid=grid,

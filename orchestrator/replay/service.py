@@ -8,8 +8,8 @@ Every replay goes through here:
   policy; writes results.json, timeline.csv, cumulative.csv, the plots and report.html.
 - `replay_loaded(jobs, grid, policies, out_dir)`: the same for jobs and a grid already in
   memory (the live demo replays the period it just ran).
-- `run_policies(policies, jobs, grid, options=...)`: the runs alone, for the bench suites,
-  which account and tabulate them their own way.
+- `run_policies(policies, jobs, grid, options=...)` (from `runner`): the runs alone, for
+  the bench suites, which account and tabulate them their own way.
 
 A request names its fields the way its caller spells them (`FieldNames`: the CLI's flags,
 the DAG's params), so a refusal names what the person typed.
@@ -29,11 +29,10 @@ from orchestrator.errors import InputError
 from orchestrator.loop import LoopOptions
 from orchestrator.model import CostSettings, JobSpec
 from orchestrator.replay.runner import (
-    PolicyRun,
     ProgressFn,
     Replay,
     feasible_jobs,
-    run_policy,
+    run_policies,
     run_replay,
 )
 from orchestrator.signals.grid import SignalGrid
@@ -124,14 +123,13 @@ class ReplayResult:
 def replay(request: ReplayRequest, *, progress: ProgressFn | None = None) -> ReplayResult:
     """Run `request` and write its outputs under ``request.out_dir``. Bad input raises
     `InputError` (naming the caller's field) before anything is written."""
+    from orchestrator.jobs import load_jobs
     from policies.registry import make_policy
 
     names = _check(request)
     policies = [make_policy(n) for n in names]
     trace, source, samples = _load_trace(request)
     anchor = request.anchor or _manifest_start(trace)
-    from orchestrator.jobs import load_jobs
-
     jobs = load_jobs(request.jobs_file, trace_start=anchor)
     lo, hi = request.keep_from, request.keep_until
     if request.window is not None and anchor is not None:
@@ -180,19 +178,6 @@ def replay_loaded(
         config={"tick_s": grid.tick_s, "start": grid.start.isoformat()},
     )
     return write(result, out_dir, extra_config=dict(config or {}))
-
-
-def run_policies(
-    policies: Sequence[Policy],
-    jobs: Sequence[JobSpec],
-    grid: SignalGrid,
-    *,
-    options: LoopOptions,
-    progress: ProgressFn | None = None,
-) -> tuple[PolicyRun, ...]:
-    """Each policy over the same jobs on the same grid, one after the other, each on a
-    fresh simulated provider and clock (`runner.run_policy`)."""
-    return tuple(run_policy(p, jobs, grid, options=options, progress=progress) for p in policies)
 
 
 def write(

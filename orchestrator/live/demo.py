@@ -2,8 +2,8 @@
 
 Three small language-model jobs (examples/train_lm.py) run as real processes in four local
 "regions" that take the names, L4 machines and signals of four cloud regions in the
-built-in scenario (prices, spot capacity, grid carbon), in scenario time at 600x (a
-10-minute tick every real second). The fleet prices carbon at 200 USD/t (about the US
+built-in scenario (prices, spot capacity, grid carbon), in scenario time at 300x (a
+10-minute tick every two real seconds). The fleet prices carbon at 200 USD/t (about the US
 EPA's 2023 social cost of carbon, 190 USD/t for 2020 emissions at a 2% discount rate).
 On top of the scenario's own weather and spot outages, three events are scripted, each of a
 size the traces show (`DEMO_EVENTS`, printed at the start): the cheap clean zone's spot
@@ -16,7 +16,7 @@ Then it replays the same period: the same signals, the same realized spot capaci
 same jobs, for heliotrope and the baselines, and compares heliotrope's replay with what the
 live fleet did. Each training step is paced to `STEP_TIME_S` of real time, so the live
 progress does not depend on how busy this machine is, and the jobs' cold start is what a
-process start, torch import and restore take here (~2.5 s real, 0.4 h at 600x).
+process start, torch import and restore take here (~3 s real, 0.25 h at 300x).
 """
 
 from __future__ import annotations
@@ -62,8 +62,8 @@ BASELINES = (
     "curtailment-threshold",
     "heliotrope",
 )
-SPEED = 600.0  # scenario seconds per real second
-STEP_TIME_S = 0.25  # real seconds per training step: 150 s of scenario time at 600x
+SPEED = 300.0  # scenario seconds per real second
+STEP_TIME_S = 0.5  # real seconds per training step: 150 s of scenario time at 300x
 CARBON_USD_PER_TONNE = 200.0
 # Hours from the scenario's start (2024-04-02 06:00 UTC). Sizes from the traces: AWS spot
 # reclaims last hours (SkyNomad's availability traces: mean outage 1-4 h on the H100
@@ -115,7 +115,7 @@ def demo_jobs(steps: int) -> dict[str, Any]:
         "gpus": 1,
         "gpu_types": ["L4"],
         "throughput": {"L4": 1.0},
-        "cold_start_h": 0.4,
+        "cold_start_h": 0.25,
         "checkpoint_size_gb": 0.01,
         "checkpoint_interval_h": 0.5,
         "command": command,
@@ -247,6 +247,9 @@ def _log_line(e: Event) -> str | None:
         e.kind, e.kind.value
     )
     why = signal_reason(e.data) if "dst_usd_per_hour" in e.data else e.detail[:70]
+    rule = e.detail.removeprefix("planned: ").split(" | ")[0]
+    if rule.startswith("safety net"):  # the deadline decided, whatever the signals say
+        why = f"{rule} (deadline); {why}"
     where = e.offer_id.removesuffix(":spot").removesuffix(":on_demand")
     market = "" if not e.offer_id else (" (spot)" if e.offer_id.endswith(":spot") else " (od)")
     return f"{e.job_id:10s} {verb:11s} {where}{market}: {why}"
@@ -325,7 +328,8 @@ def _print_why(console: Console, store: Any, ids: list[str]) -> None:
         lines = explain(store, job_id)
         console.print(escape(f"{job_id}:"))
         for line in lines or ["  no placement decision recorded"]:
-            console.print(escape("  " + line), highlight=False)
+            if not line.startswith("    from:"):  # the alternatives: `heliotrope explain`
+                console.print(escape("  " + line), highlight=False)
 
 
 _ENDS = (EventKind.PREEMPTED, EventKind.FINISHED, EventKind.TERMINATED)

@@ -13,6 +13,7 @@ import yaml
 from orchestrator.errors import InputError
 from orchestrator.jobs import load_jobs
 from orchestrator.loop import LoopOptions
+from orchestrator.model import CostSettings
 from orchestrator.replay.metrics import write_outputs
 from orchestrator.replay.runner import Replay, build_grid, feasible_jobs, run_policy
 from orchestrator.replay.service import (
@@ -62,29 +63,34 @@ def jobs_file(tmp_path: Path) -> Path:
 
 
 def test_replay_loaded_is_what_the_demo_built_by_hand(tmp_path: Path, jobs_file: Path) -> None:
-    """The demo's `_replay` (a `Replay` of `run_policy` per policy, then `write_outputs`)
-    and `replay_loaded` write the same results.json."""
+    """The demo's `_replay` (a `Replay` of `run_policy` per policy at the world's carbon
+    price, then `write_outputs`) and `replay_loaded` write the same results.json."""
     trace = generate(3, 2.0, start=START)
     jobs = load_jobs(jobs_file, trace_start=START)
     grid = build_grid(trace, jobs, 600, 3)
     names = ("on-demand", "carbon-greedy")
     extra = {"traces": "built-in scenario", "jobs": "demo"}
 
-    options = LoopOptions(cluster="replay")
+    options = LoopOptions(cluster="replay", settings=CostSettings(carbon_usd_per_tonne=50.0))
     by_hand = Replay(
         jobs=jobs,
         grid=grid,
         feasible=feasible_jobs(jobs, grid),
         runs=tuple(run_policy(make_policy(n), jobs, grid, options=options) for n in names),
-        carbon_usd_per_tonne=0.0,
+        carbon_usd_per_tonne=50.0,
         seed=3,
         config={"tick_s": grid.tick_s, "start": grid.start.isoformat()},
     )
     paths = write_outputs(by_hand, tmp_path / "by-hand", extra_config=extra)
 
-    got = replay_loaded(jobs, grid, names, tmp_path / "service", seed=3, config=extra)
+    got = replay_loaded(
+        jobs, grid, names, tmp_path / "service", carbon_usd_per_tonne=50.0, seed=3, config=extra
+    )
     want = json.loads(paths["results"].read_text())
     assert got.results == want
+    assert got.replay.carbon_usd_per_tonne == 50.0 and len(got.replay.runs) == 2
+    row = want["policies"]["carbon-greedy"]
+    assert row["objective_usd"] > row["usd"]  # carbon priced in
     assert json.loads(got.paths["results"].read_text()) == want
     assert got.report.is_file() and got.report.name == "report.html"
     assert want["policies"]["on-demand"]["usd"] > 0

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli import main
+from orchestrator.costs import move_cost
 from orchestrator.errors import InputError
 from orchestrator.loop import LoopOptions
 from orchestrator.model import Location
@@ -24,7 +25,6 @@ from orchestrator.replay.suites import (
     skynomad_h100,
     suite_timelines,
 )
-from policies.costs import move_cost
 from policies.registry import make_policy
 
 pytestmark = pytest.mark.traces

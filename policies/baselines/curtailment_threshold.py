@@ -4,7 +4,7 @@ Source: curtail-llm (2026), as summarised in DESIGN.md §5: train where the marg
 intensity is below 100 gCO2/kWh, and leave a zone after it has been above that for 600 s.
 
 Rule, exactly:
-- Marginal intensity per offer is `policies.costs.marginal_intensity` (the marginal signal
+- Marginal intensity per offer is `orchestrator.costs.marginal_intensity` (the marginal signal
   where known; else 0 while the zone curtails, else the average).
 - An offer qualifies when its zone is curtailing or its marginal intensity is below
   `threshold_g_per_kwh`; it is "above" otherwise.

@@ -50,7 +50,7 @@ def accrue(
         return jobs[:0]
     offers = fleet.offer[jobs]
     dt_s = t1_s - t0_s
-    run_from = np.clip(fleet.ready_at_s[jobs], t0_s, t1_s)
+    run_from = np.minimum(np.maximum(fleet.ready_at_s[jobs], t0_s), t1_s)  # np.clip, cheaper
     run_s = t1_s - run_from
     rate = fit.rate[jobs, offers]
     remaining = work_gpu_h[jobs] - fleet.progress_gpu_h[jobs]
@@ -65,7 +65,7 @@ def accrue(
     kwh = fit.power_kw[jobs, offers] * fit.pue[offers] * hours
     avg = row.carbon_g_per_kwh[offers]
     marg = marginal_intensity(row.carbon_marginal_g_per_kwh[offers], avg, row.curtailing[offers])
-    fleet.usd[jobs] += np.nan_to_num(usd)
+    fleet.usd[jobs] += usd if np.isfinite(usd).all() else np.nan_to_num(usd)
     fleet.kwh[jobs] += kwh
     fleet.kwh_curtailed[jobs] += np.where(row.curtailing[offers], kwh, 0.0)
     fleet.kg_co2[jobs] += units.kg_co2(kwh, avg)

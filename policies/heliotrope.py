@@ -191,15 +191,8 @@ class Heliotrope:
         od = (~spot)[None, :] & usable
         od_pp = np.where(od, per_progress, np.inf)
         c_od = od_pp.min(axis=1)
-        # What finishing costs per unit of progress, start-up included
-        # (``hourly * finish_h / remaining``): a job with little work left pays a whole cold
-        # start for it, and a value below that would idle it for all its slack.
-        with np.errstate(divide="ignore", invalid="ignore"):
-            got = np.maximum(finish_h - startup, 0.0)
-            effective = np.where(got > 0, per_progress * finish_h / got, np.inf)
-
-        cheap = np.argmin(np.where(spot[None, :], effective, np.inf), axis=1)
-        c_low = effective[rows_j, cheap]
+        cheap = np.argmin(np.where(spot[None, :], per_progress, np.inf), axis=1)
+        c_low = per_progress[rows_j, cheap]
         c_low = np.where(np.isfinite(c_low), np.minimum(c_low, c_od), c_od)
         od_rate = np.where(od, rate, 0.0)
         r_fast = od_rate.max(axis=1)
@@ -215,6 +208,17 @@ class Heliotrope:
             f = np.clip(need_low / np.maximum(time_left - d_fast, 1e-9), 0.0, 1.0)
         with np.errstate(invalid="ignore"):
             value = c_low + (c_od - c_low) * np.maximum(f**self.pressure_exponent, self.value_floor)
+        # The floor must make the cheapest spot worth its cold start, also with little work
+        # left: finishing there costs ``hourly * finish_h / remaining`` per unit of progress,
+        # and a value below that would idle the job for all its slack (then the safety net
+        # pays on-demand). Where the value is below it, it is raised to it plus the floor.
+        with np.errstate(divide="ignore", invalid="ignore"):
+            got = np.maximum(finish_h - startup, 0.0)
+            effective = np.where(spot[None, :] & (got > 0), per_progress * finish_h / got, np.inf)
+        e_low = effective.min(axis=1)
+        short = np.isfinite(e_low) & (value < e_low) & np.isfinite(c_od)
+        with np.errstate(invalid="ignore"):
+            value = np.where(short, e_low + (c_od - c_low) * self.value_floor, value)
         value = np.where(np.isfinite(value), value, 0.0)
 
         # A launch into a young run dies young with chance q (it bills about its start-up and

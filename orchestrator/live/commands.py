@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -532,7 +532,7 @@ def run(
     return live
 
 
-def signal_reason(d: dict[str, Any]) -> str:
+def signal_reason(d: Mapping[str, Any]) -> str:
     """What decided a launch or a move, in a few words, from its event data (the signals it
     was decided on, `orchestrator.loop`): the signal that makes up most of the gap in USD/h
     equivalent between where the job was (its running or checkpointed offer) and where it

@@ -22,7 +22,6 @@ process start, torch import and restore take here (~3 s real, 0.25 h at 300x).
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import shutil
@@ -37,7 +36,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from orchestrator.costs import relative_throughput
+from orchestrator.costs import objective_usd, relative_throughput
 from orchestrator.live.commands import jobs_table, live_controller, signal_reason
 from orchestrator.live.world import (
     LiveSettings,
@@ -45,13 +44,11 @@ from orchestrator.live.world import (
     local_world,
     restart_scenario_clock,
 )
-from orchestrator.loop import LoopOptions
-from orchestrator.model import CostSettings, Event, EventKind, JobSpec
-from orchestrator.replay.metrics import write_outputs
+from orchestrator.model import Event, EventKind, JobSpec
 from orchestrator.replay.report import format_table, summary
-from orchestrator.replay.runner import Replay, feasible_jobs, run_policy
+from orchestrator.replay.runner import Replay
+from orchestrator.replay.service import replay_loaded
 from orchestrator.signals.events import GridEvent
-from policies.registry import make_policy
 
 REPO = Path(__file__).resolve().parents[2]
 BASELINES = (
@@ -210,17 +207,23 @@ def run_demo(out: Path, *, steps: int = 144) -> int:
         + ", ".join(f"{k} {v:.2f}x" for k, v in speed.items())
         + " of its nominal steps: the rest is this machine's load)"
     )
-    replay = _replay(_at_speed(loaded.jobs, speed), world)
-    paths = write_outputs(
-        replay, out / "replay", extra_config={"traces": "built-in scenario", "jobs": "demo"}
+    assert world.grid is not None  # signals: scenario
+    done_replay = replay_loaded(
+        _at_speed(loaded.jobs, speed),
+        world.grid,
+        BASELINES,
+        out / "replay",
+        carbon_usd_per_tonne=world.settings.carbon_usd_per_tonne,
+        seed=world.settings.seed,
+        config={"traces": "built-in scenario", "jobs": "demo"},
     )
-    results = json.loads(paths["results"].read_text())
+    replay, results = done_replay.replay, done_replay.results
     console.print(format_table(results))
     console.print(summary(results), markup=False, highlight=False)
     _print_loss(console, replay)
     _print_why(console, store, ids)
     _print_agreement(console, store, results.get("policies", {}).get("heliotrope", {}))
-    console.print(f"report: {paths['report']}", markup=False)
+    console.print(f"report: {done_replay.report}", markup=False)
     done = all(r["phase"] == "done" for r in jobs_table(store))
     return 0 if done else 1
 
@@ -366,22 +369,6 @@ def _at_speed(jobs: Sequence[JobSpec], speed: dict[str, float]) -> tuple[JobSpec
     )
 
 
-def _replay(jobs: tuple[JobSpec, ...], world: Any) -> Replay:
-    grid = world.grid
-    carbon = world.settings.carbon_usd_per_tonne
-    options = LoopOptions(cluster="replay", settings=CostSettings(carbon_usd_per_tonne=carbon))
-    runs = tuple(run_policy(make_policy(name), jobs, grid, options=options) for name in BASELINES)
-    return Replay(
-        jobs=jobs,
-        grid=grid,
-        feasible=feasible_jobs(jobs, grid),
-        runs=runs,
-        carbon_usd_per_tonne=carbon,
-        seed=world.settings.seed,
-        config={"tick_s": grid.tick_s, "start": grid.start.isoformat()},
-    )
-
-
 def _print_loss(console: Console, replay: Replay) -> None:
     """Where heliotrope's replay loses to a baseline that met every deadline, say by how
     much, on which job, and what that job did (never tuned away, never hidden)."""
@@ -389,10 +376,9 @@ def _print_loss(console: Console, replay: Replay) -> None:
     helio = runs.get("heliotrope")
     if helio is None:
         return
-    price = replay.carbon_usd_per_tonne / 1000.0
 
     def objective(run: Any) -> Any:
-        return run.fleet.usd + price * run.fleet.kg_co2
+        return objective_usd(run.fleet.usd, run.fleet.kg_co2, replay.carbon_usd_per_tonne)
 
     met = [
         r

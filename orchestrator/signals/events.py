@@ -106,7 +106,7 @@ def apply_events(grid: SignalGrid, events: Sequence[GridEvent]) -> SignalGrid:
             marginal[window, cols] = 0.0
             if event.g_per_kwh is not None:
                 carbon[window, cols] = event.g_per_kwh
-        elif event.kind == "spot_price":
+        elif event.kind == "spot_price" and event.factor is not None:
             usd[window, cols] *= event.factor
         else:  # reclaim
             capacity[window, cols] = 0.0

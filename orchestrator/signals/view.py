@@ -322,9 +322,8 @@ def series_from_frame(frame: Any) -> dict[SeriesKey, _Series]:
         }
     )
     out: dict[SeriesKey, _Series] = {}
-    for (sig, key, source), idx in keys.groupby(
-        ["signal", "key", "source"], sort=False
-    ).indices.items():
+    groups: dict[Any, Any] = keys.groupby(["signal", "key", "source"], sort=False).indices
+    for (sig, key, source), idx in groups.items():
         rows = idx[np.lexsort((t[idx], known[idx]))]
         out[(str(sig), str(key), str(source))] = _Series(
             known[rows], o[rows], vu[rows], value[rows], t[rows]

@@ -118,3 +118,40 @@ def test_the_demos_carbon_spike_moves_a_job_and_says_so(
         if e.kind is EventKind.LAUNCHED and "src_usd_per_hour" in e.data
     ]
     assert any(r.startswith("carbon 900 ->") for r in reasons), reasons
+
+
+def test_where_heliotrope_loses_the_demo_says_by_how_much_and_on_which_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rich.console import Console
+
+    from orchestrator.costs import objective_usd
+    from orchestrator.live.demo import _print_loss
+    from orchestrator.replay.service import replay_loaded
+
+    monkeypatch.setenv("HELIOTROPE_HOME", str(tmp_path))
+    settings = LiveSettings.model_validate(demo_config())
+    grid = local_world(settings).grid
+    assert grid is not None
+    jobs_file = tmp_path / "jobs.yaml"
+    jobs_file.write_text(yaml.safe_dump(demo_jobs(144)))
+    jobs = load_jobs(jobs_file, trace_start=grid.start)
+    done = replay_loaded(
+        jobs,
+        grid,
+        ["heliotrope", "spot-failover"],
+        tmp_path / "out",
+        carbon_usd_per_tonne=settings.carbon_usd_per_tonne,
+    )
+    j = {
+        r.policy: float(objective_usd(r.fleet.usd, r.fleet.kg_co2, 200.0).sum())
+        for r in done.replay.runs
+    }
+    console = Console(record=True, width=400)
+    _print_loss(console, done.replay)
+    said = console.export_text()
+    if j["heliotrope"] > j["spot-failover"]:
+        assert f"heliotrope paid {j['heliotrope'] - j['spot-failover']:.2f} USD" in said
+        assert "more than spot-failover" in said and "lm-" in said
+    else:
+        assert said == ""

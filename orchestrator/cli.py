@@ -81,6 +81,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="log every decision")
     sub = p.add_subparsers(title="commands")
 
+    _add_replay_command(sub)
+    _add_trace_commands(sub)
+    _add_job_commands(sub)
+    _add_fleet_commands(sub)
+    _add_controller_commands(sub)
+    _add_bench_commands(sub)
+    return p
+
+
+def _add_replay_command(sub: Any) -> None:
+    """The offline replay."""
     r = sub.add_parser("replay", help="replay policies over a trace and report cost and carbon")
     r.add_argument("--traces", type=Path, help="trace directory (default: the built-in scenario)")
     r.add_argument("--jobs", type=Path, required=True, help="jobs file (docs/jobs.md)")
@@ -122,6 +133,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="print results.json to stdout")
     r.set_defaults(handler=_replay)
 
+
+def _add_trace_commands(sub: Any) -> None:
+    """Trace directories, and the signal commands."""
     t = sub.add_parser("traces", help="create trace directories")
     tsub = t.add_subparsers(title="trace commands")
     ti = tsub.add_parser("import", help="convert ../shared/data style datasets into a trace")
@@ -144,6 +158,9 @@ def _parser() -> argparse.ArgumentParser:
     pol = sub.add_parser("policies", help="list the policies")
     pol.set_defaults(handler=_policies)
 
+
+def _add_job_commands(sub: Any) -> None:
+    """Live jobs: submit, inspect, cancel, hold."""
     jobs = sub.add_parser("jobs", help="submit and inspect live jobs")
     jsub = jobs.add_subparsers(title="job commands")
     js = jsub.add_parser("submit", help="submit the jobs of a jobs file")
@@ -170,6 +187,9 @@ def _parser() -> argparse.ArgumentParser:
     jr.add_argument("job")
     jr.set_defaults(handler=_jobs_release)
 
+
+def _add_fleet_commands(sub: Any) -> None:
+    """The live fleet: status, events, explain, migrate, logs, cost, preempt."""
     st = sub.add_parser("status", help="the fleet: job, where, market, progress, USD, kgCO2")
     st.add_argument("--json", action="store_true")
     st.set_defaults(handler=_status)
@@ -231,6 +251,9 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("job")
     pr.set_defaults(handler=_preempt)
 
+
+def _add_controller_commands(sub: Any) -> None:
+    """The controller, the clouds and their offers."""
     ct = sub.add_parser("controller", help="run the live controller")
     csub = ct.add_subparsers(title="controller commands")
     cr = csub.add_parser("run", help="tick until stopped (or --once / --until-done)")
@@ -273,6 +296,9 @@ def _parser() -> argparse.ArgumentParser:
     of.add_argument("--json", action="store_true")
     of.set_defaults(handler=_offers)
 
+
+def _add_bench_commands(sub: Any) -> None:
+    """Benchmark suites and the demo."""
     bn = sub.add_parser("bench", help="benchmark suites")
     bsub = bn.add_subparsers(title="bench commands")
     bp = bsub.add_parser("policies", help="policies against the hindsight oracle on a suite")
@@ -327,7 +353,6 @@ def _parser() -> argparse.ArgumentParser:
     dm.add_argument("--home", type=Path, default=Path("out/demo"))
     dm.add_argument("--steps", type=int, default=144, help="training steps per job")
     dm.set_defaults(handler=_demo)
-    return p
 
 
 def _progress() -> Progress:

@@ -1,12 +1,14 @@
 """Replay speed: 100 jobs x 30 days at 10-minute ticks x 40 offers (issue #2).
 
 Prints job-ticks per second and peak memory per policy, and each time as a ratio to the
-on-demand replay and to a reference workload measured in the same run.
+on-demand replay and to a reference workload measured in the same run, and a digest of
+every event and final fleet number: a speed-up must leave each policy's digest as it was.
 Target: >= 200,000 job-ticks/s on a 2-core machine.
 """
 
 from __future__ import annotations
 
+import hashlib
 import tracemalloc
 from datetime import UTC, datetime, timedelta
 
@@ -15,7 +17,7 @@ import pytest
 
 from orchestrator.loop import LoopOptions
 from orchestrator.model import JobSpec
-from orchestrator.replay.runner import build_grid, run_policy
+from orchestrator.replay.runner import PolicyRun, build_grid, run_policy
 from orchestrator.signals.scenario import generate
 from policies.registry import POLICY_NAMES, make_policy
 from tests.benchmarks.conftest import best_of, reference_workload_s
@@ -77,15 +79,26 @@ def test_replay_job_ticks_per_second() -> None:
         policy = make_policy(name)
         seconds = best_of(2, lambda p=policy: run_policy(p, jobs, grid, options=LoopOptions()))
         tracemalloc.start()
-        run_policy(policy, jobs, grid, options=LoopOptions())
+        run = run_policy(policy, jobs, grid, options=LoopOptions())
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
         base = base or seconds
         print(
             f"  {name:24s} {seconds:6.2f} s  {job_ticks / seconds:>10,.0f} job-ticks/s  "
             f"x{seconds / base:4.2f} of on-demand  x{seconds / ref:6.1f} of reference  "
-            f"peak {peak / 2**20:6.1f} MiB"
+            f"peak {peak / 2**20:6.1f} MiB  decisions {placements_digest(run)}"
         )
+
+
+def placements_digest(run: PolicyRun) -> str:
+    """A short hash of every event (time, job, kind, offer, reason) and every final fleet
+    array of a run: equal digests, equal decisions and figures."""
+    h = hashlib.sha256()
+    for e in run.events:
+        h.update(repr((e.time_s, e.job_id, str(e.kind), e.offer_id, e.detail)).encode())
+    for name in run.fleet.__dataclass_fields__:
+        h.update(np.ascontiguousarray(getattr(run.fleet, name)).tobytes())
+    return h.hexdigest()[:12]
 
 
 def _fields(job: JobSpec) -> dict[str, object]:

@@ -63,3 +63,24 @@ class JsonServer:
     def url(self) -> str:
         assert self._server is not None
         return f"http://127.0.0.1:{self._server.server_port}"
+
+
+class ServedFake:
+    """`stop` and `url` of a fake cloud API served by a `JsonServer` it keeps in `_http`
+    (set by its own `start`, through `serve`)."""
+
+    _http: JsonServer | None
+
+    def serve(
+        self, answer: Callable[[str, str, dict[str, str], bytes], Answer], content_type: str
+    ) -> None:
+        self._http = JsonServer(answer, content_type=content_type).start()
+
+    def stop(self) -> None:
+        if self._http is not None:
+            self._http.stop()
+
+    @property
+    def url(self) -> str:
+        assert self._http is not None
+        return self._http.url

@@ -30,7 +30,7 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 from azure.core.pipeline.transport import RequestsTransport
 
-from tests.providers.fake_http import JsonServer
+from tests.providers.fake_http import JsonServer, ServedFake
 
 RECORDED = Path(__file__).parent / "recorded"
 ARM = "https://management.azure.com"
@@ -123,7 +123,7 @@ class FakeCredential:
 
 
 @dataclass
-class FakeArm:
+class FakeArm(ServedFake):
     subscription: str
     resource_group: str
     record_globally: bool = True
@@ -163,19 +163,8 @@ class FakeArm:
 
     # -- life ----------------------------------------------------------------------------
     def start(self) -> FakeArm:
-        self._http = JsonServer(
-            self._answer, content_type="application/json; charset=utf-8"
-        ).start()
+        self.serve(self._answer, "application/json; charset=utf-8")
         return self
-
-    def stop(self) -> None:
-        if self._http is not None:
-            self._http.stop()
-
-    @property
-    def url(self) -> str:
-        assert self._http is not None
-        return self._http.url
 
     def _answer(
         self, method: str, path: str, headers: dict[str, str], raw: bytes

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.providers.fake_http import JsonServer
+from tests.providers.fake_http import JsonServer, ServedFake
 
 RECORDED = Path(__file__).parent / "recorded"
 API_ROOT = "https://www.googleapis.com/compute/v1"
@@ -120,7 +120,7 @@ _OPERATION_TYPE_FILTER = re.compile(r'^operationType = "([^"]+)"$')
 
 
 @dataclass
-class FakeCompute:
+class FakeCompute(ServedFake):
     project: str
     cluster_label: str = ""
     honour_filters: bool = True
@@ -143,20 +143,8 @@ class FakeCompute:
 
     # -- life ----------------------------------------------------------------------------
     def start(self) -> FakeCompute:
-        self._http = JsonServer(
-            lambda *request: (*self.handle(*request), {}),
-            content_type="application/json; charset=UTF-8",
-        ).start()
+        self.serve(lambda *request: (*self.handle(*request), {}), "application/json; charset=UTF-8")
         return self
-
-    def stop(self) -> None:
-        if self._http is not None:
-            self._http.stop()
-
-    @property
-    def url(self) -> str:
-        assert self._http is not None
-        return self._http.url
 
     # -- set-up helpers --------------------------------------------------------------------
     def script(self, api: str, *replies: tuple[int, Any]) -> None:

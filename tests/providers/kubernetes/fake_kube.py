@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.providers.fake_http import JsonServer
+from tests.providers.fake_http import JsonServer, ServedFake
 
 RECORDED = Path(__file__).parent / "recorded"
 NOW = "2024-05-01T17:00:00Z"
@@ -136,7 +136,7 @@ def _pod_gpus(pod: dict[str, Any]) -> int:
 
 
 @dataclass
-class FakeKube:
+class FakeKube(ServedFake):
     nodes_file: str
     namespace: str = "heliotrope"
     token: str = "fake-kube-token"
@@ -157,19 +157,8 @@ class FakeKube:
 
     def start(self) -> FakeKube:
         self.nodes = recorded(self.nodes_file)["items"]
-        self._http = JsonServer(
-            lambda *request: (*self.handle(*request), {}), content_type="application/json"
-        ).start()
+        self.serve(lambda *request: (*self.handle(*request), {}), "application/json")
         return self
-
-    def stop(self) -> None:
-        if self._http is not None:
-            self._http.stop()
-
-    @property
-    def url(self) -> str:
-        assert self._http is not None
-        return self._http.url
 
     # -- the cluster's part ----------------------------------------------------------------
     def script(self, method: str, resource: str, verb: str, *replies: tuple[int, Any]) -> None:

@@ -310,9 +310,11 @@ def _print_agreement(console: Console, store: Any, replayed: dict[str, Any]) -> 
     if off:
         console.print(
             f"The replay does not agree with the live run within {AGREE_WITHIN:.0%} on "
-            f"{', '.join(off)}: live progress is what the processes measured (real step "
-            "times on this machine), the replay's is modelled from work_gpu_hours, and the "
-            "live controller's ticks and migrations take real seconds the replay does not.",
+            f"{', '.join(off)}. It runs each job at the speed it ran live, but a live tick "
+            "comes late when this machine is busy and a live move takes several ticks "
+            "(checkpoint, copy, launch, restore) where the replay's is at once: once one run "
+            "decides at another moment, the two part ways (compare `heliotrope explain JOB` "
+            "with the replay's timeline.csv).",
             markup=False,
             highlight=False,
         )

@@ -22,6 +22,7 @@ from orchestrator.jobs import load_jobs
 from orchestrator.live.controller import CANCELLED, LiveController
 from orchestrator.live.fleet_lock import FleetLock
 from orchestrator.live.world import World, configured_world
+from orchestrator.loop import Controller
 from orchestrator.migration import Limits
 from orchestrator.model import (
     Decision,
@@ -246,6 +247,35 @@ class ManualMove:
         return Decision({self.job: Intent(self.offer, self.reason)})
 
 
+def _job_to_move(live: LiveController, controller: Controller, job_id: str) -> int:
+    """The index of `job_id`, if it may be moved now (submitted, not done, not cancelled,
+    no move in progress); else the error that says which."""
+    index = {job.id: j for j, job in enumerate(controller.jobs)}
+    if job_id not in index:
+        raise InputError(
+            "",
+            "JOB",
+            "a submitted job: " + (", ".join(sorted(index)) or "(none)"),
+            got=repr(job_id),
+            fix="see `heliotrope jobs list`",
+        )
+    j = index[job_id]
+    fleet = controller.fleet
+    if fleet.phase[j] == Phase.DONE:
+        raise InputError("", "JOB", "a job that is not done", got=f"{job_id} is done")
+    if j in live.cancelled:
+        raise InputError("", "JOB", "a job that is not cancelled", got=f"{job_id} is cancelled")
+    if j in controller.busy:
+        raise InputError(
+            "",
+            "JOB",
+            "a job with no migration in progress",
+            got=f"{job_id} is being migrated",
+            fix="wait for it to finish",
+        )
+    return j
+
+
 def migrate(
     job_id: str,
     region: str,
@@ -266,30 +296,9 @@ def migrate(
     live = live_controller(world, store)
     live.reload()
     controller = live._sync()
-    index = {job.id: j for j, job in enumerate(controller.jobs)}
-    if job_id not in index:
-        raise InputError(
-            "",
-            "JOB",
-            "a submitted job: " + (", ".join(sorted(index)) or "(none)"),
-            got=repr(job_id),
-            fix="see `heliotrope jobs list`",
-        )
-    j = index[job_id]
+    j = _job_to_move(live, controller, job_id)
     job = controller.jobs[j]
     fleet = controller.fleet
-    if fleet.phase[j] == Phase.DONE:
-        raise InputError("", "JOB", "a job that is not done", got=f"{job_id} is done")
-    if j in live.cancelled:
-        raise InputError("", "JOB", "a job that is not cancelled", got=f"{job_id} is cancelled")
-    if j in controller.busy:
-        raise InputError(
-            "",
-            "JOB",
-            "a job with no migration in progress",
-            got=f"{job_id} is being migrated",
-            fix="wait for it to finish",
-        )
     now = world.clock.now()
     frame = controller.frame_at(now.timestamp())
     price = frame.grid.usd_per_hour[frame.k]

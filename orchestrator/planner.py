@@ -44,14 +44,9 @@ def plan(
         intent = decision.intents[j]
         phase = fleet.phase[j]
         current = int(fleet.offer[j])
-        if j in busy:
-            refused.append((j, "a migration is in progress"))
-            continue
-        if j in held:
-            refused.append((j, held[j]))
-            continue
-        if phase in (Phase.PENDING, Phase.DONE):
-            refused.append((j, f"job is {Phase(phase).name.lower()}"))
+        blocked = _blocked(j, phase, busy, held)
+        if blocked is not None:
+            refused.append((j, blocked))
             continue
         if intent.offer == current:
             continue
@@ -67,14 +62,9 @@ def plan(
             refused.append((j, f"offer index {o} out of range"))
             continue
         need = int(fit.instances[j, o])
-        if fit.rate[j, o] <= 0:
-            refused.append((j, f"{snapshot.offers[o].gpu_type} not allowed for this job"))
-        elif math.isnan(snapshot.usd_per_hour[o]):
-            refused.append((j, f"{snapshot.offers[o].id} has no price now"))
-        elif not free[o] >= need:
-            refused.append((j, f"no spot capacity left at {snapshot.offers[o].id}"))
-        elif (late := _late_move(snapshot, j, current, o)) is not None:
-            refused.append((j, late))
+        why = _unusable(snapshot, j, current, o, free[o] >= need)
+        if why is not None:
+            refused.append((j, why))
         else:
             free[o] -= need
             if current >= 0:
@@ -83,6 +73,28 @@ def plan(
                 )
             actions.append(_act(ActionKind.LAUNCH, snapshot, j, o, tick, intent.reason))
     return actions, refused
+
+
+def _blocked(j: int, phase: int, busy: Collection[int], held: Mapping[int, str]) -> str | None:
+    """Why job `j` takes no new placement now: a move in progress, a hold, or its phase."""
+    if j in busy:
+        return "a migration is in progress"
+    if j in held:
+        return held[j]
+    if phase in (Phase.PENDING, Phase.DONE):
+        return f"job is {Phase(phase).name.lower()}"
+    return None
+
+
+def _unusable(snapshot: Snapshot, j: int, current: int, o: int, room: bool) -> str | None:
+    """Why job `j` may not go to offer `o` now (`room`: its spot capacity has a slot)."""
+    if snapshot.fit.rate[j, o] <= 0:
+        return f"{snapshot.offers[o].gpu_type} not allowed for this job"
+    if math.isnan(snapshot.usd_per_hour[o]):
+        return f"{snapshot.offers[o].id} has no price now"
+    if not room:
+        return f"no spot capacity left at {snapshot.offers[o].id}"
+    return _late_move(snapshot, j, current, o)
 
 
 def _late_move(snapshot: Snapshot, j: int, current: int, o: int) -> str | None:

@@ -355,6 +355,35 @@ def _rank(signal: str, source: str) -> tuple[int, str]:
     return (order.index(source) if source in order else len(order), source)
 
 
+def _fill(
+    signal: str,
+    by_key: Mapping[tuple[str, str], list[tuple[tuple[int, str], str, _Series]]],
+    targets: Sequence[tuple[int, list[str]]],
+    times_s: FloatArray,
+    max_age_s: float,
+) -> tuple[FloatArray, list[str], FloatArray]:
+    """One signal's rows: per column, its keys in order and each key's sources best first;
+    the first that counts at a time fills it. Also each column's source and age now."""
+    out = np.full((len(times_s), len(targets)), np.nan)
+    src = ["" for _ in targets]
+    age = np.full(len(targets), np.nan)
+    last = times_s[-1]
+    for col, keys in targets:
+        filled = out[:, col]
+        for key in keys:
+            for _, source, s in by_key.get((signal, key), ()):
+                v, obs = s.at(times_s, max_age_s)
+                take = np.isnan(filled) & ~np.isnan(v)
+                if not take.any():
+                    continue
+                filled[take] = v[take]
+                if take[-1]:
+                    src[col] = source
+                    age[col] = last - obs[-1]
+        out[:, col] = filled
+    return out, src, age
+
+
 def grid_from_series(
     series: Mapping[SeriesKey, _Series],
     offers: Sequence[Offer],
@@ -366,7 +395,6 @@ def grid_from_series(
 ) -> tuple[SignalGrid, SignalBasis]:
     """A grid over `offers` with one row per time of `times_s` (evenly spaced by `tick_s`),
     and the basis of its last row."""
-    n, m = len(times_s), len(offers)
     by_key: dict[tuple[str, str], list[tuple[tuple[int, str], str, _Series]]] = {}
     for (signal, key, source), s in series.items():
         by_key.setdefault((signal, key), []).append((_rank(signal, source), source, s))
@@ -379,34 +407,19 @@ def grid_from_series(
     values: dict[str, FloatArray] = {}
     sources: dict[str, list[str]] = {}
     ages: dict[str, FloatArray] = {}
-    last = times_s[-1]
     for signal in SIGNALS:
         per_zone = signal not in ("price", "capacity")
-        width = len(zones) if per_zone else m
-        out = np.full((n, width), np.nan)
-        src = ["" for _ in range(width)]
-        age = np.full(width, np.nan)
         targets = (
             [(z, [zone]) for z, zone in enumerate(zones)]
             if per_zone
-            else [(o, _candidates(offer, signal)) for o, offer in enumerate(offers)]
+            else [
+                (o, _candidates(offer, signal) if signal != "capacity" or spot[o] else [])
+                for o, offer in enumerate(offers)
+            ]
         )
-        for col, keys in targets:
-            if signal == "capacity" and not spot[col]:
-                continue
-            filled = out[:, col]
-            for key in keys:
-                for _, source, s in by_key.get((signal, key), ()):
-                    v, obs = s.at(times_s, max_ages.of(signal))
-                    take = np.isnan(filled) & ~np.isnan(v)
-                    if not take.any():
-                        continue
-                    filled[take] = v[take]
-                    if take[-1]:
-                        src[col] = source
-                        age[col] = last - obs[-1]
-            out[:, col] = filled
-        values[signal], sources[signal], ages[signal] = out, src, age
+        values[signal], sources[signal], ages[signal] = _fill(
+            signal, by_key, targets, times_s, max_ages.of(signal)
+        )
 
     # priors where nothing counts
     price = values["price"]
@@ -453,7 +466,7 @@ def grid_from_series(
         source={
             s: tuple(
                 sources[s][int(c)]
-                for c in (zone_col if s not in ("price", "capacity") else range(m))
+                for c in (zone_col if s not in ("price", "capacity") else range(len(offers)))
             )
             for s in SIGNALS
         },

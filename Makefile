@@ -3,16 +3,16 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
 EXTRAS ?= dev,torch,airflow,aws,gcp,entsoe,azure,k8s
 PYTEST_ARGS ?=
-GRIDSTATUS_DEPS := beautifulsoup4 frozendict lxml openpyxl pdfplumber plotly tabulate termcolor xlrd
+GRIDSTATUS_DEPS := beautifulsoup4 frozendict lxml openpyxl pdfplumber plotly tabulate termcolor tqdm xlrd
 
 .PHONY: setup demo test lint bench e2e airflow clean
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
 	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'

@@ -24,6 +24,16 @@ would, after one failed attempt elsewhere, also allow the preempted region when 
 regions come back later; here the preempted region stays last choice until the job runs
 again. SkyPilot's optimizer ranks by $/h for the requested accelerator; ranking by $ per
 unit of progress is the same when all candidates have one GPU type and generalises it.
+
+Difference from SkyNomad's UP(S) (its `multi_region_rc_cr_threshold_eager_failover`
+strategy, which moves "the last active region" to the end of its price order): there the
+last active region is the one where the job held an instance at the start of some tick, so
+an instance launched and preempted before the next tick never becomes it; here the blocked
+region is that of the most recent preemption, whatever the instance's age. After a launch
+that dies within its first tick, UP(S) keeps skipping the region preempted before it, and
+this policy may go back there (issue 14 item 4: the 4.16 USD on two windows outside the
+tuned suite). Matching it needs the offer a job held at the previous decision, which a
+snapshot does not carry (`FleetState` would need a `last_held_offer` the loop keeps).
 """
 
 from __future__ import annotations

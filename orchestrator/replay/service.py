@@ -175,7 +175,11 @@ def replay_loaded(
         runs=run_policies(chosen, jobs, grid, options=options, progress=progress),
         carbon_usd_per_tonne=carbon_usd_per_tonne,
         seed=seed,
-        config={"tick_s": grid.tick_s, "start": grid.start.isoformat()},
+        config={
+            "tick_s": grid.tick_s,
+            "start": grid.start.isoformat(),
+            "end": grid.time_of(grid.n_ticks).isoformat(),
+        },
     )
     return write(result, out_dir, extra_config=dict(config or {}))
 

@@ -79,7 +79,11 @@ def test_replay_loaded_is_what_the_demo_built_by_hand(tmp_path: Path, jobs_file:
         runs=tuple(run_policy(make_policy(n), jobs, grid, options=options) for n in names),
         carbon_usd_per_tonne=50.0,
         seed=3,
-        config={"tick_s": grid.tick_s, "start": grid.start.isoformat()},
+        config={
+            "tick_s": grid.tick_s,
+            "start": grid.start.isoformat(),
+            "end": grid.time_of(grid.n_ticks).isoformat(),  # the report's period says it
+        },
     )
     paths = write_outputs(by_hand, tmp_path / "by-hand", extra_config=extra)
 

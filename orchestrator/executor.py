@@ -29,7 +29,7 @@ from orchestrator.model import (
     Offer,
 )
 from policies.base import Snapshot
-from providers.base import ComputeProvider, LaunchSpec
+from providers.base import ComputeProvider, Launcher, LaunchSpec
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +93,7 @@ def execute(
                 count=int(snapshot.fit.instances[action.job, action.offer]),
                 entrypoint=tuple(job.command or entrypoint),
                 env=env,
+                launcher=Launcher(job.launcher),
             ),
             request_id=action.request_id,
         )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -47,6 +47,7 @@ class JobEntry(BaseModel):
     count: int = Field(default=1, ge=1, le=10_000)
     command: list[str] = Field(default_factory=list)
     carbon_usd_per_tonne: float | None = Field(default=None, ge=0, le=1e5, allow_inf_nan=False)
+    launcher: Literal["torchrun", "none"] = "torchrun"
 
     @model_validator(mode="after")
     def _one_of_each(self) -> JobEntry:
@@ -154,6 +155,7 @@ def parse_jobs(
                     checkpoint_interval_h=entry.checkpoint_interval_h,
                     command=tuple(entry.command),
                     carbon_usd_per_tonne=entry.carbon_usd_per_tonne,
+                    launcher=entry.launcher,
                 )
             )
     return tuple(specs)

@@ -103,6 +103,7 @@ class JobSpec:
     checkpoint_interval_h: float = 1.0
     command: tuple[str, ...] = ()  # what a live instance runs (replay ignores it)
     carbon_usd_per_tonne: float | None = None  # this job's carbon price (None: the fleet's)
+    launcher: str = "torchrun"  # torchrun: each node runs `command` under torchrun; none: as is
 
     def allows(self, gpu_type: str) -> bool:
         return not self.gpu_types or gpu_type in self.gpu_types

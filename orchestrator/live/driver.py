@@ -48,7 +48,7 @@ from orchestrator.migration import (
 from orchestrator.model import Event, EventKind, InstanceId, JobSpec, Offer, Phase
 from orchestrator.state import InstanceRecord, MigrationRecord, StateStore
 from policies.base import Snapshot
-from providers.base import ComputeProvider, InstanceState, LaunchOutcome, LaunchSpec
+from providers.base import ComputeProvider, InstanceState, Launcher, LaunchOutcome, LaunchSpec
 
 logger = logging.getLogger(__name__)
 
@@ -318,6 +318,7 @@ class MigrationDriver:
                 count=int(c.fit.instances[j, c.grid.offers.index(offer)]),
                 entrypoint=job.command or c.options.entrypoint,
                 env={"HELIOTROPE_JOB_ID": job.id, **self.launch_env(job, offer)},
+                launcher=Launcher(job.launcher),
             ),
             request_id=action.request_id,
         )

@@ -70,6 +70,7 @@ jobs = sa.Table(
     sa.Column("status", sa.String(), nullable=False),  # active | cancelled
     sa.Column("held_until_s", sa.Float(), nullable=True),  # `jobs hold`: until when (0004)
     sa.Column("carbon_usd_per_tonne", sa.Double(), nullable=True),  # the job's own (0005)
+    sa.Column("launcher", sa.String(), nullable=True),  # torchrun (NULL) | none (0006)
 )
 
 job_state = sa.Table(

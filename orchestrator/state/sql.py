@@ -307,6 +307,7 @@ def _job_values(job: JobSpec, seq: int, submitted_at: Any) -> dict[str, Any]:
         "submitted_at": submitted_at,
         "status": "active",
         "carbon_usd_per_tonne": job.carbon_usd_per_tonne,
+        "launcher": None if job.launcher == "torchrun" else job.launcher,
     }
 
 
@@ -351,6 +352,7 @@ def _job_spec(r: RowMapping, decode: Callable[[Any], Any] = lambda v: v) -> JobS
         checkpoint_interval_h=r["checkpoint_interval_h"],
         command=tuple(decode(r["command"]) or ()),
         carbon_usd_per_tonne=r["carbon_usd_per_tonne"],
+        launcher=r["launcher"] or "torchrun",
     )
 
 

@@ -135,6 +135,7 @@ def make_job(i: int, **overrides: Any) -> JobSpec:
         throughput={"H100": 2.25} if i % 2 else {},
         budget_usd=500.0 if i % 3 == 0 else None,
         checkpoint_interval_h=0.5,
+        launcher="none" if i % 5 == 0 else "torchrun",
     )
     values.update(overrides)
     return JobSpec(**values)

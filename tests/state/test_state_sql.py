@@ -141,7 +141,7 @@ def test_upgrade_is_idempotent_and_head_matches_metadata(db_url: str) -> None:
         assert current_revision(engine) is None
         upgrade(db_url)
         upgrade(db_url)
-        assert current_revision(engine) == head_revision() == "0005"
+        assert current_revision(engine) == head_revision() == "0006"
         with engine.connect() as conn:
             assert compare_metadata(MigrationContext.configure(conn), metadata) == []
             assert conn.execute(sa.text("SELECT id, version FROM meta")).all() == [(1, 0)]
@@ -157,7 +157,7 @@ def test_upgrade_is_idempotent_and_head_matches_metadata(db_url: str) -> None:
             command.downgrade(cfg, "base")
         assert current_revision(engine) is None
         upgrade(db_url)
-        assert current_revision(engine) == "0005"
+        assert current_revision(engine) == "0006"
     finally:
         engine.dispose()
 

@@ -65,6 +65,7 @@ def test_defaults_offsets_and_count() -> None:
         (one(home_region=None), "jobs[0].home_region", "Field required"),
         (one(start_offset_h=3), "jobs[0]", "exactly one of `start`"),
         ({"jobs": []}, "jobs", "at least 1"),
+        (one(launcher="mpirun"), "jobs[0].launcher", "'torchrun' or 'none'"),
         ({"jobs": [one()["jobs"][0], one()["jobs"][0]]}, "jobs[1].name", "unique"),  # type: ignore[index]
     ],
 )
@@ -75,6 +76,42 @@ def test_bad_entries_name_the_field(doc: dict[str, object], field: str, words: s
     message = str(info.value)
     assert message.startswith("jobs.yaml: ")
     assert field in message and words in message
+
+
+def test_a_job_may_run_as_is_instead_of_under_torchrun() -> None:
+    """`launcher: none` in the jobs file reaches the provider's launch spec."""
+    import dataclasses
+
+    from orchestrator.clock import FakeClock
+    from orchestrator.loop import Controller, EventLog, LoopOptions
+    from orchestrator.replay.runner import build_grid
+    from policies.registry import make_policy
+    from providers.base import Launcher, LaunchOutcome, LaunchSpec
+    from providers.sim import SimProvider
+    from tests.conftest import tiny_trace
+
+    (plain,) = parse_jobs(one(), where="jobs.yaml", trace_start=START)
+    (as_is,) = parse_jobs(one(launcher="none"), where="jobs.yaml", trace_start=START)
+    assert plain.launcher == "torchrun" and as_is.launcher == "none"
+
+    class Recording(SimProvider):
+        specs: list[LaunchSpec]
+
+        def launch(self, spec: LaunchSpec, *, request_id: str) -> LaunchOutcome:
+            self.specs.append(spec)
+            return super().launch(spec, request_id=request_id)
+
+    for spec, want in ((plain, Launcher.TORCHRUN), (as_is, Launcher.NONE)):
+        grid = build_grid(tiny_trace(), [spec], 600, 0)
+        job = dataclasses.replace(spec, start=grid.start, deadline=grid.start + timedelta(days=2))
+        clock = FakeClock(grid.start)
+        cloud = Recording(grid, clock, cluster="t")
+        cloud.specs = []
+        policy = make_policy("on-demand")
+        Controller([job], grid, cloud, policy, EventLog(), LoopOptions(cluster="t")).tick(
+            grid.start
+        )
+        assert [s.launcher for s in cloud.specs] == [want]
 
 
 def test_yaml_syntax_error_names_the_line(tmp_path: Path) -> None:

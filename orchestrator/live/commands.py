@@ -29,6 +29,7 @@ from orchestrator.model import (
     Event,
     EventKind,
     Intent,
+    JobSpec,
     Market,
     Offer,
     Phase,
@@ -750,12 +751,9 @@ def cost_report(since: datetime | None = None) -> dict[str, Any]:
             od_of.setdefault((o.region, o.instance_type), k)
 
     places: dict[tuple[str, str], dict[str, float]] = {}
+    at = _Pricing(tuple(world.offers), offers, od_of, price, fit)
     jobs: list[dict[str, Any]] = []
     for j, job in enumerate(loaded.jobs):
-        usd = kg = egress = hours = od_usd = 0.0
-        od_known = True
-        where: str | None = None
-        t, last_usd, last_kg = None, 0.0, 0.0
         row = loaded.rows.get(job.id)
         marks: list[tuple[float, float | None, float | None, Event | None]] = [
             (e.time_s, e.data.get("usd"), e.data.get("kg_co2"), e)
@@ -764,52 +762,7 @@ def cost_report(since: datetime | None = None) -> dict[str, Any]:
         ]
         if row is not None:  # the row: accrued until the last committed tick
             marks.append((loaded.accrued_until_s or now_s, row.usd, row.kg_co2, None))
-        for time_s, total_usd, total_kg, e in marks:
-            d_usd, d_kg = float(total_usd or 0.0) - last_usd, float(total_kg or 0.0) - last_kg
-            e_egress = (
-                float(e.data.get("egress_usd", 0.0))
-                if e is not None and e.kind is EventKind.LAUNCHED
-                else 0.0
-            )
-            d_usd -= e_egress
-            if t is not None and where is not None and time_s > t:
-                share = max(0.0, min(1.0, (time_s - max(t, since_s)) / (time_s - t)))
-                d_usd, d_kg = d_usd * share, d_kg * share
-                h = (time_s - max(t, since_s)) / 3600.0 if share > 0 else 0.0
-                ko = offers.get(where)
-                offer = world.offers[ko] if ko is not None else None
-                key = (offer.region, offer.market.value) if offer is not None else (where, "?")
-                place = places.setdefault(key, {"usd": 0.0, "kg_co2": 0.0, "hours": 0.0})
-                place["usd"] += d_usd
-                place["kg_co2"] += d_kg
-                place["hours"] += max(h, 0.0)
-                usd, kg, hours = usd + d_usd, kg + d_kg, hours + max(h, 0.0)
-                od: int | None = od_of.get((offer.region, offer.instance_type)) if offer else None
-                if od is None or price is None or math.isnan(price[od]) or ko is None:
-                    od_known = False
-                else:
-                    od_usd += max(h, 0.0) * float(price[od]) * int(fit.instances[j, ko])
-            if e is not None and time_s >= since_s:
-                egress += e_egress
-                usd += e_egress
-                od_usd += e_egress
-            if e is not None:
-                if e.kind is EventKind.LAUNCHED:
-                    where = e.offer_id or None
-                elif e.kind in (EventKind.TERMINATED, EventKind.PREEMPTED, EventKind.FINISHED):
-                    where = None
-            t, last_usd, last_kg = time_s, float(total_usd or 0.0), float(total_kg or 0.0)
-        jobs.append(
-            {
-                "job": job.id,
-                "usd": round(usd, 4),
-                "kg_co2": round(kg, 4),
-                "egress_usd": round(egress, 4),
-                "instance_hours": round(hours, 3),
-                "on_demand_usd": round(od_usd, 4) if od_known else None,
-                "saved_pct": _saved(usd, od_usd) if od_known else None,
-            }
-        )
+        jobs.append(_job_costs(j, job, marks, since_s, at, places))
     fleet_usd = sum(r["usd"] for r in jobs)
     known = all(r["on_demand_usd"] is not None for r in jobs)
     fleet_od = sum(r["on_demand_usd"] or 0.0 for r in jobs)
@@ -834,6 +787,80 @@ def cost_report(since: datetime | None = None) -> dict[str, Any]:
             "on_demand_usd": round(fleet_od, 4) if known else None,
             "saved_pct": _saved(fleet_usd, fleet_od) if known else None,
         },
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class _Pricing:
+    """What `cost_report` prices an hour with: the offers, their index by id, the
+    on-demand twin per (region, instance type), the prices now (None: unknown)."""
+
+    offers: tuple[Offer, ...]
+    index: dict[str, int]
+    on_demand_of: dict[tuple[str, str], int]
+    price: Any
+    fit: Any
+
+
+def _job_costs(
+    j: int,
+    job: JobSpec,
+    marks: list[tuple[float, float | None, float | None, Event | None]],
+    since_s: float,
+    at: _Pricing,
+    places: dict[tuple[str, str], dict[str, float]],
+) -> dict[str, Any]:
+    """One job's spend, emissions and on-demand baseline since `since_s`, from its running
+    totals at each event (`marks`); what accrued between two marks is booked to the offer
+    it held in between, in `places` too."""
+    offers, od_of, price, fit = at.index, at.on_demand_of, at.price, at.fit
+    usd = kg = egress = hours = od_usd = 0.0
+    od_known = True
+    where: str | None = None
+    t, last_usd, last_kg = None, 0.0, 0.0
+    for time_s, total_usd, total_kg, e in marks:
+        d_usd, d_kg = float(total_usd or 0.0) - last_usd, float(total_kg or 0.0) - last_kg
+        e_egress = (
+            float(e.data.get("egress_usd", 0.0))
+            if e is not None and e.kind is EventKind.LAUNCHED
+            else 0.0
+        )
+        d_usd -= e_egress
+        if t is not None and where is not None and time_s > t:
+            share = max(0.0, min(1.0, (time_s - max(t, since_s)) / (time_s - t)))
+            d_usd, d_kg = d_usd * share, d_kg * share
+            h = (time_s - max(t, since_s)) / 3600.0 if share > 0 else 0.0
+            ko = offers.get(where)
+            offer = at.offers[ko] if ko is not None else None
+            key = (offer.region, offer.market.value) if offer is not None else (where, "?")
+            place = places.setdefault(key, {"usd": 0.0, "kg_co2": 0.0, "hours": 0.0})
+            place["usd"] += d_usd
+            place["kg_co2"] += d_kg
+            place["hours"] += max(h, 0.0)
+            usd, kg, hours = usd + d_usd, kg + d_kg, hours + max(h, 0.0)
+            od: int | None = od_of.get((offer.region, offer.instance_type)) if offer else None
+            if od is None or price is None or math.isnan(price[od]) or ko is None:
+                od_known = False
+            else:
+                od_usd += max(h, 0.0) * float(price[od]) * int(fit.instances[j, ko])
+        if e is not None and time_s >= since_s:
+            egress += e_egress
+            usd += e_egress
+            od_usd += e_egress
+        if e is not None:
+            if e.kind is EventKind.LAUNCHED:
+                where = e.offer_id or None
+            elif e.kind in (EventKind.TERMINATED, EventKind.PREEMPTED, EventKind.FINISHED):
+                where = None
+        t, last_usd, last_kg = time_s, float(total_usd or 0.0), float(total_kg or 0.0)
+    return {
+        "job": job.id,
+        "usd": round(usd, 4),
+        "kg_co2": round(kg, 4),
+        "egress_usd": round(egress, 4),
+        "instance_hours": round(hours, 3),
+        "on_demand_usd": round(od_usd, 4) if od_known else None,
+        "saved_pct": _saved(usd, od_usd) if od_known else None,
     }
 
 

@@ -42,126 +42,170 @@ def client(session: Any, service: str, region: str, settings: AwsSettings) -> An
     )
 
 
+class _Rows:
+    """The rows of a check, and how a failed call becomes one."""
+
+    def __init__(self) -> None:
+        self.out: list[CheckRow] = []
+
+    def add(self, check: str, result: Result, reason: str) -> None:
+        self.out.append((check, result, reason))
+
+    def failed(self, check: str, exc: BaseException) -> None:
+        from providers.aws.errors import failure_of, is_aws_error
+
+        if isinstance(exc, HeliotropeError):
+            self.add(check, "fail", str(exc))
+        elif is_aws_error(exc):
+            self.add(check, "fail", failure_of(exc, action=check).message)
+        else:
+            raise exc
+
+
+def _dry_run_allowed(exc: BaseException) -> bool:
+    from providers.aws.errors import error_code, is_aws_error
+
+    return is_aws_error(exc) and error_code(exc) == "DryRunOperation"
+
+
 def check_aws(
     provider: AwsProvider, a: AwsSettings, cluster: str, session_factory: SessionFactory | None
 ) -> list[CheckRow]:
     from providers.aws._session import default_session
-    from providers.aws.errors import error_code, failure_of, is_aws_error
-    from providers.aws.instances import parse_offer_id
-    from providers.aws.offers import SOURCE_PRICING
-    from providers.base import LaunchSpec
 
-    out: list[CheckRow] = []
-
-    def add(check: str, result: Result, reason: str) -> None:
-        out.append((check, result, reason))
-
-    def failed(check: str, exc: BaseException) -> None:
-        if isinstance(exc, HeliotropeError):
-            add(check, "fail", str(exc))
-        elif is_aws_error(exc):
-            add(check, "fail", failure_of(exc, action=check).message)
-        else:
-            raise exc
-
+    rows = _Rows()
     regions = provider.regions
     try:
         session = (session_factory or default_session)()
         who = client(session, "sts", regions[0], a).get_caller_identity()
-        add("sts:GetCallerIdentity", "ok", f"account {who.get('Account')}, {who.get('Arn')}")
+        rows.add("sts:GetCallerIdentity", "ok", f"account {who.get('Account')}, {who.get('Arn')}")
     except Exception as exc:
-        failed("sts:GetCallerIdentity", exc)
-        add("ec2 and pricing", "skip", "no usable AWS credentials (see above)")
-        return out
+        rows.failed("sts:GetCallerIdentity", exc)
+        rows.add("ec2 and pricing", "skip", "no usable AWS credentials (see above)")
+        return rows.out
 
     instances: Mapping[str, Any] = {}
     try:
         instances = provider.list_instances(cluster=cluster)
-        add(
+        rows.add(
             "ec2:DescribeInstances",
             "ok",
             f"{len(instances)} instance(s) of cluster {cluster} in {', '.join(regions)}",
         )
     except Exception as exc:
-        failed("ec2:DescribeInstances", exc)
+        rows.failed("ec2:DescribeInstances", exc)
+    book = _check_offers(provider, rows)
+    for region in regions:
+        _check_run(provider, a, session, cluster, region, book, rows)
+    _check_terminate(provider, a, session, cluster, instances, rows)
+    return rows.out
 
-    book: OfferBook | None = None
+
+def _check_offers(provider: AwsProvider, rows: _Rows) -> OfferBook | None:
+    """The adapter's offer reads in every region, and on-demand prices from the Pricing API."""
+    from providers.aws.offers import SOURCE_PRICING
+
+    regions = provider.regions
     try:
         book = provider.offer_book(refresh=True)
-        per_region = {r: [o for o in book.offers if o.region == r] for r in regions}
-        missing = [r for r, found in per_region.items() if not found]
-        spot = sum(o.market is Market.SPOT for o in book.offers)
-        if missing:
-            add(OFFERS_CHECK, "fail", f"no offers read in {', '.join(missing)} (see the log)")
-        else:
-            add(
-                OFFERS_CHECK,
-                "ok",
-                f"{len(book.offers)} offers ({spot} spot) in {', '.join(regions)}",
-            )
-        on_demand = [o for o in book.offers if o.market is Market.ON_DEMAND]
-        if not on_demand:
-            add("pricing:GetProducts", "skip", "no on-demand offers to price")
-        elif any(book.price_source.get(o.id) == SOURCE_PRICING for o in on_demand):
-            add("pricing:GetProducts", "ok", "on-demand prices from the Pricing API")
-        else:
-            add(
-                "pricing:GetProducts",
-                "fail",
-                "the Pricing API gave no price (see the log); catalog list prices are used",
-            )
     except Exception as exc:
-        failed(OFFERS_CHECK, exc)
-
-    for region in regions:
-        check = f"ec2:RunInstances dry run {region}"
-        usd = {} if book is None else book.usd_per_hour
-        offers = (
-            []
-            if book is None
-            else sorted(
-                (o for o in book.offers if o.region == region and o.id in usd),
-                key=lambda o: (o.market is not Market.SPOT, usd[o.id], o.id),
-            )
+        rows.failed(OFFERS_CHECK, exc)
+        return None
+    per_region = {r: [o for o in book.offers if o.region == r] for r in regions}
+    missing = [r for r, found in per_region.items() if not found]
+    spot = sum(o.market is Market.SPOT for o in book.offers)
+    if missing:
+        rows.add(OFFERS_CHECK, "fail", f"no offers read in {', '.join(missing)} (see the log)")
+    else:
+        rows.add(
+            OFFERS_CHECK, "ok", f"{len(book.offers)} offers ({spot} spot) in {', '.join(regions)}"
         )
-        if not offers:
-            add(check, "skip", "no priced offer in this region to try")
-            continue
-        offer = offers[0]
-        parsed = parse_offer_id(offer.id)
-        assert parsed is not None
-        zone, instance_type, market = parsed
-        request_id = f"{CHECK_REQUEST}-{uuid.uuid4().hex[:12]}"
-        try:
-            spec = LaunchSpec(
-                job_id=CHECK_REQUEST, offer_id=offer.id, cluster=cluster, entrypoint=("true",)
+    on_demand = [o for o in book.offers if o.market is Market.ON_DEMAND]
+    if not on_demand:
+        rows.add("pricing:GetProducts", "skip", "no on-demand offers to price")
+    elif any(book.price_source.get(o.id) == SOURCE_PRICING for o in on_demand):
+        rows.add("pricing:GetProducts", "ok", "on-demand prices from the Pricing API")
+    else:
+        rows.add(
+            "pricing:GetProducts",
+            "fail",
+            "the Pricing API gave no price (see the log); catalog list prices are used",
+        )
+    return book
+
+
+def _check_run(
+    provider: AwsProvider,
+    a: AwsSettings,
+    session: Any,
+    cluster: str,
+    region: str,
+    book: OfferBook | None,
+    rows: _Rows,
+) -> None:
+    """`RunInstances` as a dry run of exactly the request a launch sends (tags, IMDSv2,
+    market options): the IAM policy's conditions on tags and metadata are checked too."""
+    from providers.aws.instances import parse_offer_id
+    from providers.base import LaunchSpec
+
+    check = f"ec2:RunInstances dry run {region}"
+    usd = {} if book is None else book.usd_per_hour
+    offers = (
+        []
+        if book is None
+        else sorted(
+            (o for o in book.offers if o.region == region and o.id in usd),
+            key=lambda o: (o.market is not Market.SPOT, usd[o.id], o.id),
+        )
+    )
+    if not offers:
+        rows.add(check, "skip", "no priced offer in this region to try")
+        return
+    offer = offers[0]
+    parsed = parse_offer_id(offer.id)
+    assert parsed is not None
+    zone, instance_type, market = parsed
+    request_id = f"{CHECK_REQUEST}-{uuid.uuid4().hex[:12]}"
+    try:
+        spec = LaunchSpec(
+            job_id=CHECK_REQUEST, offer_id=offer.id, cluster=cluster, entrypoint=("true",)
+        )
+        params = dict(provider.launch_request(spec, request_id=request_id))
+        client(session, "ec2", region, a).run_instances(**params, DryRun=True)
+        rows.add(check, "fail", "the dry run was not refused: EC2 ignored DryRun")
+    except Exception as exc:
+        if _dry_run_allowed(exc):
+            rows.add(
+                check,
+                "ok",
+                f"allowed: {market.value} {instance_type} in {zone}, tagged "
+                f"heliotrope:cluster={cluster}, IMDSv2",
             )
-            # Exactly the request a launch sends (tags, IMDSv2, market options), as a dry run:
-            # the IAM policy's conditions on tags and metadata options are checked too.
-            params = dict(provider.launch_request(spec, request_id=request_id))
-            client(session, "ec2", region, a).run_instances(**params, DryRun=True)
-            add(check, "fail", "the dry run was not refused: EC2 ignored DryRun")
-        except Exception as exc:
-            if is_aws_error(exc) and error_code(exc) == "DryRunOperation":
-                add(
-                    check,
-                    "ok",
-                    f"allowed: {market.value} {instance_type} in {zone}, tagged "
-                    f"heliotrope:cluster={cluster}, IMDSv2",
-                )
-            else:
-                failed(check, exc)
+        else:
+            rows.failed(check, exc)
+
+
+def _check_terminate(
+    provider: AwsProvider,
+    a: AwsSettings,
+    session: Any,
+    cluster: str,
+    instances: Mapping[str, Any],
+    rows: _Rows,
+) -> None:
+    """`TerminateInstances` as a dry run, per region, on one of the cluster's instances."""
+    from providers.aws.instances import parse_offer_id
 
     by_region: dict[str, str] = {}
     for instance_id, info in sorted(instances.items()):
         parsed = parse_offer_id(info.offer_id)
         if parsed is not None:
             by_region.setdefault(catalog.region_of_zone(provider.name, parsed[0]), instance_id)
-    for region in regions:
+    for region in provider.regions:
         check = f"ec2:TerminateInstances dry run {region}"
         victim = by_region.get(region)
         if victim is None:
-            add(
+            rows.add(
                 check,
                 "skip",
                 f"no instance of cluster {cluster} here to try (the "
@@ -170,10 +214,9 @@ def check_aws(
             continue
         try:
             client(session, "ec2", region, a).terminate_instances(InstanceIds=[victim], DryRun=True)
-            add(check, "fail", "the dry run was not refused: EC2 ignored DryRun")
+            rows.add(check, "fail", "the dry run was not refused: EC2 ignored DryRun")
         except Exception as exc:
-            if is_aws_error(exc) and error_code(exc) == "DryRunOperation":
-                add(check, "ok", f"allowed on {victim} (cluster {cluster})")
+            if _dry_run_allowed(exc):
+                rows.add(check, "ok", f"allowed on {victim} (cluster {cluster})")
             else:
-                failed(check, exc)
-    return out
+                rows.failed(check, exc)

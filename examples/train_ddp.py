@@ -102,6 +102,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def parallel(net: Net, *, fsdp: bool, device: torch.device) -> nn.Module:
+    """The model every rank trains: FSDP2 shards of `net`, or `net` under DDP."""
+    if fsdp:
+        from torch.distributed.fsdp import fully_shard
+
+        for layer in net.layers:
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer)
+        fully_shard(net)
+        return net
+    # DDP regroups its gradient buckets after a process's first step, which changes the
+    # float rounding of that one step after every restart; find_unused_parameters=True
+    # keeps the first grouping (no rebuild), so a resumed run stays bit-identical.
+    return nn.parallel.DistributedDataParallel(
+        net,
+        device_ids=[device.index] if device.type == "cuda" else None,
+        find_unused_parameters=True,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(
@@ -127,21 +147,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.manual_seed(args.seed)  # the same initial weights on every rank
     net = Net(args.hidden, args.dropout).to(device)
-    model: nn.Module = net
-    if distributed and args.fsdp:
-        from torch.distributed.fsdp import fully_shard
-
-        for layer in net.layers:
-            if isinstance(layer, nn.Linear):
-                fully_shard(layer)
-        fully_shard(net)
-    elif distributed:
-        # DDP regroups its gradient buckets after a process's first step, which changes the
-        # float rounding of that one step after every restart; find_unused_parameters=True
-        # keeps the first grouping (no rebuild), so a resumed run stays bit-identical.
-        model = nn.parallel.DistributedDataParallel(
-            net, device_ids=[device.index] if cuda else None, find_unused_parameters=True
-        )
+    model = parallel(net, fsdp=args.fsdp, device=device) if distributed else net
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     torch.manual_seed(args.seed * 7919 + rank)  # dropout: each rank its own stream
 

@@ -108,7 +108,10 @@ class Heliotrope:
     return_aware: bool = False
     _memo: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
-    def __call__(self, snapshot: Snapshot) -> Decision:
+    def __call__(self, snapshot: Snapshot) -> Decision:  # noqa: PLR0912, PLR0915 - one pass
+        """One vectorized decision for every active job (the module docstring, in order:
+        signals, start-up and egress, value of progress, young runs, utility, budgets,
+        safety net, waiting, then serving the jobs least slack first)."""
         fleet = snapshot.fleet
         js = np.flatnonzero((fleet.phase >= _FIRST_ACTIVE) & (fleet.phase <= _LAST_ACTIVE))
         if js.size == 0:

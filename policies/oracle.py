@@ -753,12 +753,17 @@ def _band_take(band: _Band, levels: IntArray, step: IntArray | None, pad: int) -
     return taken
 
 
-def _backward_forward(
+def _backward_forward(  # noqa: PLR0912, PLR0915 - the DP kernel, whole (docstring)
     pb: JobProblem, act: IntArray, max_levels: int, max_cells: int
 ) -> tuple[IntArray, float, bool, int] | None:
     """Backward induction over the active offers `act`; then the optimal path forward.
     Returns (targets per boundary in problem offer indices, value, exact, levels), or None
-    when the deadline cannot be met."""
+    when the deadline cannot be met.
+
+    Kept as one function on purpose: its arrays (value per tick x location x progress
+    level, the banded transitions) are shared by every step, and each step reads as one
+    recurrence in the order the module docstring states it; split, the state would travel
+    through a dozen arguments and the hot loop would pay for the calls."""
     n_ticks = pb.dp_ticks
     n_loc = pb.n_locations
     tick_s = pb.tick_s

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
-from orchestrator import failpoints
+from orchestrator import failpoints, units
 from orchestrator.costs import move_cost
 from orchestrator.model import (
     Action,
@@ -82,7 +82,7 @@ def execute(
         src_k = int(fleet.checkpoint_offer[action.job])
         src = snapshot.offers[src_k].location if src_k >= 0 else None
         move = move_cost(job, src, offer.location, snapshot.settings)
-        startup_s = (job.cold_start_h + move.transfer_h) * 3600.0
+        startup_s = units.seconds(job.cold_start_h + move.transfer_h)
         env = {"HELIOTROPE_JOB_ID": job.id, **(launch_env(job, offer) if launch_env else {})}
         outcome = provider.launch(
             LaunchSpec(

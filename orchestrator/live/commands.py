@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from orchestrator import units
 from orchestrator.costs import move_cost
 from orchestrator.errors import InputError, TransientError
 from orchestrator.jobs import load_jobs
@@ -148,7 +149,7 @@ def jobs_table(
             verdict = (
                 "met"
                 if finished <= deadline_s
-                else f"missed (+{(finished - deadline_s) / 3600.0:.1f} h)"
+                else f"missed (+{units.hours(finished - deadline_s):.1f} h)"
             )
         elif cancelled:
             verdict = "cancelled"
@@ -169,7 +170,7 @@ def jobs_table(
                 wait_h = 0.0 if here is not None else job.cold_start_h
                 if ready is not None and not math.isnan(ready) and ready > start_s:
                     start_s = ready
-                eta = start_s + (wait_h + remaining / rate) * 3600.0
+                eta = start_s + units.seconds(wait_h + remaining / rate)
             if now_s > deadline_s:
                 verdict = "missed"
             elif eta is None:
@@ -333,13 +334,13 @@ def migrate(
     rate = float(controller.fit.rate[j, dst])
     remaining = max(0.0, job.work_gpu_hours - float(fleet.progress_gpu_h[j]))
     hours = job.cold_start_h + move.transfer_h + remaining / rate
-    finish = now.timestamp() + hours * 3600.0
+    finish = now.timestamp() + units.seconds(hours)
     usd_to_finish = (
         hours * float(price[dst]) * int(controller.fit.instances[j, dst]) + move.egress_usd
     )
     refusals = []
     if finish > job.deadline.timestamp():
-        late_h = (finish - job.deadline.timestamp()) / 3600.0
+        late_h = units.hours(finish - job.deadline.timestamp())
         refusals.append(f"would finish {late_h:.1f} h after the deadline")
     if job.budget_usd is not None and float(fleet.usd[j]) + usd_to_finish > job.budget_usd:
         refusals.append(
@@ -439,7 +440,7 @@ def hold(
         raise InputError("", "JOB", "a job that is not done", got=f"{job_id} is done")
     if loaded.status.get(job_id) == CANCELLED:
         raise InputError("", "JOB", "a job that is not cancelled", got=f"{job_id} is cancelled")
-    until = math.inf if hours is None else now_s + hours * 3600.0
+    until = math.inf if hours is None else now_s + units.seconds(hours)
     store.set_control(job_id, held_until_s=until)
     return until
 
@@ -829,7 +830,7 @@ def _job_costs(
         if t is not None and where is not None and time_s > t:
             share = max(0.0, min(1.0, (time_s - max(t, since_s)) / (time_s - t)))
             d_usd, d_kg = d_usd * share, d_kg * share
-            h = (time_s - max(t, since_s)) / 3600.0 if share > 0 else 0.0
+            h = units.hours(time_s - max(t, since_s)) if share > 0 else 0.0
             ko = offers.get(where)
             offer = at.offers[ko] if ko is not None else None
             key = (offer.region, offer.market.value) if offer is not None else (where, "?")

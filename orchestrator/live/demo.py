@@ -36,6 +36,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from orchestrator import units
 from orchestrator.costs import objective_usd, relative_throughput
 from orchestrator.live.commands import jobs_table, live_controller, signal_reason
 from orchestrator.live.world import (
@@ -117,7 +118,7 @@ def demo_jobs(steps: int) -> dict[str, Any]:
         "checkpoint_interval_h": 0.5,
         "command": command,
     }
-    work = round(steps * STEP_TIME_S * SPEED / 3600.0, 3)
+    work = round(units.hours(steps * STEP_TIME_S * SPEED), 3)
     start = LiveSettings().start
     return {
         "defaults": base,
@@ -180,7 +181,7 @@ def run_demo(out: Path, *, steps: int = 144) -> int:
     )
     console.print("Scripted on the built-in scenario (besides its own weather and outages):")
     for event in sorted(world.settings.events, key=lambda e: e.at_h):
-        when = world.settings.start.timestamp() + event.at_h * 3600.0
+        when = world.settings.start.timestamp() + units.seconds(event.at_h)
         console.print(
             escape(f"  {_clock(when)}  {event.describe()}"), highlight=False, markup=False
         )
@@ -275,7 +276,7 @@ def live_totals(store: Any) -> dict[str, float]:
     return {
         "usd": usd,
         "kg_co2": kg,
-        "mean_completion_h": sum(done) / len(done) / 3600.0 if done else math.nan,
+        "mean_completion_h": units.hours(sum(done) / len(done)) if done else math.nan,
     }
 
 
@@ -351,7 +352,7 @@ def measured_speed(store: Any, jobs: Sequence[JobSpec]) -> dict[str, float]:
             if e.kind is EventKind.LAUNCHED and "ready_at_s" in e.data:
                 start = (float(e.data["ready_at_s"]), float(e.data.get("progress_gpu_h", 0.0)))
             elif e.kind in _ENDS and start is not None:
-                ran_h += max(0.0, e.time_s - start[0]) / 3600.0
+                ran_h += units.hours(max(0.0, e.time_s - start[0]))
                 gained += max(0.0, float(e.data.get("progress_gpu_h", 0.0)) - start[1])
                 start = None
         nominal = max((relative_throughput(job, t) for t in job.gpu_types), default=1.0)

@@ -28,6 +28,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 
+from orchestrator import units
 from orchestrator.checkpoints import CheckpointStore
 from orchestrator.costs import move_cost
 from orchestrator.errors import HeliotropeError, TransientError
@@ -314,7 +315,7 @@ class MigrationDriver:
                 job_id=job.id,
                 offer_id=offer.id,
                 cluster=self.cluster,
-                startup_s=job.cold_start_h * 3600.0,
+                startup_s=units.seconds(job.cold_start_h),
                 count=int(c.fit.instances[j, c.grid.offers.index(offer)]),
                 entrypoint=job.command or c.options.entrypoint,
                 env={"HELIOTROPE_JOB_ID": job.id, **self.launch_env(job, offer)},

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from orchestrator import units
 from orchestrator.clock import Clock, ScaledClock, SystemClock
 from orchestrator.errors import InputError
 from orchestrator.loop import LoopOptions
@@ -204,7 +205,7 @@ class World:
             tick_s=self.settings.tick_s,
             priors=self.priors,
             max_ages=self.settings.max_age.ages(),
-            lookback_s=self.settings.lookback_h * 3600.0,
+            lookback_s=units.seconds(self.settings.lookback_h),
         )
 
     def options(self) -> LoopOptions:

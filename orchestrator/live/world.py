@@ -64,7 +64,8 @@ from providers.base import ComputeProvider
 from providers.local import LocalProvider
 
 if TYPE_CHECKING:
-    from orchestrator.live.clouds import CloudAccess, CloudSettings
+    from orchestrator.live.clouds.settings import CloudSettings
+    from providers.registry import CloudAccess
 
 # (region, instance type): L4 machines in four regions on two clouds.
 LOCAL_REGIONS: tuple[tuple[str, str], ...] = (
@@ -262,14 +263,14 @@ def configured_world(
     """The world `$HELIOTROPE_HOME/config.yaml` names."""
     settings = settings or load_settings()
     if settings.world == "clouds":
-        from orchestrator.live.clouds import clouds_world
+        from orchestrator.live.clouds.world import clouds_world
 
         return clouds_world(settings, cloud_settings(settings), clock=clock, access=access)
     return local_world(settings, clock=clock)
 
 
 def cloud_settings(settings: LiveSettings) -> CloudSettings:
-    from orchestrator.live.clouds import CloudSettings, load_cloud_settings
+    from orchestrator.live.clouds.settings import CloudSettings, load_cloud_settings
 
     if settings.clouds is not None:
         raw = {"cluster": settings.cluster, **settings.clouds}

@@ -11,9 +11,10 @@ Only plain data is built (``yaml.SafeLoader``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import yaml
+from pydantic import BaseModel, ValidationError
 
 from orchestrator.errors import InputError
 
@@ -96,6 +97,22 @@ def load_yaml(path: Path, *, what: str, fix: str, max_bytes: int = MAX_BYTES) ->
         raise InputError(where, line, "valid YAML", got=str(problem)[:200], fix=fix) from None
     finally:
         loader.dispose()
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def validated(model: type[M], raw: Any, *, source: str, expected: str, at: str = "") -> M:
+    """`raw` as a `model`, or the InputError that names the first wrong field (under `at`,
+    e.g. ``clouds``) in `source` and what was `expected` there; nothing is half-applied."""
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = [str(p) for p in (*([at] if at else []), *first.get("loc", ()))]
+        raise InputError(
+            source, ".".join(loc) or "(file)", expected, got=str(first.get("msg", ""))[:200]
+        ) from exc
 
 
 def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:

@@ -41,7 +41,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orchestrator import units
 from orchestrator.clock import Clock, ScaledClock, SystemClock
@@ -59,7 +59,7 @@ from orchestrator.signals.view import (
     list_priors,
 )
 from orchestrator.state import MemoryStateStore, StateStore, open_store
-from orchestrator.yamlio import load_yaml
+from orchestrator.yamlio import load_yaml, validated
 from providers.base import ComputeProvider
 from providers.local import LocalProvider
 
@@ -155,17 +155,9 @@ def load_settings(path: Path | None = None) -> LiveSettings:
         raise InputError(
             str(path), "", "a mapping of settings (docs/deploy.md)", got=type(raw).__name__
         )
-    try:
-        settings = LiveSettings.model_validate(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ())) or "(file)"
-        raise InputError(
-            str(path),
-            where,
-            "valid live settings (docs/deploy.md)",
-            got=str(first.get("msg", ""))[:200],
-        ) from exc
+    settings = validated(
+        LiveSettings, raw, source=str(path), expected="valid live settings (docs/deploy.md)"
+    )
     if settings.clouds_file is not None and not settings.clouds_file.is_absolute():
         settings = settings.model_copy(update={"clouds_file": path.parent / settings.clouds_file})
     return settings
@@ -273,18 +265,13 @@ def cloud_settings(settings: LiveSettings) -> CloudSettings:
     from orchestrator.live.clouds.settings import CloudSettings, load_cloud_settings
 
     if settings.clouds is not None:
-        raw = {"cluster": settings.cluster, **settings.clouds}
-        try:
-            return CloudSettings.model_validate(raw)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in ("clouds", *first.get("loc", ())))
-            raise InputError(
-                str(home() / CONFIG_FILE),
-                where,
-                "valid cloud settings (docs/providers.md)",
-                got=str(first.get("msg", ""))[:200],
-            ) from exc
+        return validated(
+            CloudSettings,
+            {"cluster": settings.cluster, **settings.clouds},
+            source=str(home() / CONFIG_FILE),
+            expected="valid cloud settings (docs/providers.md)",
+            at="clouds",
+        )
     return load_cloud_settings(settings.clouds_file)
 
 

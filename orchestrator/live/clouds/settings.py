@@ -13,11 +13,11 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from orchestrator.errors import InputError
 from orchestrator.live.world import home
-from orchestrator.yamlio import load_yaml
+from orchestrator.yamlio import load_yaml, validated
 from providers import registry
 
 _CLUSTER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -128,17 +128,9 @@ def load_cloud_settings(path: Path | None = None) -> CloudSettings:
         )
         or {}
     )
-    try:
-        settings = CloudSettings.model_validate(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ())) or "(file)"
-        raise InputError(
-            str(path),
-            where,
-            "valid cloud settings (docs/providers.md)",
-            got=first.get("msg", str(exc)),
-        ) from exc
+    settings = validated(
+        CloudSettings, raw, source=str(path), expected="valid cloud settings (docs/providers.md)"
+    )
     if settings.traces is not None and not settings.traces.is_absolute():
         settings = settings.model_copy(update={"traces": path.parent / settings.traces})
     return settings

@@ -343,14 +343,30 @@ class LiveController:
         if frame.stale:
             return
         capacity = frame.grid.spot_capacity[frame.k]
+        fleet = controller.fleet
+        held: dict[int, list[int]] = {}
         for j, instance in enumerate(controller.instance_of):
-            o = int(controller.fleet.offer[j])
-            if instance is None or o < 0 or j in controller.busy:
-                continue
-            offer = self.offers[o]
-            if offer.market is Market.SPOT and not capacity[o] > 0:
-                logger.info("spot capacity gone at %s: preempting %s", offer.id, instance)
+            o = int(fleet.offer[j])
+            free = instance is None or o < 0 or j in controller.busy
+            if not free and self.offers[o].market is Market.SPOT:
+                held.setdefault(o, []).append(j)
+        # As the simulated cloud of a replay reclaims (providers/sim.py): while an offer
+        # holds more instances than its capacity, the newest launch goes first.
+        for o, js in held.items():
+            total = sum(int(controller.fit.instances[j, o]) for j in js)
+            for j in sorted(js, key=lambda j: -float(fleet.ready_at_s[j])):
+                if total <= capacity[o]:
+                    break
+                instance = controller.instance_of[j]
+                assert instance is not None
+                logger.info(
+                    "spot capacity %g at %s: preempting %s",
+                    capacity[o],
+                    self.offers[o].id,
+                    instance,
+                )
                 reclaimer.preempt(instance, notice_s=1.0)
+                total -= int(controller.fit.instances[j, o])
 
     def fleet_table(self) -> list[dict[str, object]]:
         c = self.controller

@@ -287,7 +287,12 @@ class Heliotrope:
         net_choice = np.argmin(np.where(in_time, per_progress, np.inf), axis=1)
         fastest = np.argmax(np.where(od, rate - 1e-9 * per_progress, -np.inf), axis=1)
         net_choice = np.where(in_time.any(axis=1), net_choice, fastest)
-        on_od_in_time = holding & ~spot[cur_c] & (finish_h[rows_j, cur_c] <= time_left)
+        # On on-demand already, the net stays where it finishes in time, or (late anyway)
+        # where no other on-demand offer finishes sooner, its cold start counted: a late job
+        # moved between equally fast machines only loses another cold start.
+        here_h = finish_h[rows_j, cur_c]
+        soonest = np.min(np.where(od, finish_h, np.inf), axis=1)
+        on_od_in_time = holding & ~spot[cur_c] & ((here_h <= time_left) | (here_h <= soonest))
 
         # Waiting for a spot offer that is down now: the same utility, per hour of the wait
         # and the stay that follows (`outage` hours expected, from the offer's own history).

@@ -103,7 +103,7 @@ def demo_jobs(steps: int) -> dict[str, Any]:
         "--log-every",
         "2",
         "--every-steps",
-        "12",
+        "2",
         "--step-time-s",
         str(STEP_TIME_S),
         "--corpus-bytes",
@@ -115,7 +115,7 @@ def demo_jobs(steps: int) -> dict[str, Any]:
         "throughput": {"L4": 1.0},
         "cold_start_h": 0.25,
         "checkpoint_size_gb": 0.01,
-        "checkpoint_interval_h": 0.5,
+        "checkpoint_interval_h": 0.1,
         "command": command,
     }
     work = round(units.hours(steps * STEP_TIME_S * SPEED), 3)

@@ -379,3 +379,14 @@ def test_a_job_with_little_work_left_and_all_its_slack_still_launches_on_spot(
     on-demand (the demo's jobs idled 22 h that way and paid on-demand)."""
     world = World(progress=64.0 - left_gpu_h)
     assert decide(Heliotrope(), world)[0] == 3  # the cheapest spot, at once
+
+
+def test_late_on_on_demand_it_does_not_move_to_an_equally_fast_cheaper_one() -> None:
+    """8 h of work left on eight A100s on demand (NL, 36 $/h) with 7 h to the deadline: late
+    anyway. The cheaper on-demand A100s in us-west-2 (32 $/h) would finish later still, by
+    their cold start: the safety net keeps the job where it runs."""
+    world = World(now_h=32 - 7.0, phase=Phase.RUNNING, offer=4)
+    snap = world.snapshot()
+    fleet = dataclasses.replace(snap.fleet, checkpoint_offer=np.array([4]))
+    got, reason = _decide(dataclasses.replace(snap, fleet=fleet))
+    assert got == KEEP, reason

@@ -202,21 +202,14 @@ def jobs_table(
 def status_context() -> tuple[tuple[Offer, ...], float]:
     """The configured world's offers and time, read without building the world (nothing
     is written: a read command on a fresh home leaves it as it was)."""
-    import json
-
-    from orchestrator.clock import SystemClock
-    from orchestrator.live.world import home, load_settings, local_offers
+    from orchestrator.clock import ScaledClock, SystemClock
+    from orchestrator.live.world import load_settings, local_offers, read_origin
 
     settings = load_settings()
     now = SystemClock().now()
     if settings.scenario:
-        clock = home() / "clock.json"
-        real0 = (
-            datetime.fromisoformat(json.loads(clock.read_text())["real_origin"])
-            if clock.is_file()
-            else now
-        )
-        now = settings.start + (now - real0) * settings.speed
+        real0 = read_origin() or now
+        now = ScaledClock(SystemClock(), settings.start, settings.speed, real0).now()
     offers = local_offers() if settings.world == "local" else ()
     return offers, now.timestamp()
 

@@ -26,7 +26,7 @@ import math
 import os
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,7 @@ from orchestrator.live.world import (
 )
 from orchestrator.model import Event, EventKind, JobSpec
 from orchestrator.replay.report import format_table, summary
+from orchestrator.replay.report.table import ranked_policies
 from orchestrator.replay.runner import Replay
 from orchestrator.replay.service import replay_loaded
 from orchestrator.signals.events import GridEvent
@@ -198,7 +199,8 @@ def run_demo(out: Path, *, steps: int = 144) -> int:
                 )
 
     live.run(interval_s=world.settings.interval_s, until_done=True, max_ticks=2000, on_tick=on_tick)
-    _print_fleet(console, jobs_table(store))
+    fleet = jobs_table(store)
+    _print_fleet(console, fleet)
 
     loaded, _ = store.load()
     speed = measured_speed(store, loaded.jobs)
@@ -221,12 +223,11 @@ def run_demo(out: Path, *, steps: int = 144) -> int:
     replay, results = done_replay.replay, done_replay.results
     console.print(format_table(results))
     console.print(summary(results), markup=False, highlight=False)
-    _print_loss(console, replay)
+    _print_loss(console, replay, results)
     _print_why(console, store, ids)
     _print_agreement(console, store, results.get("policies", {}).get("heliotrope", {}))
     console.print(f"report: {done_replay.report}", markup=False)
-    done = all(r["phase"] == "done" for r in jobs_table(store))
-    return 0 if done else 1
+    return 0 if all(r["phase"] == "done" for r in fleet) else 1
 
 
 def _clock(when_s: float) -> str:
@@ -237,7 +238,7 @@ def _clock(when_s: float) -> str:
 
 def _log_line(e: Event) -> str | None:
     """One line of the demo's log for an event worth telling, with what decided it."""
-    if e.kind is EventKind.MIGRATION and "planned" not in e.detail.lower():
+    if e.kind is EventKind.MIGRATION and not e.detail.startswith("planned:"):
         return None  # the phases of a move: the plan says where and why
     if e.kind not in (
         EventKind.LAUNCHED,
@@ -372,9 +373,10 @@ def _at_speed(jobs: Sequence[JobSpec], speed: dict[str, float]) -> tuple[JobSpec
     )
 
 
-def _print_loss(console: Console, replay: Replay) -> None:
-    """Where heliotrope's replay loses to a baseline that met every deadline, say by how
-    much, on which job, and what that job did (never tuned away, never hidden)."""
+def _print_loss(console: Console, replay: Replay, results: Mapping[str, Any]) -> None:
+    """Where heliotrope's replay loses to a policy the report ranks (it met every
+    deadline), say by how much, on which job, and what that job did (never tuned away,
+    never hidden)."""
     runs = {r.policy: r for r in replay.runs}
     helio = runs.get("heliotrope")
     if helio is None:
@@ -383,15 +385,7 @@ def _print_loss(console: Console, replay: Replay) -> None:
     def objective(run: Any) -> Any:
         return objective_usd(run.fleet.usd, run.fleet.kg_co2, replay.carbon_usd_per_tonne)
 
-    met = [
-        r
-        for r in replay.runs
-        if r.policy != "heliotrope"
-        and all(
-            r.fleet.finished_at_s[j] <= job.deadline.timestamp()
-            for j, job in enumerate(replay.jobs)
-        )
-    ]
+    met = [runs[n] for n in ranked_policies(results) if n != "heliotrope" and n in runs]
     if not met:
         return
     best = min(met, key=lambda r: float(objective(r).sum()))
@@ -400,19 +394,15 @@ def _print_loss(console: Console, replay: Replay) -> None:
         return
     j = int(gap.argmax())
     job = replay.jobs[j]
+    mine = [e for e in helio.events if e.job_id == job.id]
+    preempted = sum(e.kind is EventKind.PREEMPTED for e in mine)
     on_demand = any(
-        e.job_id == job.id and e.kind is EventKind.LAUNCHED and e.offer_id.endswith(":on_demand")
-        for e in helio.events
+        e.kind is EventKind.LAUNCHED and e.offer_id.endswith(":on_demand") for e in mine
     )
     console.print(
         f"heliotrope paid {gap.sum():.2f} USD (carbon priced in) more than {best.policy} here, "
-        f"{gap[j]:.2f} of it on {job.id}"
-        + (
-            ": with its deadline close, the spot it moved to kept being reclaimed and the "
-            "safety net finished it on on-demand"
-            if on_demand
-            else ""
-        )
+        f"{gap[j]:.2f} of it on {job.id}: preempted {preempted} time(s)"
+        + (", it ended on on-demand (the safety net kept its deadline)" if on_demand else "")
         + ". The policy is measured, not tuned, on this scenario (docs/policies.md).",
         markup=False,
         highlight=False,

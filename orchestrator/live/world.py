@@ -75,6 +75,7 @@ LOCAL_REGIONS: tuple[tuple[str, str], ...] = (
     ("europe-west4", "g2-standard-4"),
 )
 CONFIG_FILE = "config.yaml"
+CLOCK_FILE = "clock.json"  # when scenario time began for this home (signals: scenario)
 MAX_CONFIG_BYTES = 1 << 20
 
 
@@ -348,20 +349,32 @@ def restart_scenario_clock(world: World) -> None:
     if not isinstance(world.clock, ScaledClock):
         raise InputError("config.yaml", "signals", "scenario", got=world.settings.signals)
     world.clock.restart()
-    path = home() / "clock.json"
-    path.write_text(json.dumps({"real_origin": world.clock.real_origin.isoformat()}))
+    _write_origin(world.clock.real_origin)
 
 
 def _real_origin() -> datetime:
     """When scenario time began for this home: fixed on first use, so every command of the
     same home agrees on what time it is in the scenario."""
-    path = home() / "clock.json"
-    if path.is_file():
-        return datetime.fromisoformat(json.loads(path.read_text())["real_origin"])
+    known = read_origin()
+    if known is not None:
+        return known
     now = SystemClock().now()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"real_origin": now.isoformat()}))
+    _write_origin(now)
     return now
+
+
+def read_origin() -> datetime | None:
+    """When scenario time began for this home, if it has begun (nothing is written)."""
+    path = home() / CLOCK_FILE
+    if not path.is_file():
+        return None
+    return datetime.fromisoformat(json.loads(path.read_text())["real_origin"])
+
+
+def _write_origin(real_origin: datetime) -> None:
+    path = home() / CLOCK_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"real_origin": real_origin.isoformat()}))
 
 
 def _day(when: datetime) -> datetime:

@@ -93,7 +93,15 @@ def apply_events(grid: SignalGrid, events: Sequence[GridEvent]) -> SignalGrid:
     curtailing = grid.curtailing.copy()
     for i, event in enumerate(events):
         cols = _columns(grid, event, i)
-        k0 = min(grid.n_ticks, int(event.at_h * SECONDS_PER_HOUR // grid.tick_s))
+        k0 = int(event.at_h * SECONDS_PER_HOUR // grid.tick_s)
+        if k0 >= grid.n_ticks:
+            raise InputError(
+                "events",
+                f"{i}.at_h",
+                f"a time within the scenario's {grid.n_ticks * grid.tick_s / SECONDS_PER_HOUR:g} h",
+                got=event.at_h,
+                fix="lower at_h, or raise days:",
+            )
         k1 = min(
             grid.n_ticks, int(np.ceil((event.at_h + event.hours) * SECONDS_PER_HOUR / grid.tick_s))
         )

@@ -64,6 +64,8 @@ def test_an_event_naming_no_offer_is_refused(grid) -> None:  # type: ignore[no-u
         apply_events(grid, [GridEvent(kind="reclaim", zone="eu-north-1z", at_h=0, hours=1)])
     assert "1.zone" not in str(err.value) and "0.zone" in str(err.value)
     assert "eu-north-1a" in str(err.value)  # the zones it could have named
+    with pytest.raises(InputError, match=r"0\.at_h.*raise days") as err:  # scripts nothing
+        apply_events(grid, [GridEvent(kind="reclaim", zone="eu-north-1a", at_h=99, hours=1)])
 
 
 @pytest.mark.parametrize(
@@ -148,10 +150,10 @@ def test_where_heliotrope_loses_the_demo_says_by_how_much_and_on_which_job(
         for r in done.replay.runs
     }
     console = Console(record=True, width=400)
-    _print_loss(console, done.replay)
+    _print_loss(console, done.replay, done.results)
     said = console.export_text()
     if j["heliotrope"] > j["spot-failover"]:
         assert f"heliotrope paid {j['heliotrope'] - j['spot-failover']:.2f} USD" in said
-        assert "more than spot-failover" in said and "lm-" in said
+        assert "more than spot-failover" in said and "preempted" in said
     else:
         assert said == ""

@@ -15,8 +15,8 @@ G GPUs) is launched as a gang: all N nodes or none. Every adapter
 - on a failure part way, calls `roll_back(...)`: every member this request made is deleted,
   nothing else is touched, so a failed gang leaves no instance behind;
 - is idempotent by request id: a retried launch finds the members it made (by their
-  request tag or label) and adopts them instead of buying more (`adopt_failure` says when a
-  member found under the gang's name cannot be adopted);
+  request tag or label) and adopts them instead of buying more (`foreign_member` and
+  `member_going` say when a member found under the gang's name cannot be adopted);
 - reports a preemption of any member as a preemption of the gang, under the gang's id.
 """
 
@@ -85,13 +85,6 @@ class Node:
     @property
     def world_size(self) -> int:
         return self.nnodes * self.nproc_per_node
-
-
-def nodes(
-    gang_id: str, count: int, nproc_per_node: int, master_addr: str, port: int = MASTER_PORT
-) -> list[Node]:
-    """The `count` nodes of a gang, rank order."""
-    return [Node(gang_id, r, count, nproc_per_node, master_addr, port) for r in range(count)]
 
 
 def torch_env(node: Node) -> dict[str, str]:
@@ -264,9 +257,13 @@ def all_or_none(
     `call_errors`, mapped by `failure_of`), undo what this request made (`roll_back`) and
     return the failure. None: the whole gang is up."""
     try:
-        failure = start()
-    except call_errors as exc:
-        failure = failure_of(exc)
+        try:
+            failure = start()
+        except call_errors as exc:
+            failure = failure_of(exc)
+    except BaseException:  # not a cloud's error (a bug, an interrupt): leave nothing running
+        roll_back()
+        raise
     if failure is None:
         logger.info(
             "launched %s (%s x %s) for job %s (request %s)",

@@ -483,3 +483,25 @@ def test_a_preempted_node_preempts_the_whole_gang_once(rig: Rig) -> None:
     assert [(e.instance_id, e.job_id) for e in events] == [(outcome.instance_id, "job-1")]
     if Capability.ACKNOWLEDGE not in rig.provider.capabilities():  # local repeats it until
         assert not [e for e in rig.provider.poll_events() if e.type is EventType.PREEMPTED]
+
+
+def test_an_unexpected_error_part_way_still_rolls_the_gang_back() -> None:
+    """A bug (not a cloud's error) after rank 0 is up: what the request made is deleted,
+    and the error is raised, not turned into a refusal."""
+    spec = LaunchSpec(job_id="j", offer_id="aws:us-east-1a:p5.48xlarge:spot", cluster=CLUSTER)
+    undone: list[str] = []
+
+    def start() -> None:
+        raise KeyError("a bug after rank 0 started")
+
+    with pytest.raises(KeyError):
+        gang.all_or_none(
+            gang_id="g",
+            spec=spec,
+            request_id="r",
+            start=start,
+            roll_back=lambda: undone.append("r"),
+            call_errors=(OSError,),
+            failure_of=lambda exc: gang.invalid_offer(spec, str(exc)),
+        )
+    assert undone == ["r"]

@@ -317,7 +317,8 @@ class Oracle:
             return Decision()
         hindsight = self._hindsight(snapshot)
         cols = self._columns(snapshot, hindsight)
-        k = units.tick_at(snapshot.now_s, hindsight.start_s, hindsight.tick_s)
+        # Which tick `now` is, to within the check below (not the tick in force: `tick_at`).
+        k = round((snapshot.now_s - hindsight.start_s) / hindsight.tick_s)
         if abs(hindsight.start_s + k * hindsight.tick_s - snapshot.now_s) > 1e-3 or not (
             abs(units.seconds(snapshot.tick_h) - hindsight.tick_s) < 1e-6
         ):

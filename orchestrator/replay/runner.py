@@ -21,8 +21,7 @@ from orchestrator.loop import Controller, EventLog, LoopOptions
 from orchestrator.model import CostSettings, Event, FleetState, JobSpec, Market, Offer
 from orchestrator.signals.grid import SignalGrid
 from orchestrator.signals.traces import Trace
-from orchestrator.signals.view import grid_from_samples, list_priors
-from orchestrator.state.records import SignalSample
+from orchestrator.signals.view import Samples, grid_from_samples, list_priors
 from policies.base import Policy
 from policies.oracle import Hindsight, Oracle
 from providers.sim import SimProvider, realize_spot
@@ -68,7 +67,7 @@ def build_grid(
     tick_s: int,
     seed: int,
     *,
-    samples: Sequence[SignalSample] | None = None,
+    samples: Samples | None = None,
     spot_capacity: float = 4.0,
 ) -> SignalGrid:
     """The realized world for these jobs: offers some job may use, spot gaps filled.
@@ -217,7 +216,7 @@ def run_replay(
     carbon_usd_per_tonne: float = 0.0,
     settings: CostSettings | None = None,
     progress: ProgressFn | None = None,
-    samples: Sequence[SignalSample] | None = None,
+    samples: Samples | None = None,
 ) -> Replay:
     if not jobs:
         raise InputError("jobs", "jobs", "at least one job")

@@ -21,10 +21,11 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 
+from orchestrator.clock import utc
 from orchestrator.errors import InputError
 from orchestrator.loop import LoopOptions
 from orchestrator.model import CostSettings, JobSpec
@@ -37,7 +38,7 @@ from orchestrator.replay.runner import (
 )
 from orchestrator.signals.grid import SignalGrid
 from orchestrator.signals.traces import Trace
-from orchestrator.state.records import SignalSample
+from orchestrator.signals.view import Samples
 from policies.base import Policy
 
 logger = logging.getLogger(__name__)
@@ -195,7 +196,7 @@ def write(
     from orchestrator.replay.metrics import results, write_outputs
 
     doc = results(result, extra_config=dict(extra_config or {}))
-    paths = write_outputs(result, out_dir, extra_config=dict(extra_config or {}), doc=doc)
+    paths = write_outputs(result, out_dir, doc=doc)
     return ReplayResult(replay=result, results=doc, paths=paths, source=source)
 
 
@@ -240,7 +241,7 @@ def _check(request: ReplayRequest) -> list[str]:
     return names
 
 
-def _load_trace(request: ReplayRequest) -> tuple[Trace, str, list[SignalSample] | None]:
+def _load_trace(request: ReplayRequest) -> tuple[Trace, str, Samples | None]:
     """The trace, the words for it, and the polled samples when the trace directory has
     them (what `signals poll` / the signals DAG recorded: replayed by the live view's rule,
     as the live controller knew them)."""
@@ -258,9 +259,7 @@ def _load_trace(request: ReplayRequest) -> tuple[Trace, str, list[SignalSample] 
     source = str(request.traces)
     if not (request.traces / SAMPLES_FILE).is_file():
         return trace, source, None
-    from orchestrator.signals.view import samples_from_frame
-
-    samples = samples_from_frame(read_samples(request.traces))
+    samples = read_samples(request.traces)  # the frame: grouped at once, not row by row
     return trace, source + " (polled samples, as the live controller knew them)", samples
 
 
@@ -280,7 +279,7 @@ def parse_time(text: str, what: str, *, where: str = "params") -> datetime:
         raise InputError(
             where, what, "an ISO 8601 time, e.g. 2024-04-01T00:00:00Z", got=text
         ) from exc
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    return utc(when)
 
 
 __all__ = [

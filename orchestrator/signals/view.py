@@ -24,7 +24,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias
 
 import numpy as np
 
@@ -483,8 +483,12 @@ def history_times(now_s: float, tick_s: int, lookback_s: float) -> FloatArray:
     return now_s - tick_s * np.arange(n - 1, -1, -1, dtype=np.float64)
 
 
+#: Polled samples: `SignalSample`s, or the samples log's frame (`signals.poll.read_samples`).
+Samples: TypeAlias = "Iterable[SignalSample] | pd.DataFrame"
+
+
 def grid_from_samples(
-    samples: Iterable[SignalSample] | pd.DataFrame,
+    samples: Samples,
     offers: Sequence[Offer],
     start_s: float,
     end_s: float,
@@ -507,38 +511,6 @@ def grid_from_samples(
         max_ages=max_ages or MaxAges(),
     )
     return grid
-
-
-def samples_from_frame(frame: Any) -> list[SignalSample]:
-    """A samples log (`signals.poll.read_samples`: the frame `signal_samples` holds) as
-    `SignalSample`s."""
-    import pandas as pd
-
-    out = []
-    for t, key, kind, value, unit, source, observed, until in zip(
-        frame["time"],
-        frame["key"],
-        frame["kind"],
-        frame["value"],
-        frame["unit"],
-        frame["source"],
-        frame["observed_at"],
-        frame["valid_until"],
-        strict=True,
-    ):
-        out.append(
-            SignalSample(
-                time=t.to_pydatetime(),
-                key=str(key),
-                kind=SignalKind(str(kind)),
-                value=float(value),
-                unit=str(unit),
-                source=str(source),
-                observed_at=observed.to_pydatetime(),
-                valid_until=None if pd.isna(until) else until.to_pydatetime(),
-            )
-        )
-    return out
 
 
 # -- the live view --------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""A samples log grouped at once (`series_from_frame`) gives the same series, and the same
-replay grid, as the samples one by one (`series_from_samples`)."""
+"""A samples log grouped at once (`series_from_frame`, what a replay of a trace directory
+uses) gives the same series, and the same replay grid, as the samples one by one
+(`series_from_samples`, the live view)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from orchestrator.signals.sources.keys import price_key, spot_key
 from orchestrator.signals.view import (
     grid_from_samples,
     list_priors,
-    samples_from_frame,
     series_from_frame,
     series_from_samples,
 )
@@ -63,9 +63,8 @@ def a_log() -> list[SignalSample]:
 
 def test_the_same_series_as_one_by_one() -> None:
     log = a_log()
-    frame = samples_to_frame(log)
-    fast = series_from_frame(frame)
-    slow = series_from_samples(samples_from_frame(frame))
+    fast = series_from_frame(samples_to_frame(log))
+    slow = series_from_samples(log)
     assert fast.keys() == slow.keys() and fast
     for key, s in slow.items():
         for a, b in zip(fast[key].cols(), s.cols(), strict=True):
@@ -73,12 +72,13 @@ def test_the_same_series_as_one_by_one() -> None:
 
 
 def test_the_same_replay_grid() -> None:
-    frame = samples_to_frame(a_log())
+    log = a_log()
+    frame = samples_to_frame(log)
     offers = local_offers()
     args = dict(tick_s=600, priors=list_priors(offers, 4.0))
     end = (T0 + timedelta(days=1)).timestamp()
     a = grid_from_samples(frame, offers, T0.timestamp(), end, **args)  # type: ignore[arg-type]
-    b = grid_from_samples(samples_from_frame(frame), offers, T0.timestamp(), end, **args)  # type: ignore[arg-type]
+    b = grid_from_samples(log, offers, T0.timestamp(), end, **args)  # type: ignore[arg-type]
     for name in ("usd_per_hour", "spot_capacity", "carbon_g_per_kwh", "curtailing"):
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
     prior = grid_from_samples([], offers, T0.timestamp(), end, **args)  # type: ignore[arg-type]

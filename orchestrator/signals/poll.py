@@ -87,6 +87,10 @@ _SOURCE_CLASSES: Final[tuple[Any, ...]] = (
     *PRICE_SOURCES.values(),  # caiso-prices, ercot-prices, ... (gridstatus)
 )
 _CLASSES: Final[Mapping[str, Any]] = {cls.name: cls for cls in _SOURCE_CLASSES}
+if len(_CLASSES) != len(_SOURCE_CLASSES):  # a name taken twice: one source would vanish
+    raise RuntimeError(
+        f"two signal sources share a name: {sorted(c.name for c in _SOURCE_CLASSES)}"
+    )
 SOURCE_NAMES: tuple[str, ...] = tuple(_CLASSES)
 # Where two sources sample one grid series at one time, the earlier wins in a trace.
 GRID_PRIORITY: Final = (

@@ -99,6 +99,8 @@ def samples_to_rows(samples: pd.DataFrame, priority: Sequence[str] = ()) -> Trac
     s = s[s["time"].notna()].copy()
     for col in ("time", "observed_at", "valid_until"):
         s[col] = pd.to_datetime(s[col], utc=True)
+    for col in ("kind", "unit", "key"):  # once here, not in each of the steps below
+        s[col] = s[col].astype(str)
     _grid_rows(out, s, priority)
     _price_rows(out, s)
     _spot_rows(out, s)
@@ -110,14 +112,11 @@ def _grid_rows(out: TraceRows, s: pd.DataFrame, priority: Sequence[str]) -> None
     """Grid samples (`GRID_METRIC` kinds and units): where sources overlap, the first of
     `priority` wins."""
     metric = pd.Series(
-        [
-            GRID_METRIC.get((k, u), "")
-            for k, u in zip(s["kind"].astype(str), s["unit"].astype(str), strict=True)
-        ],
+        [GRID_METRIC.get((k, u), "") for k, u in zip(s["kind"], s["unit"], strict=True)],
         index=s.index,
         dtype="object",
     )
-    g = s.assign(grid_zone=s["key"].astype(str), metric=metric)[(metric != "").to_numpy()]
+    g = s.assign(grid_zone=s["key"], metric=metric)[(metric != "").to_numpy()]
     if len(g):
         order = {name: i for i, name in enumerate(priority)}
         rank = g["source"].map(lambda x: order.get(str(x), len(order)))
@@ -128,10 +127,10 @@ def _grid_rows(out: TraceRows, s: pd.DataFrame, priority: Sequence[str]) -> None
 def _price_rows(out: TraceRows, s: pd.DataFrame) -> None:
     """Price samples (keys cloud/region/zone/instance_type/market), and an offer candidate
     per priced (cloud, region, zone, instance type)."""
-    p = s[(s["kind"].astype(str) == "price") & (s["unit"].astype(str) == "usd_per_hour")]
+    p = s[(s["kind"] == "price") & (s["unit"] == "usd_per_hour")]
     if not len(p):
         return
-    parts = p["key"].astype(str).str.split("/", expand=True)
+    parts = p["key"].str.split("/", expand=True)
     if parts.shape[1] != 5:
         return
     p = p.assign(
@@ -155,7 +154,7 @@ def _price_rows(out: TraceRows, s: pd.DataFrame) -> None:
 
 def _spot_rows(out: TraceRows, s: pd.DataFrame) -> None:
     """Spot capacity samples (instances, or a placement score mapped to 1 / 0 / unknown)."""
-    kind, unit = s["kind"].astype(str), s["unit"].astype(str)
+    kind, unit = s["kind"], s["unit"]
     sp = s[(kind == "spot_availability") & unit.isin(["instances", "placement_score"])].copy()
     if not len(sp):
         return
@@ -165,7 +164,7 @@ def _spot_rows(out: TraceRows, s: pd.DataFrame) -> None:
         score >= PLACEMENT_LIKELY, 1.0, np.where(score <= PLACEMENT_UNLIKELY, 0.0, np.nan)
     )
     sp["value"] = np.where(placement, mapped, score)
-    parts = sp["key"].astype(str).str.split("/", expand=True)
+    parts = sp["key"].str.split("/", expand=True)
     if parts.shape[1] == 4:
         sp = sp.assign(cloud=parts[0], zone=parts[2], instance_type=parts[3])
         sp = sp[(sp["zone"] != "") & (sp["cloud"] != "")]
@@ -175,18 +174,18 @@ def _spot_rows(out: TraceRows, s: pd.DataFrame) -> None:
 
 def _risk_rows(out: TraceRows, s: pd.DataFrame) -> None:
     """Spot risk samples (`SPOT_METRICS` units) into the spot_signals side table."""
-    kind, unit = s["kind"].astype(str), s["unit"].astype(str)
+    kind, unit = s["kind"], s["unit"]
     rk = s[(kind == "spot_availability") & unit.isin(list(SPOT_METRICS))]
     if not len(rk):
         return
-    parts = rk["key"].astype(str).str.split("/", expand=True)
+    parts = rk["key"].str.split("/", expand=True)
     if parts.shape[1] == 4:
         rk = rk.assign(
             cloud=parts[0],
             region=parts[1],
             zone=parts[2],
             instance_type=parts[3],
-            metric=rk["unit"].astype(str),
+            metric=rk["unit"],
         )
         rk = rk[(rk["cloud"] != "") & (rk["instance_type"] != "")]
         rk = _collapse_and_close(rk, ["cloud", "region", "zone", "instance_type", "metric"])

@@ -138,7 +138,8 @@ def render(
     job = list(command(spec.entrypoint, node, spec.launcher, request_id=request_id))
     if rank0 is not None and spec.count > 2:  # one user data for ranks 1..N-1: from IMDS
         exported.update(dict.fromkeys(RANK_NAMES, _NODE_RANK))
-        job = [f"--node-rank={_NODE_RANK}" if a == "--node-rank=1" else a for a in job]
+        if job != list(spec.entrypoint):  # wrapped in our torchrun: its rank, not the job's
+            job[job.index("--node-rank=1")] = f"--node-rank={_NODE_RANK}"
     if rank0 is None:
         node_values = [
             "heliotrope_master_addr=$(imds local-ipv4)",

@@ -352,3 +352,29 @@ def test_importing_the_package_does_not_import_boto3() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_the_nodes_rank_replaces_ours_not_an_argument_of_the_job() -> None:
+    """One user data serves ranks 1..N-1 (each reads its rank from IMDS): only torchrun's
+    `--node-rank` is rewritten, never the same text among the job's own arguments."""
+    from providers.aws.userdata import render
+    from providers.base import LaunchSpec
+
+    spec = LaunchSpec(
+        job_id="j",
+        offer_id="aws:us-east-1a:p5.48xlarge:spot",
+        cluster="c",
+        count=3,
+        entrypoint=("python", "train.py", "--node-rank=1"),
+    )
+    script = render(
+        spec=spec,
+        cluster="c",
+        request_id="r",
+        region="us-east-1",
+        zone="us-east-1a",
+        nproc_per_node=8,
+        rank0=("i-0", "10.0.0.1"),
+    )
+    assert "train.py --node-rank=1" in script  # the job's argument, as it was
+    assert '--node-rank="${heliotrope_node_rank}" --rdzv-backend' in script  # torchrun's

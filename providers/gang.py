@@ -261,7 +261,7 @@ def all_or_none(
             failure = start()
         except call_errors as exc:
             failure = failure_of(exc)
-    except BaseException:  # not a cloud's error (a bug, an interrupt): leave nothing running
+    except Exception:  # not a cloud's error (a bug): leave nothing running
         roll_back()
         raise
     if failure is None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -226,25 +226,56 @@ def run_replay(
         )
     grid = build_grid(trace, jobs, tick_s, seed, samples=samples)
     check_home_regions(jobs, grid)
+    config = {
+        "tick_s": tick_s,
+        "seed": seed,
+        "carbon_usd_per_tonne": carbon_usd_per_tonne,
+        "start": grid.start.isoformat(),
+        "end": grid.time_of(grid.n_ticks).isoformat(),
+        "offers": len(grid.offers),
+        "jobs": len(jobs),
+    }
+    return replay_on_grid(
+        jobs,
+        grid,
+        policies,
+        carbon_usd_per_tonne=carbon_usd_per_tonne,
+        seed=seed,
+        settings=settings,
+        progress=progress,
+        config=config,
+    )
+
+
+def replay_on_grid(
+    jobs: Sequence[JobSpec],
+    grid: SignalGrid,
+    policies: Sequence[Policy],
+    *,
+    carbon_usd_per_tonne: float = 0.0,
+    seed: int = 0,
+    settings: CostSettings | None = None,
+    progress: ProgressFn | None = None,
+    config: Mapping[str, object] | None = None,
+) -> Replay:
+    """Every policy over `grid` for `jobs`. The replay's config is `config`, else the
+    grid's tick, start and end."""
     settings = dataclasses.replace(
         settings or CostSettings(), carbon_usd_per_tonne=carbon_usd_per_tonne
     )
     options = LoopOptions(cluster="replay", settings=settings)
-    runs = run_policies(policies, jobs, grid, options=options, progress=progress)
     return Replay(
         jobs=tuple(jobs),
         grid=grid,
         feasible=feasible_jobs(jobs, grid),
-        runs=runs,
+        runs=run_policies(policies, jobs, grid, options=options, progress=progress),
         carbon_usd_per_tonne=carbon_usd_per_tonne,
         seed=seed,
-        config={
-            "tick_s": tick_s,
-            "seed": seed,
-            "carbon_usd_per_tonne": carbon_usd_per_tonne,
+        config=dict(config)
+        if config is not None
+        else {
+            "tick_s": grid.tick_s,
             "start": grid.start.isoformat(),
             "end": grid.time_of(grid.n_ticks).isoformat(),
-            "offers": len(grid.offers),
-            "jobs": len(jobs),
         },
     )

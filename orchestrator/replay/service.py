@@ -27,12 +27,11 @@ from typing import Any, Final
 
 from orchestrator.clock import utc
 from orchestrator.errors import InputError
-from orchestrator.loop import LoopOptions
-from orchestrator.model import CostSettings, JobSpec
+from orchestrator.model import JobSpec
 from orchestrator.replay.runner import (
     ProgressFn,
     Replay,
-    feasible_jobs,
+    replay_on_grid,
     run_policies,
     run_replay,
 )
@@ -167,20 +166,8 @@ def replay_loaded(
     from policies.registry import make_policy
 
     chosen = [make_policy(p) if isinstance(p, str) else p for p in policies]
-    settings = CostSettings(carbon_usd_per_tonne=carbon_usd_per_tonne)
-    options = LoopOptions(cluster="replay", settings=settings)
-    result = Replay(
-        jobs=tuple(jobs),
-        grid=grid,
-        feasible=feasible_jobs(jobs, grid),
-        runs=run_policies(chosen, jobs, grid, options=options, progress=progress),
-        carbon_usd_per_tonne=carbon_usd_per_tonne,
-        seed=seed,
-        config={
-            "tick_s": grid.tick_s,
-            "start": grid.start.isoformat(),
-            "end": grid.time_of(grid.n_ticks).isoformat(),
-        },
+    result = replay_on_grid(
+        jobs, grid, chosen, carbon_usd_per_tonne=carbon_usd_per_tonne, seed=seed, progress=progress
     )
     return write(result, out_dir, extra_config=dict(config or {}))
 

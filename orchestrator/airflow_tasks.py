@@ -40,7 +40,7 @@ from pydantic import (
     model_validator,
 )
 
-from orchestrator.errors import InputError, TransientError
+from orchestrator.errors import InputError, Refused, TransientError, expected_of
 
 logger = logging.getLogger(__name__)
 
@@ -145,23 +145,19 @@ class Skip(Exception):
 # -- settings ------------------------------------------------------------------------------
 
 
-class _Refused(ValueError):
-    """What a Variable key's value should have been."""
-
-
 def _names(value: Any) -> tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, str):
         value = [v.strip() for v in value.split(",")]
     if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-        raise _Refused("a list of names")
+        raise Refused("a list of names")
     return tuple(v for v in value if v)
 
 
 def _seconds(value: Any) -> float:
     if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
-        raise _Refused("seconds > 0")
+        raise Refused("seconds > 0")
     return float(value)
 
 
@@ -208,7 +204,7 @@ class TaskSettings(BaseModel):
         known = [n for family in SIGNAL_FAMILIES.values() for n in family]
         for name in sources:
             if name not in known:
-                raise _Refused(f"signal sources among {', '.join(known)}; got {name!r}")
+                raise Refused(f"signal sources among {', '.join(known)}; got {name!r}")
         return sources
 
 
@@ -225,7 +221,6 @@ def task_settings(variable: Mapping[str, Any] | str | None = None) -> TaskSettin
     except ValidationError as exc:
         err = exc.errors()[0]
         key = str(err["loc"][0]) if err["loc"] else ""
-        cause = (err.get("ctx") or {}).get("error")
         if err["type"] == "extra_forbidden":
             raise InputError(
                 where,
@@ -235,8 +230,7 @@ def task_settings(variable: Mapping[str, Any] | str | None = None) -> TaskSettin
             ) from None
         if not key or err["type"] in ("json_invalid", "model_type"):
             raise InputError(where, "", "a JSON object", got=err["msg"]) from None
-        expected = str(cause) if isinstance(cause, _Refused) else err["msg"]
-        raise InputError(where, key, expected, got=repr(err.get("input"))) from None
+        raise InputError(where, key, expected_of(err), got=repr(err.get("input"))) from None
 
 
 @contextlib.contextmanager

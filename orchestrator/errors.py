@@ -8,6 +8,8 @@ what was expected and how to fix it, and the CLI turns it into exit status 2.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class HeliotropeError(Exception):
     """Root of every error Heliotrope raises on purpose."""
@@ -74,3 +76,15 @@ class UnknownNameError(InputError):
         )
         self.name = name
         self.known = tuple(sorted(known))
+
+
+class Refused(ValueError):
+    """Raised by a pydantic validator: the text is what the value should have been (the
+    InputError's `expected`, through `expected_of`)."""
+
+
+def expected_of(error: Any) -> str:
+    """What a pydantic error (one of `ValidationError.errors()`) says was expected: a
+    validator's `Refused` text, else pydantic's own message."""
+    cause = (error.get("ctx") or {}).get("error")
+    return str(cause) if isinstance(cause, Refused) else str(error.get("msg", ""))

@@ -13,12 +13,8 @@ from typing import Annotated, Any, ClassVar, Self
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
-from orchestrator.errors import InputError
+from orchestrator.errors import InputError, Refused, expected_of
 from orchestrator.model import CostSettings
-
-
-class _Refused(ValueError):
-    """What an option's value should have been (the InputError's `expected`)."""
 
 
 def _items(value: Any) -> list[Any]:
@@ -32,9 +28,9 @@ def _numbers(minimum: float) -> Callable[[Any], list[float]]:
         try:
             out = [float(v) for v in _items(value)]
         except (TypeError, ValueError):
-            raise _Refused("a number or a list of numbers") from None
+            raise Refused("a number or a list of numbers") from None
         if not out or any(not math.isfinite(v) or v < minimum for v in out):
-            raise _Refused(f"numbers >= {minimum:g}")
+            raise Refused(f"numbers >= {minimum:g}")
         return out
 
     return parse
@@ -46,7 +42,7 @@ def _one(minimum: float) -> Callable[[Any], float]:
     def parse(value: Any) -> float:
         values = many(value)
         if len(values) != 1:
-            raise _Refused("one number")
+            raise Refused("one number")
         return values[0]
 
     return parse
@@ -55,7 +51,7 @@ def _one(minimum: float) -> Callable[[Any], float]:
 def _whole(value: Any) -> list[int]:
     floats = _numbers(0.0)(value)
     if any(v != int(v) for v in floats):
-        raise _Refused("whole numbers")
+        raise Refused("whole numbers")
     return [int(v) for v in floats]
 
 
@@ -67,7 +63,7 @@ def _integer(value: Any) -> int:
     try:
         return int(value)
     except (TypeError, ValueError):
-        raise _Refused("a whole number") from None
+        raise Refused("a whole number") from None
 
 
 Numbers = Annotated[list[float], BeforeValidator(_numbers(0.0))]
@@ -109,11 +105,10 @@ class SuiteOptions(BaseModel):
         except ValidationError as exc:
             err = exc.errors()[0]
             key = str(err["loc"][0]) if err["loc"] else ""
-            cause = (err.get("ctx") or {}).get("error")
             raise InputError(
                 "",
                 f"suite {cls.suite!r} option {key!r}",
-                str(cause) if isinstance(cause, _Refused) else err["msg"],
+                expected_of(err),
                 got=repr(given.get(key)),
             ) from None
         opts.check()

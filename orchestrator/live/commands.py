@@ -202,14 +202,13 @@ def jobs_table(
 def status_context() -> tuple[tuple[Offer, ...], float]:
     """The configured world's offers and time, read without building the world (nothing
     is written: a read command on a fresh home leaves it as it was)."""
-    from orchestrator.clock import ScaledClock, SystemClock
+    from orchestrator.clock import SystemClock
     from orchestrator.live.world import load_settings, local_offers, read_origin
 
     settings = load_settings()
     now = SystemClock().now()
     if settings.scenario:
-        real0 = read_origin() or now
-        now = ScaledClock(SystemClock(), settings.start, settings.speed, real0).now()
+        now = settings.start + (now - (read_origin() or now)) * settings.speed
     offers = local_offers() if settings.world == "local" else ()
     return offers, now.timestamp()
 

@@ -33,6 +33,12 @@ Whatever happens, `verify` re-reads every byte and `latest` falls back past a co
 checkpoint. One writer per job at a time is the caller's job (the orchestrator runs one
 instance per job).
 
+Verification stamps (local filesystems, `stamps=True`, the default; see `stamps`): when a
+checkpoint's hashes are known good (it was just written and published, or `verify` re-read
+it), the store notes each file's `stat`; a verifying read of a file whose `stat` has not
+changed since, on the same machine and boot, skips the re-hash. `verify`, `latest`,
+`retain` and copies never rely on a stamp.
+
 Backends other than file:// and memory:// (s3fs, gcsfs, ...) are imported by fsspec only
 when a store with that protocol is created.
 """
@@ -57,6 +63,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from orchestrator.checkpoints import manifest as mf
+from orchestrator.checkpoints import stamps as st
 from orchestrator.checkpoints.errors import CheckpointExists, CorruptCheckpoint
 from orchestrator.checkpoints.hashio import (
     CHUNK_BYTES,
@@ -119,7 +126,8 @@ class CheckpointStore:
     `storage_options` go to fsspec (credentials, endpoint_url, ...). `durable=False` skips
     the fsyncs on local filesystems (scratch stores, tests). `chunk_bytes` is the size of
     the pieces that get one sha256 each in the manifests this store writes (reading takes
-    whatever a manifest says)."""
+    whatever a manifest says). `stamps=False` makes every read re-hash what it reads, even
+    files unchanged since they were verified (and records no stamps)."""
 
     def __init__(
         self,
@@ -127,6 +135,7 @@ class CheckpointStore:
         *,
         durable: bool = True,
         chunk_bytes: int = mf.CHUNK_BYTES,
+        stamps: bool = True,
         **storage_options: Any,
     ) -> None:
         if (
@@ -160,6 +169,7 @@ class CheckpointStore:
         self._fs: fsspec.AbstractFileSystem = fs
         self._root: str = str(path).rstrip("/") or str(path)
         self._fsync = durable and isinstance(fs, LocalFileSystem)
+        self._stamps = stamps and isinstance(fs, LocalFileSystem)
 
     def __repr__(self) -> str:
         return f"CheckpointStore({self.root_uri!r})"
@@ -342,6 +352,13 @@ class CheckpointStore:
         manifest = mf.Manifest(job_id, step, float(now_s), entries, meta)
         blob = manifest.encode()
         self._publish(directory, blob)
+        if self._stamps:  # hashed as written, sizes checked: good as they are now
+            now = st.stat_files(directory, entries)
+            st.record(
+                directory,
+                mf.sha256_hex(blob),
+                {n: s for n, s in now.items() if s.size_bytes == entries[n].size_bytes},
+            )
         ref = CheckpointRef(
             uri=self._dir_uri(job_id, step),
             job_id=job_id,
@@ -502,9 +519,11 @@ class CheckpointStore:
         m, _ = self._read_manifest(ref)
         directory = self._ref_dir(ref)
         names = sorted(m.files)
+        before = st.stat_files(directory, names) if self._stamps else {}
         for name in names:  # the cheap checks first: every file there, at its size
             try:
-                size = self._fs.size(f"{directory}/{name}")
+                stamp = before.get(name)
+                size = stamp.size_bytes if stamp else self._fs.size(f"{directory}/{name}")
             except FileNotFoundError as exc:
                 raise CorruptCheckpoint(ref.uri, name, "missing") from exc
             if size != m.files[name].size_bytes:
@@ -538,6 +557,8 @@ class CheckpointStore:
         finally:
             for future in futures:
                 future.cancel()
+        if self._stamps and st.stat_files(directory, names) == before:  # unchanged throughout
+            st.record(directory, ref.manifest_sha256, before)
 
     def _chunk_sha256(
         self,
@@ -602,11 +623,18 @@ class CheckpointStore:
             raise InputError(
                 ref.uri, "file name", "one of " + ", ".join(sorted(m.files)), got=repr(name)
             )
-        path = f"{self._ref_dir(ref)}/{name}"
+        directory = self._ref_dir(ref)
         try:
-            raw = self._fs.open(path, "rb", block_size=CHUNK_BYTES)
+            raw = self._fs.open(f"{directory}/{name}", "rb", block_size=CHUNK_BYTES)
         except FileNotFoundError as exc:
             raise CorruptCheckpoint(ref.uri, name, "missing") from exc
+        if verify and self._stamps:
+            stamp = st.load(directory, ref.manifest_sha256).get(name)
+            now = st.FileStamp.of(os.fstat(raw.fileno()))
+            if stamp == now and now.size_bytes == entry.size_bytes:
+                verify = False  # the bytes whose hashes were checked, unchanged since
+            elif stamp is not None:
+                logger.info("%s/%s changed since it was verified: re-hashing it", ref.uri, name)
         reader = CheckpointReader(
             raw,
             uri=ref.uri,

@@ -57,7 +57,7 @@ import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass
-from typing import Any, Final, TypeAlias
+from typing import IO, Any, Final, TypeAlias
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -69,6 +69,7 @@ from orchestrator.checkpoints.hashio import (
     CHUNK_BYTES,
     CheckpointReader,
     ChunkHasher,
+    DirectFile,
     FileWriter,
     Flusher,
     chunk_differs,
@@ -325,7 +326,7 @@ class CheckpointStore:
             path = f"{directory}/{name}"
             if "/" in name:
                 self._fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-            with self._fs.open(path, "wb") as raw:
+            with self._create(path) as raw:
                 writer = FileWriter(raw, name, durable=self._fsync, chunk_bytes=self.chunk_bytes)
                 try:
                     yield writer
@@ -337,6 +338,12 @@ class CheckpointStore:
                 )
 
         return write_fn
+
+    def _create(self, path: str) -> AbstractContextManager[IO[bytes] | DirectFile]:
+        """A new file to write: durable local ones with direct I/O where the filesystem
+        allows it (`DirectFile`: fsynced when closed), others through fsspec."""
+        direct = DirectFile.open(path) if self._fsync else None
+        return direct if direct is not None else self._fs.open(path, "wb")
 
     def _publish_entries(
         self,
@@ -789,8 +796,8 @@ class CheckpointStore:
         reader.start()
         size = 0
         try:
-            with dest._fs.open(f"{dest_dir}/{name}", "wb") as out:
-                flusher = Flusher(out) if dest._fsync else None
+            with dest._create(f"{dest_dir}/{name}") as out:
+                flusher = Flusher(out) if dest._fsync and not isinstance(out, DirectFile) else None
                 try:
                     while True:
                         item = chunks.get()

@@ -3,14 +3,17 @@ what, or whether the caller waits for it."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import io
+import os
 import random
+from pathlib import Path
 
 import pytest
 
 from orchestrator.checkpoints import CorruptCheckpoint
-from orchestrator.checkpoints.hashio import CheckpointReader, ChunkHasher, FileWriter
+from orchestrator.checkpoints.hashio import CheckpointReader, ChunkHasher, DirectFile, FileWriter
 
 CHUNK = 1 << 20
 DATA = random.Random(0).randbytes(7 * CHUNK + 12345)
@@ -102,3 +105,37 @@ def test_the_reader_checks_every_chunk(stable: bool) -> None:
             assert "sha256 differs in chunk 4 " in exc.reason
         else:
             assert ok and bytes(buf) == DATA
+
+
+def _direct_flag(f: DirectFile) -> bool:
+    return bool(fcntl.fcntl(f.fileno(), fcntl.F_GETFL) & os.O_DIRECT)
+
+
+@pytest.mark.skipif(not hasattr(os, "O_DIRECT"), reason="no O_DIRECT here")
+@pytest.mark.parametrize("seed", range(3))
+def test_a_direct_file_holds_exactly_what_was_written(tmp_path: Path, seed: int) -> None:
+    path = tmp_path / "f"
+    f = DirectFile.open(str(path), buffer_bytes=64 << 10)  # many drains, tails in between
+    if f is None:
+        pytest.skip(f"{tmp_path}: the filesystem refuses O_DIRECT")
+    for start, end in cuts(seed, len(DATA)):
+        f.write(memoryview(DATA)[start:end])
+    assert _direct_flag(f)  # whole aligned blocks went straight to the device
+    f.close()
+    assert path.read_bytes() == DATA
+
+
+@pytest.mark.skipif(not hasattr(os, "O_DIRECT"), reason="no O_DIRECT here")
+def test_a_flush_at_an_unaligned_offset_carries_on_through_the_page_cache(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "f"
+    with DirectFile.open(str(path)) or pytest.skip("no O_DIRECT on this filesystem") as f:
+        f.write(DATA[:8192])
+        f.flush()
+        assert _direct_flag(f)  # aligned so far
+        f.write(DATA[8192:10000])
+        f.flush()  # 10000 is not a block boundary: no more direct writes
+        assert not _direct_flag(f)
+        f.write(DATA[10000:])
+    assert path.read_bytes() == DATA

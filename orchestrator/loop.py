@@ -38,6 +38,7 @@ from orchestrator.model import (
     FleetState,
     FloatArray,
     InstanceId,
+    IntArray,
     JobSpec,
     Market,
     Phase,
@@ -60,6 +61,15 @@ def failure_backoff_s(failures: int) -> float:
     """How long a job that failed `failures` times in a row waits before its next launch."""
     return min(FAILURE_BACKOFF_MAX_S, FAILURE_BACKOFF_S * 2.0 ** max(0, failures - 1))
 
+
+# Plain ints and members bound once: the loop reads them per event (enum attribute
+# lookups are slow on 3.11).
+_WAITING = int(Phase.WAITING)
+_STARTING = int(Phase.STARTING)
+_DONE = int(Phase.DONE)
+_LAUNCHED = EventKind.LAUNCHED
+_MIGRATION = EventKind.MIGRATION
+_TERMINATED = EventKind.TERMINATED
 
 # A cloud may not list an instance for a while after launching it (eventual consistency):
 # reconcile declares a job's instance gone only this long after the launch.
@@ -129,6 +139,12 @@ class Controller:
         self._ckpt_s = np.array([units.seconds(job.checkpoint_interval_h) for job in self.jobs])
         self._start_s = np.array([job.start.timestamp() for job in self.jobs])
         self._spot = np.array([o.market is Market.SPOT for o in self.offers])
+        # Per job: its carbon price (USD/t; its own, else the fleet's) and, per offer, the
+        # energy of an hour there (kWh): what a launch's event detail prices.
+        self._carbon_usd_per_tonne = self.fit.carbon_prices(
+            np.arange(len(self.jobs)), self.options.settings.carbon_usd_per_tonne
+        )
+        self._kwh = self.fit.power_kw * self.fit.pue
         od = {
             (o.cloud, o.zone, o.instance_type): k
             for k, o in enumerate(self.offers)
@@ -197,7 +213,7 @@ class Controller:
         for j, reason in refusals:
             logger.debug("refused intent for %s: %s", self.jobs[j].id, reason)
             events.append(Event(now_s, self.jobs[j].id, EventKind.REJECTED, "", reason))
-        for event in execute(
+        done = execute(
             actions,
             snapshot,
             self.provider,
@@ -206,8 +222,9 @@ class Controller:
             mover=self.mover,
             launch_env=self.launch_env,
             entrypoint=self.options.entrypoint,
-        ):
-            events.append(self._apply(self._explained(event, snapshot, frame)))
+        )
+        # Explaining reads only the snapshot: all events at once, then applied in order.
+        events += [self._apply(event) for event in self._explained(done, snapshot, frame)]
         self._last_s = now_s
         if events:
             self.sink.record(events)
@@ -244,58 +261,80 @@ class Controller:
             if self.fleet.phase[j] != Phase.DONE and self._start_s[j] <= now_s
         ]
 
-    def _explained(self, event: Event, snapshot: Snapshot, frame: SignalFrame) -> Event:
-        """A launch (or the start of a move) with the signals it was decided on: the
-        destination's price, capacity, carbon and curtailment (and the source offer's, for a
-        move), and where each came from, so `heliotrope explain` can say why."""
-        if event.kind not in (EventKind.LAUNCHED, EventKind.MIGRATION) or not event.offer_id:
-            return event
-        if event.kind is EventKind.MIGRATION and "planned" not in event.detail.lower():
-            return event
-        o = self._offer_ix.get(event.offer_id)
-        if o is None:
-            return event
-        j = self._index[event.job_id]
-        data = dict(event.data)
-        equiv = self._usd_equivalent_per_hour(snapshot, j)
-        data.update(_signal_values("dst", snapshot, o))
-        data["dst_usd_equiv_per_hour"] = float(equiv[o])
-        src = int(snapshot.fleet.offer[j])
-        if src < 0:
-            src = int(snapshot.fleet.checkpoint_offer[j])
-        if src >= 0:
-            data.update(_signal_values("src", snapshot, src))
-            data["src_usd_equiv_per_hour"] = float(equiv[src])
-        data["carbon_usd_per_tonne"] = self._carbon_price(snapshot, j)
-        detail = event.detail
-        if frame.basis is not None:
-            b = frame.basis
-            detail += (
-                f" | price {b.describe(o, 'price')}; capacity "
-                f"{b.describe(o, 'capacity')}; carbon {b.describe(o, 'carbon')}"
+    def _explained(
+        self, events: Sequence[Event], snapshot: Snapshot, frame: SignalFrame
+    ) -> list[Event]:
+        """The launches (and starts of moves) among `events` with the signals they were
+        decided on: the destination's price, capacity, carbon and curtailment (and the
+        source offer's, for a move), where each came from, and the cheapest offers per hour
+        for the job, so `heliotrope explain` can say why. The other events as they are."""
+        out = list(events)
+        picked = [
+            (i, o, self._index[e.job_id])
+            for i, e in enumerate(events)
+            if (o := self._explained_offer(e)) is not None
+        ]
+        if not picked:
+            return out
+        js = np.array([j for _, _, j in picked])
+        equiv = self._usd_equivalent_per_hour(snapshot, js)
+        usable = np.isfinite(equiv) & (snapshot.fit.rate[js] > 0)
+        cheapest = np.argsort(np.where(usable, equiv, np.inf), axis=1)[:, :4].tolist()
+        signals = _SignalValues.of(snapshot)
+        fleet = snapshot.fleet
+        for (i, o, j), equiv_j, usable_j, order in zip(
+            picked, equiv.tolist(), usable.tolist(), cheapest, strict=True
+        ):
+            event = events[i]
+            data = dict(event.data)
+            data.update(signals.at("dst", o))
+            data["dst_usd_equiv_per_hour"] = equiv_j[o]
+            src = int(fleet.offer[j])
+            if src < 0:
+                src = int(fleet.checkpoint_offer[j])
+            if src >= 0:
+                data.update(signals.at("src", src))
+                data["src_usd_equiv_per_hour"] = equiv_j[src]
+            data["carbon_usd_per_tonne"] = float(self._carbon_usd_per_tonne[j])
+            detail = event.detail
+            if frame.basis is not None:
+                b = frame.basis
+                detail += (
+                    f" | price {b.describe(o, 'price')}; capacity "
+                    f"{b.describe(o, 'capacity')}; carbon {b.describe(o, 'carbon')}"
+                )
+            others = [k for k in order if usable_j[k]]
+            if others:
+                detail += " | cheapest per hour: " + ", ".join(
+                    f"{snapshot.offers[k].id} {equiv_j[k]:.2f}" for k in others[:3]
+                )
+            out[i] = Event(
+                event.time_s,
+                event.job_id,
+                event.kind,
+                event.offer_id,
+                detail,
+                data,
+                event.instance_id,
             )
-        usable = np.isfinite(equiv) & (snapshot.fit.rate[j] > 0)
-        others = [k for k in np.argsort(np.where(usable, equiv, np.inf))[:4] if usable[k]]
-        if others:
-            detail += " | cheapest per hour: " + ", ".join(
-                f"{snapshot.offers[k].id} {equiv[k]:.2f}" for k in others[:3]
-            )
-        return dataclasses.replace(event, data=data, detail=detail)
+        return out
 
-    @staticmethod
-    def _carbon_price(snapshot: Snapshot, j: int) -> float:
-        """Job `j`'s carbon price (USD/t): its own, else the fleet's."""
-        own = snapshot.fit.carbon_prices(np.array([j]), snapshot.settings.carbon_usd_per_tonne)
-        return float(own[0])
+    def _explained_offer(self, event: Event) -> int | None:
+        """The offer a launch or the start of a planned move goes to, None for any other
+        event (or an offer not in the grid): which events `_explained` explains."""
+        kind = event.kind
+        if (kind is not _LAUNCHED and kind is not _MIGRATION) or not event.offer_id:
+            return None
+        if kind is _MIGRATION and "planned" not in event.detail.lower():
+            return None
+        return self._offer_ix.get(event.offer_id)
 
-    @classmethod
-    def _usd_equivalent_per_hour(cls, snapshot: Snapshot, j: int) -> FloatArray:
-        """Per offer, what an hour of job `j` there costs: dollars plus its carbon price of
-        its emissions (USD/h equivalent; the policy weighs progress and moves besides)."""
-        fit = snapshot.fit
-        kwh = fit.power_kw[j] * fit.pue
-        out: FloatArray = snapshot.usd_per_hour * fit.instances[j] + carbon_usd(
-            kwh, snapshot.carbon_g_per_kwh, cls._carbon_price(snapshot, j)
+    def _usd_equivalent_per_hour(self, snapshot: Snapshot, js: IntArray) -> FloatArray:
+        """[len(js), offers]: what an hour of job js[i] on each offer costs: dollars plus
+        its carbon price of its emissions (USD/h equivalent; the policy weighs progress and
+        moves besides)."""
+        out: FloatArray = snapshot.usd_per_hour * snapshot.fit.instances[js] + carbon_usd(
+            self._kwh[js], snapshot.carbon_g_per_kwh, self._carbon_usd_per_tonne[js, None]
         )
         return out
 
@@ -485,12 +524,12 @@ class Controller:
     def _apply(self, event: Event) -> Event:
         j = self._index[event.job_id]
         f = self.fleet
-        if event.kind is EventKind.TERMINATED:
-            if f.phase[j] != Phase.DONE:
+        if event.kind is _TERMINATED:
+            if f.phase[j] != _DONE:
                 # A move or pause checkpoints first (executor contract): nothing is lost.
                 f.checkpointed_gpu_h[j] = f.progress_gpu_h[j]
             self._release(j)
-        elif event.kind is EventKind.LAUNCHED:
+        elif event.kind is _LAUNCHED:
             o = self._offer_ix[event.offer_id]
             src = int(f.checkpoint_offer[j])
             if src >= 0 and self.offers[src].zone != self.offers[o].zone:
@@ -502,7 +541,7 @@ class Controller:
             f.checkpoint_offer[j] = o
             f.ready_at_s[j] = float(event.data["ready_at_s"])
             f.last_checkpoint_s[j] = np.nan
-            f.phase[j] = Phase.STARTING
+            f.phase[j] = _STARTING
             f.launches[j] += 1
             self.instance_of[j] = event.instance_id or None
             self._launched_s[j] = event.time_s
@@ -513,8 +552,8 @@ class Controller:
         f.offer[j] = -1
         f.ready_at_s[j] = np.nan
         f.last_checkpoint_s[j] = np.nan
-        if f.phase[j] != Phase.DONE:
-            f.phase[j] = Phase.WAITING
+        if f.phase[j] != _DONE:
+            f.phase[j] = _WAITING
         self.instance_of[j] = None
 
     def _stamp(self, event: Event, j: int) -> Event:
@@ -526,14 +565,33 @@ class Controller:
             "kg_co2": float(f.kg_co2[j]),
             "progress_gpu_h": float(f.progress_gpu_h[j]),
         }
-        return dataclasses.replace(event, data=data)
+        e = event
+        return Event(e.time_s, e.job_id, e.kind, e.offer_id, e.detail, data, e.instance_id)
 
 
-def _signal_values(prefix: str, snapshot: Snapshot, o: int) -> dict[str, float]:
-    """The signals of offer `o` in a snapshot, as event data (``dst_usd_per_hour``, ...)."""
-    return {
-        f"{prefix}_usd_per_hour": float(snapshot.usd_per_hour[o]),
-        f"{prefix}_spot_capacity": float(snapshot.spot_capacity[o]),
-        f"{prefix}_g_co2_per_kwh": float(snapshot.carbon_g_per_kwh[o]),
-        f"{prefix}_curtailing": float(bool(snapshot.curtailing[o])),
-    }
+@dataclasses.dataclass(frozen=True, slots=True)
+class _SignalValues:
+    """The signals of a snapshot's offers as Python numbers, for event data."""
+
+    usd_per_hour: list[float]
+    spot_capacity: list[float]
+    g_co2_per_kwh: list[float]
+    curtailing: list[bool]
+
+    @staticmethod
+    def of(snapshot: Snapshot) -> _SignalValues:
+        return _SignalValues(
+            snapshot.usd_per_hour.tolist(),
+            snapshot.spot_capacity.tolist(),
+            snapshot.carbon_g_per_kwh.tolist(),
+            snapshot.curtailing.astype(bool).tolist(),
+        )
+
+    def at(self, prefix: str, o: int) -> dict[str, float]:
+        """Offer `o`'s signals as event data (``dst_usd_per_hour``, ...)."""
+        return {
+            f"{prefix}_usd_per_hour": self.usd_per_hour[o],
+            f"{prefix}_spot_capacity": self.spot_capacity[o],
+            f"{prefix}_g_co2_per_kwh": self.g_co2_per_kwh[o],
+            f"{prefix}_curtailing": float(self.curtailing[o]),
+        }

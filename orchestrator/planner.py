@@ -12,10 +12,18 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping
 
+import numpy as np
+
 from orchestrator import units
 from orchestrator.costs import move_cost
 from orchestrator.model import Action, ActionKind, Decision, Phase
 from policies.base import Snapshot
+
+# Read per intent: plain ints and members bound once (enum attribute lookups are slow on 3.11).
+_PENDING = int(Phase.PENDING)
+_DONE = int(Phase.DONE)
+_LAUNCH = ActionKind.LAUNCH
+_TERMINATE = ActionKind.TERMINATE
 
 
 def plan(
@@ -33,18 +41,20 @@ def plan(
     fleet = snapshot.fleet
     actions: list[Action] = []
     refused: list[tuple[int, str]] = []
-    for j in map(int, (fleet.phase == Phase.DONE).nonzero()[0]):
-        if fleet.offer[j] >= 0:
-            actions.append(
-                _act(ActionKind.TERMINATE, snapshot, j, int(fleet.offer[j]), tick, "finished")
-            )
-    free = snapshot.spot_capacity.copy()
+    # Per-job and per-offer numbers as Python lists: the loop below reads them per intent.
+    phases: list[int] = fleet.phase.tolist()
+    offers: list[int] = fleet.offer.tolist()
+    for j in np.flatnonzero((fleet.phase == _DONE) & (fleet.offer >= 0)).tolist():
+        actions.append(_act(_TERMINATE, snapshot, j, offers[j], tick, "finished"))
+    free: list[float] = snapshot.spot_capacity.tolist()
+    priced: list[bool] = (~np.isnan(snapshot.usd_per_hour)).tolist()
     fit = snapshot.fit
-    for j in sorted(decision.intents):
-        intent = decision.intents[j]
-        phase = fleet.phase[j]
-        current = int(fleet.offer[j])
-        blocked = _blocked(j, phase, busy, held)
+    n_offers = len(snapshot.offers)
+    intents = decision.intents
+    for j in sorted(intents):
+        intent = intents[j]
+        current = offers[j]
+        blocked = _blocked(j, phases[j], busy, held)
         if blocked is not None:
             refused.append((j, blocked))
             continue
@@ -53,25 +63,23 @@ def plan(
         if intent.offer is None:
             if current < 0:
                 continue
-            actions.append(
-                _act(ActionKind.TERMINATE, snapshot, j, current, tick, f"pause: {intent.reason}")
-            )
+            actions.append(_act(_TERMINATE, snapshot, j, current, tick, f"pause: {intent.reason}"))
             continue
         o = intent.offer
-        if not 0 <= o < len(snapshot.offers):
+        if not 0 <= o < n_offers:
             refused.append((j, f"offer index {o} out of range"))
             continue
         need = int(fit.instances[j, o])
-        why = _unusable(snapshot, j, current, o, free[o] >= need)
+        why = _unusable(snapshot, j, current, o, priced[o], free[o] >= need)
         if why is not None:
             refused.append((j, why))
         else:
             free[o] -= need
             if current >= 0:
                 actions.append(
-                    _act(ActionKind.TERMINATE, snapshot, j, current, tick, f"move: {intent.reason}")
+                    _act(_TERMINATE, snapshot, j, current, tick, f"move: {intent.reason}")
                 )
-            actions.append(_act(ActionKind.LAUNCH, snapshot, j, o, tick, intent.reason))
+            actions.append(_act(_LAUNCH, snapshot, j, o, tick, intent.reason))
     return actions, refused
 
 
@@ -81,16 +89,19 @@ def _blocked(j: int, phase: int, busy: Collection[int], held: Mapping[int, str])
         return "a migration is in progress"
     if j in held:
         return held[j]
-    if phase in (Phase.PENDING, Phase.DONE):
+    if phase in (_PENDING, _DONE):
         return f"job is {Phase(phase).name.lower()}"
     return None
 
 
-def _unusable(snapshot: Snapshot, j: int, current: int, o: int, room: bool) -> str | None:
-    """Why job `j` may not go to offer `o` now (`room`: its spot capacity has a slot)."""
+def _unusable(
+    snapshot: Snapshot, j: int, current: int, o: int, priced: bool, room: bool
+) -> str | None:
+    """Why job `j` may not go to offer `o` now (`priced`: it has a price now; `room`: its
+    spot capacity has a slot)."""
     if snapshot.fit.rate[j, o] <= 0:
         return f"{snapshot.offers[o].gpu_type} not allowed for this job"
-    if math.isnan(snapshot.usd_per_hour[o]):
+    if not priced:
         return f"{snapshot.offers[o].id} has no price now"
     if not room:
         return f"no spot capacity left at {snapshot.offers[o].id}"
@@ -129,13 +140,7 @@ def _late_move(snapshot: Snapshot, j: int, current: int, o: int) -> str | None:
 def _act(
     kind: ActionKind, snapshot: Snapshot, j: int, offer: int, tick: int, reason: str
 ) -> Action:
-    return Action(
-        kind=kind,
-        job=j,
-        offer=offer,
-        request_id=request_id(snapshot, j, kind),
-        reason=reason,
-    )
+    return Action(kind, j, offer, request_id(snapshot, j, kind), reason)
 
 
 def request_id(snapshot: Snapshot, j: int, kind: ActionKind) -> str:
@@ -146,6 +151,6 @@ def request_id(snapshot: Snapshot, j: int, kind: ActionKind) -> str:
     one job in one tick (a move, then another) get two keys."""
     n = int(snapshot.fleet.launches[j])
     job = snapshot.jobs[j].id
-    if kind is ActionKind.LAUNCH:
+    if kind is _LAUNCH:
         return f"{job}:launch:{n + 1}"
     return f"{job}:{kind.value}:{n}"

@@ -18,6 +18,9 @@ from orchestrator import units
 from orchestrator.costs import JobOfferFit, marginal_intensity
 from orchestrator.model import FleetState, FloatArray, Phase
 
+_RUNNING = int(Phase.RUNNING)  # bound once: enum attribute lookups are slow on 3.11
+_DONE = int(Phase.DONE)
+
 
 @dataclass(frozen=True, slots=True)
 class SignalRow:
@@ -75,17 +78,21 @@ def accrue(
     fleet.progress_gpu_h[jobs] += units.hours(rate * used_run_s)
 
     running = run_s > 0
-    fleet.phase[jobs[running]] = Phase.RUNNING
+    fleet.phase[jobs[running]] = _RUNNING
     # Restore counts as a checkpoint: the clock for periodic checkpoints starts at ready.
+    # (The scatters below are skipped when they would write nothing: most ticks.)
     fresh = running & np.isnan(fleet.last_checkpoint_s[jobs])
-    fleet.last_checkpoint_s[jobs[fresh]] = run_from[fresh]
+    if fresh.any():
+        fleet.last_checkpoint_s[jobs[fresh]] = run_from[fresh]
     due = running & (t1_s - fleet.last_checkpoint_s[jobs] >= checkpoint_interval_s[jobs])
-    fleet.checkpointed_gpu_h[jobs[due]] = fleet.progress_gpu_h[jobs[due]]
-    fleet.last_checkpoint_s[jobs[due]] = t1_s
+    if due.any():
+        fleet.checkpointed_gpu_h[jobs[due]] = fleet.progress_gpu_h[jobs[due]]
+        fleet.last_checkpoint_s[jobs[due]] = t1_s
 
     done = jobs[finishing]
-    fleet.progress_gpu_h[done] = work_gpu_h[done]
-    fleet.checkpointed_gpu_h[done] = work_gpu_h[done]
-    fleet.finished_at_s[done] = run_from[finishing] + need_s[finishing]
-    fleet.phase[done] = Phase.DONE
+    if done.size:
+        fleet.progress_gpu_h[done] = work_gpu_h[done]
+        fleet.checkpointed_gpu_h[done] = work_gpu_h[done]
+        fleet.finished_at_s[done] = run_from[finishing] + need_s[finishing]
+        fleet.phase[done] = _DONE
     return done

@@ -33,6 +33,12 @@ from providers.base import ComputeProvider, Launcher, LaunchSpec
 
 logger = logging.getLogger(__name__)
 
+# Members bound once: read per action (enum attribute lookups are slow on 3.11).
+_LAUNCH = ActionKind.LAUNCH
+_TERMINATE = ActionKind.TERMINATE
+_LAUNCHED = EventKind.LAUNCHED
+_TERMINATED = EventKind.TERMINATED
+
 LaunchEnv = Callable[[JobSpec, Offer], Mapping[str, str]]
 
 
@@ -58,26 +64,24 @@ def execute(
     events: list[Event] = []
     now_s = snapshot.now_s
     fleet = snapshot.fleet
-    moved = {
-        a.job
-        for a in actions
+    moved = (
+        {a.job for a in actions if a.kind is _LAUNCH and mover.needs_move(snapshot, a.job, a.offer)}
         if mover is not None
-        and a.kind is ActionKind.LAUNCH
-        and mover.needs_move(snapshot, a.job, a.offer)
-    }
+        else set()
+    )
     for action in actions:
         job = snapshot.jobs[action.job]
         offer = snapshot.offers[action.offer]
         if action.job in moved:
-            if action.kind is ActionKind.LAUNCH and mover is not None:
+            if action.kind is _LAUNCH and mover is not None:
                 events += mover.begin(snapshot, action.job, action.offer, action.reason)
             continue  # the mover stops the source instance itself, after its checkpoint
-        if action.kind is ActionKind.TERMINATE:
+        if action.kind is _TERMINATE:
             instance = instance_of[action.job]
             if instance is not None:
                 provider.terminate([instance], request_id=action.request_id)
             logger.info("terminate %s on %s: %s", job.id, offer.id, action.reason)
-            events.append(Event(now_s, job.id, EventKind.TERMINATED, offer.id, action.reason))
+            events.append(Event(now_s, job.id, _TERMINATED, offer.id, action.reason))
             continue
         src_k = int(fleet.checkpoint_offer[action.job])
         src = snapshot.offers[src_k].location if src_k >= 0 else None
@@ -122,7 +126,7 @@ def execute(
             Event(
                 now_s,
                 job.id,
-                EventKind.LAUNCHED,
+                _LAUNCHED,
                 offer.id,
                 action.reason,
                 {

@@ -90,12 +90,13 @@ class SimProvider:
         self._clock = clock
         self._cluster = cluster
         self._offer_index = {o.id: k for k, o in enumerate(grid.offers)}
+        self._start_s, self._n_ticks = grid.start_s, grid.n_ticks  # read per call
         self._instances: dict[InstanceId, InstanceInfo] = {}
         self._count: dict[InstanceId, int] = {}
         self._by_request: dict[str, LaunchOutcome] = {}
-        self._spot_held: dict[
-            int, list[InstanceId]
-        ] = {}  # offer -> live spot instances, oldest first
+        # offer -> live spot instances, oldest first, and how many instances they hold
+        self._spot_held: dict[int, list[InstanceId]] = {}
+        self._spot_count: dict[int, int] = {}
         self._events: list[ProviderEvent] = []
         self._seq = 0
 
@@ -156,6 +157,7 @@ class SimProvider:
         self._count[instance_id] = spec.count
         if offer.market is Market.SPOT:
             self._spot_held.setdefault(k, []).append(instance_id)
+            self._spot_count[k] = self._held(k) + spec.count
         outcome = LaunchOutcome(instance_id, ready_at_s=ready_at_s)
         self._by_request[request_id] = outcome
         return outcome
@@ -191,11 +193,12 @@ class SimProvider:
 
     # -- internals -------------------------------------------------------------------------
     def _tick(self, now_s: float) -> int:
-        k = units.tick_at(now_s, self._grid.start_s, self._grid.tick_s)
-        return min(max(k, 0), self._grid.n_ticks - 1)
+        k = units.tick_at(now_s, self._start_s, self._grid.tick_s)
+        return min(max(k, 0), self._n_ticks - 1)
 
     def _held(self, k: int) -> int:
-        return sum(self._count[i] for i in self._spot_held.get(k, ()))
+        """Instances the live spot gangs on offer `k` hold."""
+        return self._spot_count.get(k, 0)
 
     def _end(self, instance_id: InstanceId, state: InstanceState) -> None:
         info = self._instances[instance_id]
@@ -204,3 +207,4 @@ class SimProvider:
         held = self._spot_held.get(k)
         if held and instance_id in held:
             held.remove(instance_id)
+            self._spot_count[k] -= self._count[instance_id]

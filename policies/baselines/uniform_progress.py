@@ -131,23 +131,34 @@ class UniformProgress:
         target[to_od] = od_best[to_od]
 
         intents: dict[int, Intent] = {}
-        for i in np.flatnonzero(target != _KEEP).tolist():
-            o = int(target[i])
-            numbers = (
-                f"progress {progress[i]:.2f} vs line {line[i]:.2f} GPU-h, slack {slack_h[i]:.2f} h"
-            )
-            if to_fast[i]:
-                why = f"safety net (slack <= {self.safety_margin_ticks * snapshot.tick_h:.2f} h)"
-            elif back[i]:
+        acting = np.flatnonzero(target != _KEEP)
+        margin_h = self.safety_margin_ticks * snapshot.tick_h
+        # The acting rows as Python numbers: the reasons are formatted per job.
+        for j, o, fast, was_back, spot_now, p, ln, ln_later, slack in zip(
+            js[acting].tolist(),
+            target[acting].tolist(),
+            to_fast[acting].tolist(),
+            back[acting].tolist(),
+            to_spot[acting].tolist(),
+            progress[acting].tolist(),
+            line[acting].tolist(),
+            line_later[acting].tolist(),
+            slack_h[acting].tolist(),
+            strict=True,
+        ):
+            numbers = f"progress {p:.2f} vs line {ln:.2f} GPU-h, slack {slack:.2f} h"
+            if fast:
+                why = f"safety net (slack <= {margin_h:.2f} h)"
+            elif was_back:
                 why = (
                     f"on-demand ahead of the line {self.hysteresis_cold_starts:g}d later "
-                    f"({line_later[i]:.2f} GPU-h)"
+                    f"({ln_later:.2f} GPU-h)"
                 )
                 why += ", spot available" if o >= 0 else ", no spot: pause"
-            elif to_spot[i]:
+            elif spot_now:
                 why = "spot available"
             else:
                 why = "behind the line, no spot"
             where = f"{snapshot.offers[o].id}: " if o >= 0 else ""
-            intents[int(js[i])] = Intent(o if o >= 0 else None, f"{where}{why}; {numbers}")
+            intents[j] = Intent(o if o >= 0 else None, f"{where}{why}; {numbers}")
         return Decision(intents)

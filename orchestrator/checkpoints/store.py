@@ -26,7 +26,8 @@ Invariants:
   idempotent by request id.
 
 Durability on local filesystems (`durable=True`, the default): every file is fsynced
-(with write-behind, see `hashio.Flusher`) before the manifest is published, and the
+(written with O_DIRECT where the filesystem allows, `hashio.DirectFile`, else with
+write-behind, `hashio.Flusher`) before the manifest is published, and the
 manifest and its directory after, so a power loss cannot leave a published checkpoint
 whose bytes are not on disk. Object stores (s3, gs) make a PUT durable by themselves.
 Whatever happens, `verify` re-reads every byte and `latest` falls back past a corrupt

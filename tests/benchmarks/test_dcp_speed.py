@@ -2,22 +2,29 @@
 
 1. DCP through the checkpoint store against raw files. A sharded state of 16 tensors
    (1 GiB in all, `HELIOTROPE_BENCH_DCP_MIB` to change) lies as DTensors cut in 4 along
-   dim 0 over a 4-rank CPU mesh (what FSDP2 holds). Each round, rounds interleaved, best
-   of each, every process (barrier to barrier, timed on rank 0):
-   - raw write: its 256 MiB of local shards into one file with `open()`, then fsync;
-   - DCP save: `dcp.save` with the store's writer (sha256 of every 16 MiB chunk, fsync of
-     every file), then rank 0 publishes the manifest (what ResumableRun does);
-   - and the same without any fsync on either side (page cache), to tell the cost of
-     durability (several processes' write-behind fdatasyncs) from that of hashing;
-   - then each process drops its own files from the page cache (posix_fadvise) and reads
-     them back: raw `readinto` against `dcp.load` through the store's verifying reader.
+   dim 0 over a 4-rank CPU mesh (what FSDP2 holds). Each round, rounds interleaved (the
+   order reversed every other round), best of 5 of each, every process (barrier to
+   barrier, timed on rank 0):
+   - raw write: its 256 MiB of local shards into one file with `open()`, then fsync
+     (the baseline of the target);
+   - raw write the store's way: the same bytes through `hashio.DirectFile` (O_DIRECT from
+     an aligned buffer, fsync): what the store's own I/O path costs without hashing;
+   - DCP save: `dcp.save` with the store's writer (sha256 of every 16 MiB chunk, every
+     file durable), then rank 0 publishes the manifest (what ResumableRun does);
+   - and the same without any fsync on either side (page cache, buffered writes), to
+     tell the cost of durability from that of hashing;
+   - then each process drops its files from the page cache (posix_fadvise) before each
+     read, and reads them back into the same allocated tensors: raw `readinto` against
+     `dcp.load` through the store's verifying reader, twice: as a restart on this machine
+     does it (the files' verification stamps match: no re-hash, see
+     `orchestrator.checkpoints.stamps`), and with the full sha256 check of every chunk
+     (`stamps=False`: what a fresh machine, a copy or a reboot gets).
    Target: raw / DCP >= 0.8 (as a throughput ratio: DCP at 80% of raw or better).
    Where the time goes, also timed each round: the sha256 of the same bytes alone (what
    a verified store adds), and a save and a load of a 256-byte state (DCP's fixed cost:
    planning, its collectives, the metadata file, the manifest). With every CPU busy the
    hashing cannot hide behind the I/O, and raw / (raw + sha256 + fixed) is the best a
-   verified store can do; the benchmark prints it, and how much of the hashing the save
-   did hide.
+   fully checked load can do; the benchmark prints it.
 2. The notice agreement: examples/train_ddp.py's model under DDP on the 4 ranks; the time
    `step_done` takes (poll the notice file, collect the all-reduce issued one step
    earlier, issue the next) against the time of the training step itself, as a fraction.

@@ -365,14 +365,16 @@ class DirectFile:
             self._buffered()
             self._drain()
 
-    def close(self) -> None:
-        """Flush, fsync and close (the fd is closed even if that fails)."""
+    def close(self, *, abort: bool = False) -> None:
+        """Flush, fsync and close; with `abort` (the writer failed: the file is thrown
+        away) only close. The fd is closed even if flushing fails."""
         if self.closed:
             return
         self.closed = True
         try:
-            self.flush()
-            os.fsync(self._fd)
+            if not abort:
+                self.flush()
+                os.fsync(self._fd)
         finally:
             os.close(self._fd)
             self._view.release()
@@ -381,8 +383,8 @@ class DirectFile:
     def __enter__(self) -> DirectFile:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        self.close(abort=kind is not None)
 
 
 class FileWriter:

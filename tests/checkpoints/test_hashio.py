@@ -139,3 +139,15 @@ def test_a_flush_at_an_unaligned_offset_carries_on_through_the_page_cache(
         assert not _direct_flag(f)
         f.write(DATA[10000:])
     assert path.read_bytes() == DATA
+
+
+@pytest.mark.skipif(not hasattr(os, "O_DIRECT"), reason="no O_DIRECT here")
+def test_a_direct_file_left_by_an_error_is_closed_without_flushing(tmp_path: Path) -> None:
+    f = DirectFile.open(str(tmp_path / "f"))
+    if f is None:
+        pytest.skip("no O_DIRECT on this filesystem")
+    with pytest.raises(RuntimeError, match="the writer failed"), f:
+        f.write(DATA[:5000])
+        raise RuntimeError("the writer failed")  # this error stands, nothing else is tried
+    assert f.closed
+    assert (tmp_path / "f").stat().st_size == 0  # the buffered bytes were dropped

@@ -374,6 +374,7 @@ def _manual_tick(live: LiveController, policy: ManualMove, what: str) -> None:
     commits every tick, so ours may be refused (VersionConflict: nothing of it was
     written); then tick again from what the store holds now."""
     live.policy = policy
+    live.start_moves = False  # the plan is committed here; the running controller moves
     for _ in range(MIGRATE_TRIES):
         live.reload()  # with the manual policy, from the store
         refused = live.conflicts

@@ -5,11 +5,13 @@ Per tick:
    and the time the fleet is accrued until from the store (new submissions, a manual
    `heliotrope migrate`, another controller's tick): a one-shot tick (Airflow), a restarted
    and a continuous controller accrue the same for the same period;
-2. advance open migrations (`MigrationDriver.step`);
+2. advance open migrations (`MigrationDriver.step`), each through as many phases as the
+   world allows now;
 3. optionally reclaim spot instances the scenario says are gone (the local provider's
    stand-in for a cloud's spot reclaim);
 4. `Controller.tick(now)`: accrue, observe and reconcile, read the signal view, decide,
-   plan, act;
+   plan, act; the moves it planned are advanced at once, as far as the world allows (a
+   local move launches its destination in the tick that decided it, as a replay does);
 5. write what the controller observed itself as signal samples (a refused spot launch or
    a preemption: no capacity at that offer for `capacity_backoff_s`), which the live view
    reads back like any polled signal;
@@ -33,7 +35,9 @@ its last (standby) tick, not over the interval the leader already accounted.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -50,6 +54,7 @@ from orchestrator.model import (
     Decision,
     Event,
     EventKind,
+    InstanceId,
     Intent,
     JobSpec,
     Market,
@@ -145,6 +150,10 @@ class LiveController:
         self.conflicts = 0  # ticks refused with VersionConflict (another writer acted)
         self.standby_ticks = 0  # of `ticks`: skipped, another controller held the lock
         self.cancelled: frozenset[int] = frozenset()  # of the loaded jobs
+        self._last_tick_s = 0.0  # clock time the last tick started at
+        # Advance the moves a tick plans within it. A command's one-shot tick (`migrate`)
+        # only commits its plan, and the running controller, the one actor, moves the job.
+        self.start_moves = True
 
     def launch_env(self, job: JobSpec, offer: Offer) -> Mapping[str, str]:
         return {
@@ -160,20 +169,34 @@ class LiveController:
     # -- the loop ---------------------------------------------------------------------------
     def tick(self) -> list[Event]:
         now = self.clock.now()
+        self._last_tick_s = now.timestamp()
         if self.lock is not None and not self.lock.try_acquire():
             self.controller = None  # the leader changes the fleet: reload on taking over
             self.standby_ticks += 1
             self.ticks += 1
             return []
         controller = self._sync()
-        events = self.driver.step(now.timestamp())
+        now_s = now.timestamp()
+        shown: list[Event] = []
+
+        def commit(events: list[Event], accrued_until_s: float | None) -> bool:
+            shown.extend(events)
+            return self._commit(controller, events, accrued_until_s)
+
+        events = self.driver.step(now_s, lambda evs: commit(evs, None))
+        if self.controller is None:  # a commit was refused: start from the store next tick
+            self.ticks += 1
+            return shown
         if self.reclaim_spot:
             self._reclaim(now)
         events += controller.tick(now)
         self._observed(events)
-        self._commit(controller, events, now.timestamp())
+        if commit(events, now_s) and self.start_moves and self.driver.begun:
+            events = self.driver.step_begun(now_s, lambda evs: commit(evs, now_s))
+            if events or self.driver.changed:
+                commit(events, now_s)
         self.ticks += 1
-        return events
+        return shown
 
     def run(
         self,
@@ -184,8 +207,11 @@ class LiveController:
         max_ticks: int | None = None,
         on_tick: Callable[[LiveController, list[Event]], None] | None = None,
     ) -> None:
-        """Tick every `interval_s` (clock seconds). `until_done` stops when every job is
-        done; `once` after one tick."""
+        """Tick now, then on every multiple of `interval_s` (clock seconds since the epoch:
+        every 10 minutes means at :00, :10, ...), the times a replay of the same period
+        decides at. A tick that runs past the next mark skips it (logged) rather than
+        drifting the schedule. `until_done` stops when every job is done; `once` after one
+        tick."""
         while True:
             events = self.tick()
             if on_tick is not None:
@@ -194,7 +220,21 @@ class LiveController:
                 return
             if until_done and self.finished and not self.driver.open:
                 return
-            self.clock.sleep(interval_s)
+            self.clock.sleep(self._until_next_mark(interval_s))
+
+    def _until_next_mark(self, interval_s: float) -> float:
+        now_s = self.clock.now().timestamp()
+        mark = math.floor(now_s / interval_s + 1e-3)  # a sleep that woke a hair early
+        next_s = (mark + 1) * interval_s
+        missed = mark - math.floor(self._last_tick_s / interval_s + 1e-3)
+        if missed >= 1:
+            logger.warning(
+                "tick took %.0f s of the %.0f s interval: %d tick(s) skipped",
+                now_s - self._last_tick_s,
+                interval_s,
+                missed,
+            )
+        return max(0.0, next_s - now_s)
 
     # -- state --------------------------------------------------------------------------------
     def _sync(self) -> Controller:
@@ -305,7 +345,10 @@ class LiveController:
             if n:
                 controller.failed_starts[j] = (n, last)
 
-    def _commit(self, controller: Controller, events: Sequence[Event], now_s: float) -> None:
+    def _commit(
+        self, controller: Controller, events: Sequence[Event], accrued_until_s: float | None
+    ) -> bool:
+        """Store the events, the changed rows and migration records; False when refused."""
         rows = rows_from_fleet(
             controller.jobs, controller.fleet, self.offers, controller.instance_of
         )
@@ -317,7 +360,7 @@ class LiveController:
                 changed,
                 expected_version=self.version,
                 migrations=migrations,
-                accrued_until_s=now_s,
+                accrued_until_s=accrued_until_s,
             )
             self.commits += 1
             self._stored.update(changed)
@@ -325,12 +368,13 @@ class LiveController:
             logger.warning("commit refused (%s); reloading from the store next tick", exc)
             self.controller = None
             self.conflicts += 1
-            return  # not acknowledged: the provider reports its events again
+            return False  # not acknowledged: the provider reports its events again
         ack = acknowledging(self.provider)
         if ack is not None:  # committed: the provider may stop repeating them
             ack.acknowledge(controller.observed)
         for record in migrations:  # tests kill the process here (orchestrator/failpoints.py)
             failpoints.hit("migration.after", record.phase)
+        return True
 
     def _reclaim(self, now: datetime) -> None:
         """Stop spot instances whose offer has no capacity now (the local provider's
@@ -352,6 +396,7 @@ class LiveController:
                 held.setdefault(o, []).append(j)
         # As the simulated cloud of a replay reclaims (providers/sim.py): while an offer
         # holds more instances than its capacity, the newest launch goes first.
+        victims: list[InstanceId] = []
         for o, js in held.items():
             total = sum(int(controller.fit.instances[j, o]) for j in js)
             for j in sorted(js, key=lambda j: -float(fleet.ready_at_s[j])):
@@ -365,8 +410,12 @@ class LiveController:
                     self.offers[o].id,
                     instance,
                 )
-                reclaimer.preempt(instance, notice_s=1.0)
+                victims.append(instance)
                 total -= int(controller.fit.instances[j, o])
+        # All notices at once, as a cloud reclaims a zone: each preempt waits for its job
+        # to checkpoint and leave, and one after the other they would overrun the tick.
+        with ThreadPoolExecutor(max_workers=max(1, len(victims))) as pool:
+            list(pool.map(lambda i: reclaimer.preempt(i, notice_s=1.0), victims))
 
     def fleet_table(self) -> list[dict[str, object]]:
         c = self.controller

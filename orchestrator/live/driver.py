@@ -55,6 +55,7 @@ logger = logging.getLogger(__name__)
 
 StoreUri = Callable[[Offer], str]
 LaunchEnvFn = Callable[[JobSpec, Offer], Mapping[str, str]]
+Commit = Callable[[list[Event]], bool]  # store these events and the changed records
 
 
 class MigrationDriver:
@@ -85,6 +86,8 @@ class MigrationDriver:
         self._alive: Mapping[InstanceId, object] = {}
         self._offers: dict[str, Offer] = {}  # of the attached controller's grid, by id
         self._jobs: dict[str, int] = {}  # job id -> index in the attached controller
+        self._begun: set[str] = set()  # ids of the migrations planned since the last step
+        self.max_phases = len(MigrationPhase)  # phase changes of one migration in one step
 
     def attach(self, controller: Controller, records: Sequence[MigrationRecord]) -> None:
         """Bind to a (re)built controller and resume the open migrations from the store."""
@@ -156,6 +159,7 @@ class MigrationDriver:
         )
         self.open[spec.id] = m
         self.changed[m.id] = m
+        self._begun.add(m.id)
         self.controller.busy.add(job)
         logger.info(
             "migration %s planned: %s -> %s (%s)", m.id, m.src_offer_id, m.dst_offer_id, reason
@@ -167,37 +171,83 @@ class MigrationDriver:
         ]
 
     # -- per tick ---------------------------------------------------------------------------
-    def step(self, now_s: float) -> list[Event]:
-        """Advance every open migration once; returns the events applied to the fleet."""
+    def step(self, now_s: float, commit: Commit | None = None) -> list[Event]:
+        """Advance every open migration as far as the world lets it this tick; returns the
+        events applied to the fleet (and not yet given to `commit`)."""
+        return self._step(now_s, list(self.open), commit)
+
+    @property
+    def begun(self) -> bool:
+        """Whether migrations were planned since the last step."""
+        return bool(self._begun)
+
+    def step_begun(self, now_s: float, commit: Commit | None = None) -> list[Event]:
+        """Advance the migrations planned since the last step (the policy planned them in
+        this tick, and their records are committed), so a move starts in the tick that
+        decided it, as in a replay."""
+        fresh = [k for k, m in self.open.items() if m.id in self._begun]
+        return self._step(now_s, fresh, commit)
+
+    def _step(self, now_s: float, job_ids: Sequence[str], commit: Commit | None) -> list[Event]:
+        """After acting, the world is observed again and the migration advanced while its
+        phase keeps changing: a local stop and a copy finish before they return, so a move
+        runs checkpoint, copy and launch in one tick; on a cloud the source is still
+        shutting down and the rest waits for the next tick. Before the next pass, `commit`
+        stores what this one did (the records in their new phases, the events), so that
+        every action is taken from a committed record, as with one phase a tick: a
+        controller killed in between redoes the pass with the same request ids. A tick
+        commits at most `max_phases` times however many jobs move; a refused commit
+        (another writer acted) ends the chain."""
         assert self.controller is not None
-        if not self.open:
+        self._begun = set()
+        if not job_ids:
             return []
         self._record_instances()
         self._alive = self.provider.list_instances(cluster=self.cluster)
         events: list[Event] = []
-        for job_id, m in list(self.open.items()):
-            nxt, actions = advance(m, self._observe(m), now_s, self.limits)
-            if nxt.phase is not m.phase:
-                why = f": {nxt.error}" if nxt.error and nxt.error != m.error else ""
-                events.append(
-                    Event(
-                        now_s,
-                        job_id,
-                        EventKind.MIGRATION,
-                        nxt.dst_offer_id,
-                        f"{m.phase.value} -> {nxt.phase.value}{why}",
-                    )
+        for left in range(self.max_phases, 0, -1):  # a pass changes phases, or it stops
+            moving = []
+            for job_id in job_ids:
+                m = self.open[job_id]
+                nxt, actions = advance(m, self._observe(m), now_s, self.limits)
+                events += self._apply(m, nxt, actions, now_s)
+                if not nxt.terminal and nxt.phase is not m.phase:
+                    moving.append(job_id)
+            if not moving or commit is None or left == 1:
+                break
+            if not commit(events):
+                return []
+            events, job_ids = [], moving
+            self._alive = self.provider.list_instances(cluster=self.cluster)
+        return events
+
+    def _apply(
+        self, m: Migration, nxt: Migration, actions: Sequence[object], now_s: float
+    ) -> list[Event]:
+        assert self.controller is not None
+        job_id = m.job_id
+        events: list[Event] = []
+        if nxt.phase is not m.phase:
+            why = f": {nxt.error}" if nxt.error and nxt.error != m.error else ""
+            events.append(
+                Event(
+                    now_s,
+                    job_id,
+                    EventKind.MIGRATION,
+                    nxt.dst_offer_id,
+                    f"{m.phase.value} -> {nxt.phase.value}{why}",
                 )
-            self.open[job_id] = nxt
-            if nxt != m:
-                self.changed[nxt.id] = nxt
-            if nxt.error == NOTHING_TO_MOVE and m.error != NOTHING_TO_MOVE:
-                self._start_over(self._job_index(job_id))
-            for action in actions:
-                events += self._perform(nxt, action, now_s)
-            if nxt.terminal:
-                del self.open[job_id]
-                self.controller.busy.discard(self._job_index(job_id))
+            )
+        self.open[job_id] = nxt
+        if nxt != m:
+            self.changed[nxt.id] = nxt
+        if nxt.error == NOTHING_TO_MOVE and m.error != NOTHING_TO_MOVE:
+            self._start_over(self._job_index(job_id))
+        for action in actions:
+            events += self._perform(nxt, action, now_s)
+        if nxt.terminal:
+            del self.open[job_id]
+            self.controller.busy.discard(self._job_index(job_id))
         return events
 
     def _start_over(self, j: int) -> None:

@@ -57,8 +57,10 @@ class World:
         return f"{self.root}/{offer.region}"
 
     def controller(self) -> LiveController:
-        """A new controller process: its own store connection, the same cloud."""
-        return LiveController(
+        """A new controller process: its own store connection, the same cloud. It moves
+        one phase a tick (not a move's whole chain in the tick that planned it), so that
+        the test can stop it in any phase."""
+        live = LiveController(
             store=self.backend.open(),
             provider=self.cloud,
             policy=make_policy("on-demand"),
@@ -68,6 +70,9 @@ class World:
             options=LoopOptions(cluster=CLUSTER),
             limits=LIMITS,
         )
+        live.start_moves = False
+        live.driver.max_phases = 1
+        return live
 
     def tick(self, live: LiveController) -> None:
         self.clock.advance(TICK_S)

@@ -133,6 +133,7 @@ def make_run(
     markets: tuple[Market, ...] = (Market.ON_DEMAND, Market.SPOT),
     reclaim_spot: bool = False,
     cold_start_h: float = 0.1,
+    cloud_type: type[BootingSim] | None = None,
 ) -> Run:
     job = JobSpec(
         id="j0",
@@ -152,7 +153,7 @@ def make_run(
     clock = FakeClock(NOW)
     store = MemoryStateStore(clock=clock)
     store.submit([job])
-    cloud = BootingSim(grid, clock, cluster=CLUSTER)
+    cloud = (cloud_type or BootingSim)(grid, clock, cluster=CLUSTER)
     view = StoreSignalView(
         store, offers, tick_s=TICK_S, priors=list_priors(offers, 4.0), lookback_s=6 * 3600.0
     )

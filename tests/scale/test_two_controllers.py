@@ -231,10 +231,11 @@ def test_two_controllers_never_double_act(tmp_path: Path) -> None:
     assert min(leaders.count("a"), leaders.count("b")) >= N_TICKS // 10, leaders
     assert findings.counts["launched"] > N_JOBS // 10  # the fleet did something
     assert findings.counts["preempted"] > 0 and findings.counts["migration"] > 0
-    # No double action, consistent histories, one commit per tick, none refused.
+    # No double action, consistent histories, a commit per tick (and one per phase the
+    # tick's moves went through after the first), none refused.
     assert not findings.problems(), findings.problems()
     assert all(s["conflicts"] == 0 for s in run.stats.values()), run.stats
-    assert run.version == commits == N_TICKS, (run.version, commits)
+    assert run.version == commits >= N_TICKS, (run.version, commits)
     # One controller alone committed the same history, event for event: taking over
     # (reload, open migrations, the accrual start) changes no action and no number. Only the
     # reason a migration gives may differ: the migration driver keeps launch outcomes in

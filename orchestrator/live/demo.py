@@ -225,7 +225,13 @@ def run_demo(out: Path, *, steps: int = 144) -> int:
     console.print(summary(results), markup=False, highlight=False)
     _print_loss(console, replay, results)
     _print_why(console, store, ids)
-    _print_agreement(console, store, results.get("policies", {}).get("heliotrope", {}))
+    helio = next((r for r in replay.runs if r.policy == "heliotrope"), None)
+    _print_agreement(
+        console,
+        store,
+        results.get("policies", {}).get("heliotrope", {}),
+        helio.events if helio is not None else (),
+    )
     console.print(f"report: {done_replay.report}", markup=False)
     return 0 if all(r["phase"] == "done" for r in fleet) else 1
 
@@ -293,9 +299,44 @@ def agreement(
     return rows
 
 
-def _print_agreement(console: Console, store: Any, replayed: dict[str, Any]) -> None:
+def first_parting(live: Sequence[Event], replayed: Sequence[Event]) -> str | None:
+    """Where the two runs part ways: the first launch (time to the minute, job, offer) one
+    made and the other did not, and what the other did with that job next."""
+
+    def launches(events: Sequence[Event]) -> set[tuple[int, str, str]]:
+        return {
+            (round(e.time_s / 60) * 60, e.job_id, e.offer_id)
+            for e in events
+            if e.kind is EventKind.LAUNCHED
+        }
+
+    mine, theirs = launches(live), launches(replayed)
+    only = sorted(mine ^ theirs)
+    if not only:
+        return None
+    t, job, offer = only[0]
+    side, other, other_name = (
+        ("the live run", theirs, "the replay")
+        if (t, job, offer) in mine
+        else ("the replay", mine, "the live run")
+    )
+    later = sorted((s, o) for s, j, o in other if j == job and s >= t)
+    then = (
+        f"{other_name} launched it at {_clock(later[0][0])} on {later[0][1]}"
+        if later
+        else f"{other_name} launched it there no later"
+    )
+    return f"They first part at {_clock(t)}: {side} launched {job} on {offer}; {then}."
+
+
+def _print_agreement(
+    console: Console,
+    store: Any,
+    replayed: dict[str, Any],
+    replayed_events: Sequence[Event] = (),
+) -> None:
     """Say whether the replay's heliotrope row agrees with what the live fleet did; when it
-    does not, say so and by how much (never hidden)."""
+    does not, say so, by how much and where the two first part ways (never hidden)."""
     if not replayed:
         return
     rows = agreement(live_totals(store), replayed)
@@ -312,14 +353,17 @@ def _print_agreement(console: Console, store: Any, replayed: dict[str, Any]) -> 
     if off:
         console.print(
             f"The replay does not agree with the live run within {AGREE_WITHIN:.0%} on "
-            f"{', '.join(off)}. It runs each job at the speed it ran live, but a live tick "
-            "comes late when this machine is busy and a live move takes several ticks "
-            "(checkpoint, copy, launch, restore) where the replay's is at once: once one run "
-            "decides at another moment, the two part ways (compare `heliotrope explain JOB` "
-            "with the replay's timeline.csv).",
+            f"{', '.join(off)}. Both decide on the same ticks from the same signals, each job "
+            "at the speed it ran live, but the live fleet knows a job's progress only from "
+            "what the job reports, and once one run decides differently the two part ways "
+            "(compare `heliotrope explain JOB` with the replay's timeline.csv).",
             markup=False,
             highlight=False,
         )
+        live_events = [e for job in store.load()[0].jobs for e in store.history(job.id)]
+        parting = first_parting(live_events, replayed_events)
+        if parting:
+            console.print(parting, markup=False, highlight=False)
     else:
         console.print(
             f"The replay agrees with the live run within {AGREE_WITHIN:.0%}.", markup=False

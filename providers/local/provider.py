@@ -776,11 +776,15 @@ class LocalProvider:
         if ended is _Ended.TERMINATED:
             return None
         if ended is _Ended.PREEMPTED:
+            # At the reclaim, as a cloud reports it (and a replay counts it): the notice
+            # is the job's time to checkpoint, not time the fleet keeps the instance.
+            data = _read_json(inst.dir / ENDED)
+            given = data.get("time_s") if isinstance(data, dict) else None
             return ProviderEvent(
                 EventType.PREEMPTED,
                 inst.id,
                 job,
-                now_s,
+                float(given) if isinstance(given, int | float) else now_s,
                 f"local preemption of {inst.meta.offer_id}",
             )
         code = _read_exit_code(inst.dir)

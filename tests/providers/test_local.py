@@ -407,6 +407,9 @@ def test_preempt_gives_notice_then_reports_preempted_once(make: Factory) -> None
     assert time.monotonic() - started < 4.0  # the job left during its notice
     assert (inst_dir / "saw_notice").exists()
     assert provider.list_instances(cluster=CLUSTER) == {}
+    clock = provider._clock
+    assert isinstance(clock, FakeClock)
+    clock.advance(300)  # polled later: the event is at the reclaim, as a cloud reports it
     events = provider.poll_events()
     assert [(e.type, e.instance_id, e.job_id) for e in events] == [
         (EventType.PREEMPTED, outcome.instance_id, "job-1")

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from rich.console import Console
 
-from orchestrator.live.demo import _print_agreement, agreement, live_totals
-from orchestrator.model import JobSpec, Phase
+from orchestrator.live.demo import _print_agreement, agreement, first_parting, live_totals
+from orchestrator.model import Event, EventKind, JobSpec, Phase
 from orchestrator.state import JobRow, MemoryStateStore
 
 T0 = datetime(2024, 4, 2, 6, tzinfo=UTC)
@@ -101,3 +101,26 @@ def test_the_replay_runs_each_job_at_the_speed_it_ran_live() -> None:
     (twin,) = _at_speed([job_l4], speed)
     assert relative_throughput(twin, "L4") == pytest.approx(0.5)
     assert measured_speed(store_with(3.0), [job_l4]) == {job.id: 1.0}  # no launch recorded
+
+
+def launched(at_h: float, job: str, offer: str) -> Event:
+    return Event((T0 + timedelta(hours=at_h)).timestamp(), job, EventKind.LAUNCHED, offer, "")
+
+
+def test_the_demo_names_where_the_runs_first_part() -> None:
+    live = [launched(0, "j0", "a:spot"), launched(1.67, "j0", "b:spot"), launched(2, "j1", "c")]
+    replay = [launched(0, "j0", "a:spot"), launched(2.5, "j0", "b:spot"), launched(2, "j1", "d")]
+    assert first_parting(live, replay) == (
+        "They first part at Tue 07:40: the live run launched j0 on b:spot; the replay "
+        "launched it at Tue 08:30 on b:spot."
+    )
+    assert first_parting(live, live) is None
+    # Seconds apart are the same decision (a live tick starts a little after its mark).
+    late = [dataclasses.replace(e, time_s=e.time_s + 0.1) for e in live]
+    assert first_parting(late, live) is None
+
+    console = Console(width=200, record=True)
+    _print_agreement(
+        console, store_with(4.0, 8.0), {"usd": 3.0, "kg_co2": 1.0, "mean_completion_h": 6.0}, []
+    )
+    assert "They first part" not in console.export_text()  # no events: nothing to name

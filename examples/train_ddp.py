@@ -182,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
                     dist.all_reduce(mean)
                 loss_value = mean.item() / world
                 if rank == 0:
-                    report_progress(step + 1, args.steps)
+                    kept = run.last_checkpoint.step if run.last_checkpoint else 0
+                    report_progress(step + 1, args.steps, checkpoint_step=kept)
                     print(f"step {step + 1}/{args.steps} loss {loss_value:.6f}", flush=True)
             run.step_done(step, {"step": step + 1})
             if args.step_sleep_s > 0:

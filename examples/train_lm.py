@@ -259,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
             scheduler.step()
             loss_value = loss.item()
             if (step + 1) % args.log_every == 0 or step + 1 == args.steps:
-                report_progress(step + 1, args.steps)
+                kept = run.last_checkpoint.step if run.last_checkpoint else 0
+                report_progress(step + 1, args.steps, checkpoint_step=kept)
                 print(
                     f"step {step + 1}/{args.steps} loss {loss_value:.4f} "
                     f"lr {scheduler.get_last_lr()[0]:.2e}",

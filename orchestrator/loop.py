@@ -439,6 +439,9 @@ class Controller:
         f = self.fleet
         self.failed_starts.pop(j, None)  # it ran: the next failure starts the count again
         f.progress_gpu_h[j] = min(1.0, max(0.0, pe.value)) * self._work[j]
+        if pe.checkpointed is not None:  # what a preemption keeps, as the job says
+            kept = min(1.0, max(0.0, pe.checkpointed)) * self._work[j]
+            f.checkpointed_gpu_h[j] = min(max(f.checkpointed_gpu_h[j], kept), f.progress_gpu_h[j])
         f.checkpointed_gpu_h[j] = max(f.checkpointed_gpu_h[j], 0.0)
         if f.phase[j] == Phase.STARTING:
             f.phase[j] = Phase.RUNNING

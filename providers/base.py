@@ -125,6 +125,8 @@ class ProviderEvent:
     time_s: float
     detail: str = ""
     value: float = 0.0
+    # PROGRESS: the fraction of the work its newest checkpoint holds, when the job says.
+    checkpointed: float | None = None
 
 
 class ComputeProvider(Protocol):

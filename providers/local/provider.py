@@ -8,7 +8,8 @@ nothing twice and reports nothing twice:
     root/<region>/instances/<instance_id>/
         meta.json      cluster, job, request id, offer, pid + process start time, times
         stdout.log     the job's stdout and stderr
-        progress.json  written by the job: {"fraction": 0..1, "step": n}
+        progress.json  written by the job: {"fraction": 0..1, "step": n,
+                       "checkpoint_fraction": 0..1 (optional)}
         preempt        the preemption notice (written by `preempt`, read by the job)
         exit_code      written by the wrapper shell when the job exits by itself
         ended.json     written before the provider stops the process (terminate / preempt)
@@ -230,7 +231,7 @@ class _Instance:
 @dataclass(frozen=True, slots=True)
 class _Reported:
     final: bool = False
-    progress: tuple[float, int | None] | None = None
+    progress: tuple[float, int | None, float | None] | None = None  # fraction, step, kept
 
 
 class LocalProvider:
@@ -421,7 +422,7 @@ class LocalProvider:
             if ended is not _Ended.TERMINATED:
                 progress = _read_progress(inst.dir)
                 if progress is not None and progress != reported.progress:
-                    fraction, step = progress
+                    fraction, step, kept = progress
                     events.append(
                         ProviderEvent(
                             EventType.PROGRESS,
@@ -430,6 +431,7 @@ class LocalProvider:
                             now_s,
                             "" if step is None else f"step {step}",
                             value=fraction,
+                            checkpointed=kept,
                         )
                     )
                     new = replace(new, progress=progress)
@@ -859,18 +861,24 @@ def _read_meta(inst_dir: Path) -> _Meta | None:
     return _Meta.from_json(_read_json(inst_dir / META))
 
 
-def _read_progress(inst_dir: Path) -> tuple[float, int | None] | None:
+def _read_progress(inst_dir: Path) -> tuple[float, int | None, float | None] | None:
     data = _read_json(inst_dir / PROGRESS)  # a half-written file reads as None: next poll
     if not isinstance(data, dict):
         return None
-    fraction, step = data.get("fraction"), data.get("step")
-    if isinstance(fraction, bool) or not isinstance(fraction, int | float):
-        return None
-    if not math.isfinite(fraction):
+    fraction, step = _fraction(data.get("fraction")), data.get("step")
+    if fraction is None:
         return None
     if isinstance(step, bool) or not isinstance(step, int):
         step = None
-    return min(max(float(fraction), 0.0), 1.0), step
+    return fraction, step, _fraction(data.get("checkpoint_fraction"))
+
+
+def _fraction(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if not math.isfinite(value):
+        return None
+    return min(max(float(value), 0.0), 1.0)
 
 
 def _read_reported(inst_dir: Path) -> _Reported:
@@ -878,11 +886,11 @@ def _read_reported(inst_dir: Path) -> _Reported:
     if not isinstance(data, dict):
         return _Reported()
     progress = data.get("progress")
-    seen: tuple[float, int | None] | None = None
-    if isinstance(progress, list) and len(progress) == 2:
-        fraction, step = progress
+    seen: tuple[float, int | None, float | None] | None = None
+    if isinstance(progress, list) and len(progress) in (2, 3):
+        fraction, step, kept = (*progress, None)[:3]
         if isinstance(fraction, int | float) and (step is None or isinstance(step, int)):
-            seen = (float(fraction), step)
+            seen = (float(fraction), step, _fraction(kept))
     return _Reported(final=data.get("final") is True, progress=seen)
 
 

@@ -468,14 +468,14 @@ def test_exit_status_gives_completed_or_failed(make: Factory) -> None:
 
 PROGRESSING = (
     "import json, os, time\n"
-    "def report(fraction, step):\n"
+    "def report(fraction, step, **kept):\n"
     "    path = os.environ['HELIOTROPE_PROGRESS_FILE']\n"
-    "    json.dump({'fraction': fraction, 'step': step}, open(path + '.tmp', 'w'))\n"
+    "    json.dump({'fraction': fraction, 'step': step, **kept}, open(path + '.tmp', 'w'))\n"
     "    os.replace(path + '.tmp', path)\n"
     "report(0.25, 5)\n"
     "while not os.path.exists('next'):\n"
     "    time.sleep(0.01)\n"
-    "report(1.0, 20)\n"
+    "report(1.0, 20, checkpoint_fraction=0.75)\n"
 )
 
 
@@ -486,14 +486,16 @@ def test_progress_is_reported_when_it_changes(make: Factory) -> None:
     inst_dir = provider.instance_dir(outcome.instance_id)
     assert inst_dir is not None
     events = poll_until(provider, {EventType.PROGRESS})
-    assert [(e.type, e.value, e.detail) for e in events] == [(EventType.PROGRESS, 0.25, "step 5")]
+    assert [(e.type, e.value, e.detail, e.checkpointed) for e in events] == [
+        (EventType.PROGRESS, 0.25, "step 5", None)  # it said nothing of its checkpoints
+    ]
     assert provider.poll_events() == []  # unchanged: nothing new
     assert make().poll_events() == []  # nor after a restart
     (inst_dir / "next").touch()
     events = poll_until(provider, {EventType.COMPLETED})
-    assert [(e.type, e.value) for e in events] == [
-        (EventType.PROGRESS, 1.0),
-        (EventType.COMPLETED, 0.0),
+    assert [(e.type, e.value, e.checkpointed) for e in events] == [
+        (EventType.PROGRESS, 1.0, 0.75),
+        (EventType.COMPLETED, 0.0, None),
     ]
 
 

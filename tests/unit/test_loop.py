@@ -267,3 +267,46 @@ def test_two_launches_of_one_job_in_one_tick_get_two_instances() -> None:
     live = provider.list_instances(cluster=c.options.cluster)
     assert c.instance_of[0] == launched[1].instance_id
     assert live[launched[1].instance_id].state is not InstanceState.TERMINATED
+
+
+@pytest.mark.parametrize(("kept", "lost"), [(0.25, 2.0), (None, 3.0)])
+def test_a_live_preemption_keeps_the_progress_the_job_said_it_checkpointed(
+    kept: float | None, lost: float
+) -> None:
+    """Progress from the job's reports (live): a preemption keeps what its newest reported
+    checkpoint holds, and without one reported it keeps nothing."""
+    from orchestrator.clock import FakeClock
+    from orchestrator.live.commands import ManualMove
+    from orchestrator.loop import Controller, EventLog, LoopOptions
+    from orchestrator.model import Market
+    from orchestrator.replay.runner import build_grid
+    from providers.base import EventType, ProviderEvent
+    from providers.sim import SimProvider
+
+    spec = job(work_gpu_hours=4.0)
+    grid = build_grid(tiny_trace(), [spec], 600, 0)
+    od = next(k for k, o in enumerate(grid.offers) if o.market is Market.ON_DEMAND)
+    clock = FakeClock(grid.start)
+    cloud = SimProvider(grid, clock, cluster="live")
+    c = Controller(
+        [spec],
+        grid,
+        cloud,
+        ManualMove(0, od, "run here"),
+        EventLog(),
+        LoopOptions(cluster="live", progress_from_provider=True),
+    )
+    c.tick(grid.time_of(0))
+    instance = c.instance_of[0]
+    assert instance is not None
+    clock.set(grid.time_of(1))
+    at = clock.now().timestamp()
+    cloud._events += [
+        ProviderEvent(EventType.PROGRESS, instance, spec.id, at, "step 30", 0.75, kept),
+        ProviderEvent(EventType.PREEMPTED, instance, spec.id, at, "reclaimed"),
+    ]
+    c.policy = ManualMove(0, None, "stay idle")
+    c.tick(grid.time_of(1))
+    pre = next(e for e in c.sink.events if e.kind is EventKind.PREEMPTED)  # type: ignore[attr-defined]
+    assert pre.data["lost_gpu_h"] == pytest.approx(lost)
+    assert float(c.fleet.progress_gpu_h[0]) == pytest.approx(3.0 - lost)

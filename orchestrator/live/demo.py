@@ -387,15 +387,20 @@ _ENDS = (EventKind.PREEMPTED, EventKind.FINISHED, EventKind.TERMINATED)
 
 
 def measured_speed(store: Any, jobs: Sequence[JobSpec]) -> dict[str, float]:
-    """Per job, its progress per hour of running (from each launch's ready time to the end
-    of that instance) as a share of its nominal rate: what the live processes really did."""
+    """Per job, its progress per hour of running as a share of its nominal rate: what the
+    live processes really did. A launch runs from when the replay counts it running: its
+    ready time, or its cold start after the launch when that is later (a local instance is
+    ready at once, and the process's own start-up is the job's cold start: counted once,
+    in the replay's cold start, not again as a slower speed)."""
     out: dict[str, float] = {}
     for job in jobs:
         ran_h = gained = 0.0
         start: tuple[float, float] | None = None
+        cold_s = units.seconds(job.cold_start_h)
         for e in store.history(job.id):
             if e.kind is EventKind.LAUNCHED and "ready_at_s" in e.data:
-                start = (float(e.data["ready_at_s"]), float(e.data.get("progress_gpu_h", 0.0)))
+                ready = max(float(e.data["ready_at_s"]), e.time_s + cold_s)
+                start = (ready, float(e.data.get("progress_gpu_h", 0.0)))
             elif e.kind in _ENDS and start is not None:
                 ran_h += units.hours(max(0.0, e.time_s - start[0]))
                 gained += max(0.0, float(e.data.get("progress_gpu_h", 0.0)) - start[1])

@@ -102,6 +102,20 @@ def test_the_replay_runs_each_job_at_the_speed_it_ran_live() -> None:
     assert relative_throughput(twin, "L4") == pytest.approx(0.5)
     assert measured_speed(store_with(3.0), [job_l4]) == {job.id: 1.0}  # no launch recorded
 
+    # Ready at once (a local instance): its 0.5 h cold start is the process starting up,
+    # which the replay counts as the cold start, so it is not counted as running too.
+    slow = dataclasses.replace(job_l4, cold_start_h=0.5)
+    ready_at_once = store_with(3.0)
+    ready_at_once.commit(
+        [
+            Event(t, job.id, EventKind.LAUNCHED, "o", "", {"ready_at_s": t + 1.0}),
+            Event(t + 9000.0, job.id, EventKind.FINISHED, "o", "", {"progress_gpu_h": 1.0}),
+        ],
+        {},
+        expected_version=ready_at_once.load()[1],
+    )
+    assert measured_speed(ready_at_once, [slow]) == {job.id: pytest.approx(0.5)}
+
 
 def launched(at_h: float, job: str, offer: str) -> Event:
     return Event((T0 + timedelta(hours=at_h)).timestamp(), job, EventKind.LAUNCHED, offer, "")

@@ -208,7 +208,7 @@ def run_demo(out: Path, *, steps: int = 144) -> int:
         "\n[bold]The same period, replayed[/]: the same signals, spot capacity and jobs, "
         "each at the speed it ran live ("
         + ", ".join(f"{k} {v:.2f}x" for k, v in speed.items())
-        + " of its nominal steps: the rest is this machine's load)"
+        + " of its nominal steps after its cold start; this machine's load sets it)"
     )
     assert world.grid is not None  # signals: scenario
     done_replay = replay_loaded(

@@ -414,7 +414,7 @@ class LiveController:
                 total -= int(controller.fit.instances[j, o])
         # All notices at once, as a cloud reclaims a zone: each preempt waits for its job
         # to checkpoint and leave, and one after the other they would overrun the tick.
-        with ThreadPoolExecutor(max_workers=max(1, len(victims))) as pool:
+        with ThreadPoolExecutor(max_workers=min(16, max(1, len(victims)))) as pool:
             list(pool.map(lambda i: reclaimer.preempt(i, notice_s=1.0), victims))
 
     def fleet_table(self) -> list[dict[str, object]]:

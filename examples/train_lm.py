@@ -190,8 +190,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--step-time-s",
         type=float,
         default=0.0,
-        help="pad each step to at least this many seconds (the demo: a step takes the same "
-        "time however busy the machine is)",
+        help="run the steps on a schedule of this many seconds each, a slow step made up "
+        "by the next ones (the demo: the same progress however busy the machine is)",
     )
     return p.parse_args(argv)
 
@@ -246,8 +246,8 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         model.train()
+        paced = time.monotonic()  # when the next step is due, with --step-time-s
         for step in range(start, args.steps):
-            began = time.monotonic()
             x, y, data_state = batches.next(data_state)
             x, y = x.to(device), y.to(device)
             logits = model(x)
@@ -258,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
             optimizer.step()
             scheduler.step()
             loss_value = loss.item()
+            run.step_done(step, data_state)  # first: a checkpoint it takes is reported kept
             if (step + 1) % args.log_every == 0 or step + 1 == args.steps:
                 kept = run.last_checkpoint.step if run.last_checkpoint else 0
                 report_progress(step + 1, args.steps, checkpoint_step=kept)
@@ -266,11 +267,11 @@ def main(argv: list[str] | None = None) -> int:
                     f"lr {scheduler.get_last_lr()[0]:.2e}",
                     flush=True,
                 )
-            run.step_done(step, data_state)
             if args.step_sleep_s > 0:
                 time.sleep(args.step_sleep_s)
-            if args.step_time_s > 0:
-                time.sleep(max(0.0, args.step_time_s - (time.monotonic() - began)))
+            if args.step_time_s > 0:  # on a schedule: a slow step is made up after it
+                paced += args.step_time_s
+                time.sleep(max(0.0, paced - time.monotonic()))
         run.finish()
     print(
         f"done steps={args.steps} loss={loss_value:.4f} params_sha256={state_digest(model)}",

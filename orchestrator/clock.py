@@ -88,3 +88,9 @@ class ScaledClock:
 
     def sleep(self, seconds: float) -> None:
         self._base.sleep(seconds / self.speed)
+
+
+def real_seconds(clock: Clock, seconds: float) -> float:
+    """The wall-clock seconds that `seconds` of `clock`'s time take (a `ScaledClock` runs
+    `speed` times faster than the wall; every other clock keeps wall time)."""
+    return seconds / float(getattr(clock, "speed", 1.0))

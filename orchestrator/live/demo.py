@@ -156,6 +156,7 @@ def demo_config() -> dict[str, Any]:
         "speed": SPEED,
         "days": 2,
         "carbon_usd_per_tonne": CARBON_USD_PER_TONNE,
+        "emulate_startup": True,
         "events": [e.model_dump(exclude_none=True) for e in DEMO_EVENTS],
     }
 

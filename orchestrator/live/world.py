@@ -15,6 +15,8 @@ entry point runs. Every live command and DAG asks `configured_world()`; none bui
     capacity_backoff_s: 1800     # a refused spot launch: no capacity there for this long
     spot_capacity: 4             # prior: spot instances assumed obtainable per offer
     capacity: 4                  # local world: instances per local region
+    emulate_startup: false       # local world: an instance is ready after the start-up the
+                                 # job declares (cold start, transfer), as a cloud one boots
     cluster: heliotrope-local
     seed: 0                      # scenario only: seed, start, days, speed
     start: 2024-04-02T06:00:00Z
@@ -106,6 +108,7 @@ class LiveSettings(BaseModel):
     spot_capacity: float = Field(default=4.0, ge=0, allow_inf_nan=False)
     lookback_h: float = Field(default=168.0, gt=0, le=24 * 60, allow_inf_nan=False)
     capacity: int = Field(default=4, ge=1)
+    emulate_startup: bool = False
     cluster: str = Field(default="heliotrope-local", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
     seed: int = 0
     start: datetime = datetime(2024, 4, 2, 6, tzinfo=UTC)
@@ -294,6 +297,7 @@ def local_world(settings: LiveSettings | None = None, *, clock: Clock | None = N
         capacity={r: settings.capacity for r in regions},
         clock=clock,
         grace_s=15.0,
+        emulate_startup=settings.emulate_startup,
     )
     priors = list_priors(
         offers, settings.spot_capacity if not settings.scenario else float(settings.capacity)

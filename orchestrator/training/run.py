@@ -79,6 +79,7 @@ from orchestrator.checkpoints import (
     WriteFn,
 )
 from orchestrator.errors import InputError, PermanentError, TransientError
+from orchestrator.training.boot import wait_until_ready
 from orchestrator.training.gang import Agreement, Gang
 from orchestrator.training.notices import (
     FileNotices,
@@ -88,6 +89,7 @@ from orchestrator.training.notices import (
     notice_source_from_env,
     poll_interval_from_env,
 )
+from orchestrator.training.progress import report_kept
 from orchestrator.training.rng import capture_rng, restore_rng
 from orchestrator.training.shard_layout import SHARDED_FORMAT, rank_file
 from orchestrator.training.state_io import FORMAT, load_state_files, map_tensors, save_state_files
@@ -268,9 +270,16 @@ class ResumableRun:
         """Load the newest checkpoint that verifies (falling back past corrupt ones) into
         the model, optimizer, scheduler and RNGs; set `data_state`; return the number of
         steps already done (0 with no checkpoint). In a distributed run, every rank calls
-        it and all load the same checkpoint."""
-        if self._gang is not None:
-            return self._restore_gang(self._gang)
+        it and all load the same checkpoint. Then it waits for the instance's start-up to
+        end where the provider emulates one (`orchestrator.training.boot`)."""
+        step = self._restore_gang(self._gang) if self._gang is not None else self._restore()
+        waited = wait_until_ready()
+        if waited:
+            logger.info("job %s: waited %.1f s for the instance's start-up", self.job_id, waited)
+            self._ckpt_mono = self._monotonic()
+        return step
+
+    def _restore(self) -> int:
         for ref in reversed(self.store.list(self.job_id)):
             try:
                 if self.store.metadata(ref).get("format") == SHARDED_FORMAT:
@@ -546,6 +555,8 @@ class ResumableRun:
         self.close()
         self.preempted = notice
         ref = self.last_checkpoint
+        if ref is not None and (self._gang is None or self._gang.is_leader):
+            report_kept(ref.step)  # what the preemption keeps, for the controller
         logger.warning(
             "preempted (%s%s): checkpoint %s holds step %d; %s",
             notice.source,

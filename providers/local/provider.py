@@ -39,6 +39,13 @@ the machine has GPUs (the controller's CUDA_VISIBLE_DEVICES, else /proc/driver/n
 or `gpus=`), each instance gets its own ones by CUDA_VISIBLE_DEVICES, recorded in
 meta.json; a launch that finds too few free is refused as CAPACITY.
 
+Start-up: a local instance is ready at once and the job's own start (imports, restore) is
+all it takes, unless `emulate_startup`: then it is ready after the start-up the launch
+declares (`LaunchSpec.startup_s`: the job's cold start and checkpoint transfer), as a cloud
+instance boots, and the job gets HELIOTROPE_READY_AT (wall-clock epoch seconds): its first
+step waits for it (`orchestrator.training.boot`), so its progress is what a model of the
+launch predicts (the demo's replay is one).
+
 Timestamps (`launched_at_s`, event times) come from the injected `Clock`; waiting for real
 processes to exit (grace periods, notices) is wall time, since the processes are real.
 Linux only: identity and group membership are read from /proc.
@@ -64,7 +71,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from orchestrator.clock import Clock
+from orchestrator.clock import Clock, real_seconds
 from orchestrator.model import InstanceId, Offer, OfferId
 from providers.base import (
     Capability,
@@ -85,6 +92,8 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_ROOT = Path("~/.heliotrope/local")
 NOTICE_SOURCE = "local"
+# an emulated start-up's end, wall-clock epoch seconds (read by orchestrator.training.boot)
+READY_AT_ENV = "HELIOTROPE_READY_AT"
 LOCAL_MASTER = "127.0.0.1"  # a local gang is one node: its rendezvous is on this machine
 # torchrun of the controller's own Python (the job runs where the controller does)
 TORCHRUN = (sys.executable, "-m", "torch.distributed.run")
@@ -255,6 +264,7 @@ class LocalProvider:
         clock: Clock,
         grace_s: float = 10.0,
         gpus: Sequence[str] | None = None,
+        emulate_startup: bool = False,
     ) -> None:
         if not cluster:
             raise ValueError("cluster must not be empty")
@@ -278,6 +288,7 @@ class LocalProvider:
         self._clock = clock
         self._grace_s = grace_s
         self._gpus = tuple(gpus) if gpus is not None else machine_gpus()
+        self._emulate_startup = emulate_startup
         for region in self._capacity:
             (self._root / region / "checkpoints").mkdir(parents=True, exist_ok=True)
             (self._root / region / "instances").mkdir(parents=True, exist_ok=True)
@@ -372,7 +383,8 @@ class LocalProvider:
                     spec.entrypoint, node, spec.launcher, request_id=request_id, torchrun=TORCHRUN
                 ),
                 launched_at_s=now_s,
-                ready_at_s=now_s,  # the job restores itself
+                # the job restores itself; an emulated start-up is the one it declares
+                ready_at_s=now_s + (spec.startup_s if self._emulate_startup else 0.0),
                 gpus=gpus,
                 nproc=nproc,
                 master_port=port,
@@ -604,6 +616,9 @@ class LocalProvider:
                 },
             )
         )
+        booting_s = meta.ready_at_s - self._clock.now().timestamp()
+        if booting_s > 0:  # an emulated start-up: the job's first step waits for it
+            env[READY_AT_ENV] = repr(time.time() + real_seconds(self._clock, booting_s))
         if meta.gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(meta.gpus)
         return env

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.catalog import pue
-from orchestrator.clock import FakeClock
+from orchestrator.clock import FakeClock, ScaledClock, SystemClock
 from orchestrator.model import Market
 from providers.base import Capability, EventType, FailureKind, LaunchSpec, ProviderEvent
 from providers.local import LocalProvider, instance_id_for, local_offers
@@ -556,3 +556,53 @@ def test_bad_configuration_is_refused(
             capacity=capacity,
             clock=FakeClock(T0),
         )
+
+
+WAIT_FOR_READY = (
+    "import json, os, time\n"
+    "from orchestrator.training.boot import wait_until_ready\n"
+    "wait_until_ready()\n"
+    "json.dump({'first_step': time.time(), 'ready_at': os.environ.get('HELIOTROPE_READY_AT')},"
+    " open('boot.json', 'w'))\n"
+)
+
+
+@pytest.mark.parametrize("emulate", [False, True])
+def test_an_emulated_start_up_is_the_declared_one_and_the_job_waits_for_it(
+    tmp_path: Path, emulate: bool
+) -> None:
+    """With `emulate_startup` a launch is ready after its declared start-up (as the
+    simulated provider and a cloud boot), and the job's first step comes after it."""
+    clock = ScaledClock(SystemClock(), T0, speed=600.0)  # 0.5 s of wall time: 300 s
+    provider = LocalProvider(
+        tmp_path,
+        cluster=CLUSTER,
+        offers=OFFERS,
+        capacity={"west": 1, "north": 1},
+        clock=clock,
+        emulate_startup=emulate,
+    )
+    launch = LaunchSpec(
+        job_id="job-1",
+        offer_id=OD_WEST,
+        cluster=CLUSTER,
+        startup_s=300.0,
+        entrypoint=py(WAIT_FOR_READY),
+    )
+    outcome = provider.launch(launch, request_id="boot-1")
+    assert outcome.instance_id is not None
+    recorded = meta(provider, outcome.instance_id)
+    launched = float(recorded["launched_at_s"])  # type: ignore[arg-type]
+    assert outcome.ready_at_s == recorded["ready_at_s"] == launched + (300.0 if emulate else 0.0)
+    inst_dir = provider.instance_dir(outcome.instance_id)
+    assert inst_dir is not None
+    wait_for((inst_dir / "exit_code").exists)
+    boot = json.loads((inst_dir / "boot.json").read_text())
+    if not emulate:
+        assert boot["ready_at"] is None
+        return
+    ready_wall = float(boot["ready_at"])
+    # the ready time in wall seconds is the launch's wall time plus 300 s at 600x
+    launched_wall = clock.real_origin.timestamp() + (launched - T0.timestamp()) / 600.0
+    assert ready_wall == pytest.approx(launched_wall + 0.5, abs=0.25)
+    assert boot["first_step"] >= ready_wall

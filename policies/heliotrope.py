@@ -106,6 +106,7 @@ class Heliotrope:
     # charge gain on the skynomad-h100 sweeps and lose on cbl-v100 and carbon-year.
     young_run_h: float = 0.0  # 0: one constant hazard per offer (no young runs)
     return_aware: bool = False
+    startup_guard: bool = False  # drop options whose start-up leaves the net's margin
     _memo: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __call__(self, snapshot: Snapshot) -> Decision:  # noqa: PLR0912, PLR0915 - one pass
@@ -283,6 +284,13 @@ class Heliotrope:
         slack = np.where(np.isfinite(c_od), slack, -np.inf)  # no on-demand: no net to fall on
         # The safety net: cheapest on-demand that still finishes in time, else the fastest.
         net = (slack <= self.safety_margin_ticks * tick_h) & (r_fast > 0)
+        if self.startup_guard:
+            # An option whose start-up takes the slack under the net's margin is no option:
+            # the net would fire before it made progress (its cold start wasted, then
+            # on-demand anyway). Staying, with no new start-up, is never dropped.
+            doomed = (startup > 0) & (slack[:, None] - startup <= self.safety_margin_ticks * tick_h)
+            doomed[rows_j[holding], current[holding]] = False
+            utility[doomed] = -np.inf
         in_time = od & (finish_h <= time_left[:, None])
         net_choice = np.argmin(np.where(in_time, per_progress, np.inf), axis=1)
         fastest = np.argmax(np.where(od, rate - 1e-9 * per_progress, -np.inf), axis=1)

@@ -14,9 +14,11 @@ verifies the checkpoint, and resumes; each line of the log says which signal dec
 
 Then it replays the same period: the same signals, the same realized spot capacity and the
 same jobs, for heliotrope and the baselines, and compares heliotrope's replay with what the
-live fleet did. Each training step is paced to `STEP_TIME_S` of real time, so the live
-progress does not depend on how busy this machine is, and the jobs' cold start is what a
-process start, torch import and restore take here (~3 s real, 0.25 h at 300x).
+live fleet did. The training steps run on a schedule of `STEP_TIME_S` of real time each,
+so the live progress does not depend on how busy this machine is, and each local instance
+is ready after the cold start the job declares (`emulate_startup`: 0.25 h, 3 s real at
+300x, inside which the process starts, imports torch and restores), as the replay counts
+it.
 """
 
 from __future__ import annotations

@@ -357,9 +357,11 @@ def _print_agreement(
         console.print(
             f"The replay does not agree with the live run within {AGREE_WITHIN:.0%} on "
             f"{', '.join(off)}. Both decide on the same ticks from the same signals, each job "
-            "at the speed it ran live, but the live fleet knows a job's progress only from "
-            "what the job reports, and once one run decides differently the two part ways "
-            "(compare `heliotrope explain JOB` with the replay's timeline.csv).",
+            "at the speed it ran live and after the same cold starts, but a live reclaim or "
+            "move takes real time (the job checkpoints and leaves, the copy is made and "
+            "verified): a step of progress more or less than the replay counts, and where "
+            "the policy is close to a tie once one run decides differently the two part "
+            "ways (compare `heliotrope explain JOB` with the replay's timeline.csv).",
             markup=False,
             highlight=False,
         )

@@ -64,7 +64,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator import units
-from orchestrator.costs import carbon_usd, move_matrices
+from orchestrator.costs import JobOfferFit, carbon_usd, move_matrices
 from orchestrator.model import (
     BoolArray,
     Decision,
@@ -109,28 +109,32 @@ class Heliotrope:
     startup_guard: bool = False  # drop options whose start-up leaves the net's margin
     _memo: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
-    def __call__(self, snapshot: Snapshot) -> Decision:  # noqa: PLR0912, PLR0915 - one pass
+    def __call__(self, snapshot: Snapshot) -> Decision:
         """One vectorized decision for every active job (the module docstring, in order:
         signals, start-up and egress, value of progress, young runs, utility, budgets,
-        safety net, waiting, then serving the jobs least slack first)."""
-        fleet = snapshot.fleet
-        js = np.flatnonzero((fleet.phase >= _FIRST_ACTIVE) & (fleet.phase <= _LAST_ACTIVE))
-        if js.size == 0:
+        safety net, waiting, then serving the jobs least slack first).
+
+        What depends only on the active jobs, on the prices, or on where the jobs run and
+        their checkpoints lie is computed when that changes (`_jobs`, `_market`,
+        `_placed`), by the same operations: the same numbers to the bit."""
+        jobs = self._jobs(snapshot)
+        if jobs is None:
             return Decision({})
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return self._decide(snapshot, jobs)
+
+    def _decide(self, snapshot: Snapshot, jobs: _Jobs) -> Decision:  # noqa: PLR0912, PLR0915
+        fleet = snapshot.fleet
+        js, rows_j, rate, inst, fit = jobs.js, jobs.rows, jobs.rate, jobs.inst, snapshot.fit
         tick_h = snapshot.tick_h
-        fit = snapshot.fit
-        offers = snapshot.offers
-        n_o = len(offers)
+        n_o = len(snapshot.offers)
         spot = self._spot_mask(snapshot)
-        price = snapshot.usd_per_hour
-        priced = np.isfinite(price)
         capacity = np.where(np.isnan(snapshot.spot_capacity), 0.0, snapshot.spot_capacity)
 
-        carbon_prices = fit.carbon_prices(js, snapshot.carbon_usd_per_tonne)
         lifetime = np.full(n_o, np.inf)
         outage: FloatArray | None = None
-        young = np.zeros(n_o)  # per offer: the chance a launch now dies young
-        carbon = snapshot.carbon_g_per_kwh
+        young: FloatArray | None = None  # per offer: the chance a launch now dies young
+        carbon = None
         if snapshot.history is not None:
             tracker = self._lifetimes(tick_h)
             lifetime = np.where(spot, tracker(snapshot.history), np.inf)
@@ -139,99 +143,69 @@ class Heliotrope:
                 young = np.where(
                     spot & (tracker.age_h < self.young_run_h), tracker.young_death, 0.0
                 )
-            if (carbon_prices > 0).any():
+        if jobs.carbon_priced:
+            carbon = snapshot.carbon_g_per_kwh
+            if snapshot.history is not None:
                 period = max(1, round(24.0 / tick_h))
                 horizon = max(1, round(self.carbon_horizon_h / tick_h))
                 rows = snapshot.history.carbon_g_per_kwh(period + 1)
                 if rows.shape[0] > period:
                     carbon = forecast_mean(rows, horizon, period)
+        mk = self._market(snapshot, jobs, spot, carbon)
+        hourly, per_progress, usable, od = mk.hourly, mk.per_progress, mk.usable, mk.od
+        cheap, c_low, r_fast = mk.cheap, mk.c_low, mk.r_fast
 
-        rate = fit.rate[js]
-        inst = fit.instances[js]
-        hourly = price[None, :] * inst
-        if (carbon_prices > 0).any():
-            kwh_per_hour = fit.power_kw[js] * fit.pue[None, :]
-            hourly = hourly + carbon_usd(kwh_per_hour, carbon[None, :], carbon_prices[:, None])
-        allowed = rate > 0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            per_progress = hourly / rate
-        usable = allowed & priced[None, :]
-        per_progress[~usable] = np.inf
-
-        current = fleet.offer[js]
-        holding = current >= 0
-        cur_c = np.maximum(current, 0)  # a valid column for every row; use with `holding`
-        rows_j = np.arange(js.size)
+        pl = self._placed(snapshot, jobs, spot)
+        current, holding, cur_c, hj, hc = pl.current, pl.holding, pl.cur_c, pl.hj, pl.hc
         feasible = usable & (capacity[None, :] >= inst)
-        feasible[rows_j[holding], current[holding]] = True  # staying needs no new slot
+        feasible[hj, hc] = True  # staying needs no new slot
 
-        # Startup and egress of a move, from where the checkpoint lies.
-        src = fleet.checkpoint_offer[js]
-        egress_pg, transfer_h_per_gb = self._move_matrices(snapshot)
-        size = fit.checkpoint_size_gb[js]
-        no_ckpt = src < 0
-        src_row = np.maximum(src, 0)
-        egress = egress_pg[src_row] * size[:, None]
-        transfer = transfer_h_per_gb[src_row] * size[:, None]
-        if no_ckpt.any():
-            egress[no_ckpt] = 0.0
-            transfer[no_ckpt] = 0.0
-        fresh_startup = fit.cold_start_h[js][:, None] + transfer  # a new launch, even in place
-        startup = fresh_startup.copy()
+        # Startup and egress of a move, from where the checkpoint lies (`_placed`).
+        egress, fresh_startup, size = pl.egress, pl.fresh_startup, jobs.size_gb
+        egress_pg = pl.egress_pg
+        startup = pl.startup
         now_s = snapshot.now_s
-        if holding.any():
-            hj = rows_j[holding]
-            ready_in = units.hours(fleet.ready_at_s[js[hj]] - now_s)
-            startup[hj, current[holding]] = np.where(ready_in > 0.0, ready_in, 0.0)  # NaN: 0
-            egress[hj, current[holding]] = 0.0
+        if hj.size:
+            ready_in = units.hours(fleet.ready_at_s[pl.hold_js] - now_s)
+            ready = np.where(ready_in > 0.0, ready_in, 0.0)  # NaN: 0
+            if ready.any():
+                startup = startup.copy()
+                startup[hj, hc] = ready
 
-        remaining = np.maximum(fit.work_gpu_h[js] - fleet.progress_gpu_h[js], 0.0)
-        time_left = units.hours(fit.deadline_s[js] - now_s)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            finish_h = startup + remaining[:, None] / rate
+        remaining = np.maximum(jobs.work_gpu_h - fleet.progress_gpu_h[js], 0.0)
+        time_left = units.hours(jobs.deadline_s - now_s)
+        finish_h = startup + remaining[:, None] / rate
         stay = np.maximum(np.minimum(lifetime[None, :], finish_h), tick_h)
 
-        # Value of progress: from the cheapest spot price to the on-demand price as slack runs out.
-        od = (~spot)[None, :] & usable
-        od_pp = np.where(od, per_progress, np.inf)
-        c_od = od_pp.min(axis=1)
-        cheap = np.argmin(np.where(spot[None, :], per_progress, np.inf), axis=1)
-        c_low = per_progress[rows_j, cheap]
-        c_low = np.where(np.isfinite(c_low), np.minimum(c_low, c_od), c_od)
-        od_rate = np.where(od, rate, 0.0)
-        r_fast = od_rate.max(axis=1)
-        # The fallback is a fresh on-demand launch: its cold start counts even for a job that
-        # runs on on-demand now, or leaving it for spot would spend the last of the slack.
-        d_fast = np.min(np.where(od & (rate >= r_fast[:, None]), fresh_startup, np.inf), axis=1)
-        # Pressure is measured at the speed of the cheapest spot option, what the job runs at
-        # while it has slack (a slow L4 fills the time that a fast A100 would not).
-        r_low = np.where(np.isfinite(c_low) & (c_low < c_od), rate[rows_j, cheap], r_fast)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            need_h = np.where(r_fast > 0, remaining / r_fast, np.inf)
-            need_low = np.where(r_low > 0, remaining / np.minimum(r_low, r_fast), need_h)
-            f = np.clip(need_low / np.maximum(time_left - d_fast, 1e-9), 0.0, 1.0)
-        with np.errstate(invalid="ignore"):
-            value = c_low + (c_od - c_low) * np.maximum(f**self.pressure_exponent, self.value_floor)
+        # Value of progress: from the cheapest spot price to the on-demand price as slack runs
+        # out. The fallback is a fresh on-demand launch: its cold start counts even for a job
+        # that runs on on-demand now, or leaving it for spot would spend the last of the
+        # slack (`_market`). Pressure is measured at the speed of the cheapest spot option,
+        # what the job runs at while it has slack (a slow L4 fills the time that a fast A100
+        # would not).
+        d_fast, fresh_net = self._fallback(mk, pl)
+        need_h = np.where(mk.r_fast_pos, remaining / r_fast, np.inf)
+        need_low = np.where(mk.r_low_pos, remaining / mk.r_min, need_h)
+        f = np.clip(need_low / np.maximum(time_left - d_fast, 1e-9), 0.0, 1.0)
+        value = c_low + mk.spread * np.maximum(f**self.pressure_exponent, self.value_floor)
         # The floor must make the cheapest spot worth its cold start, also with little work
         # left: finishing there costs ``hourly * finish_h / remaining`` per unit of progress,
         # and a value below that would idle the job for all its slack (then the safety net
         # pays on-demand). Where the value is below it, it is raised to it plus the floor.
-        with np.errstate(divide="ignore", invalid="ignore"):
-            got = np.maximum(finish_h - startup, 0.0)
-            effective = np.where(spot[None, :] & (got > 0), per_progress * finish_h / got, np.inf)
+        got = np.maximum(finish_h - startup, 0.0)
+        effective = np.where(spot[None, :] & (got > 0), per_progress * finish_h / got, np.inf)
         e_low = effective.min(axis=1)
-        short = np.isfinite(e_low) & (value < e_low) & np.isfinite(c_od)
-        with np.errstate(invalid="ignore"):
-            value = np.where(short, e_low + (c_od - c_low) * self.value_floor, value)
+        short = np.isfinite(e_low) & (value < e_low) & mk.od_finite
+        value = np.where(short, e_low + mk.spread * self.value_floor, value)
         value = np.where(np.isfinite(value), value, 0.0)
 
         # A launch into a young run dies young with chance q (it bills about its start-up and
         # makes no progress), else it stays: value and hours are the mixture of the two.
-        live: FloatArray | float = 1.0  # the chance a launch lives past its young phase
+        live: FloatArray | None = None  # the chance a launch lives past its young phase
         hours = stay
-        if young.any():
+        if young is not None and young.any():
             q = np.broadcast_to(young[None, :], stay.shape).copy()
-            q[rows_j[holding], current[holding]] = 0.0  # where it runs, it has started
+            q[hj, hc] = 0.0  # where it runs, it has started
             live = 1.0 - q
             hours = live * stay + q * np.minimum(np.maximum(startup, tick_h), stay)
         move_cost = egress
@@ -248,25 +222,23 @@ class Heliotrope:
                     egress_pg[:, z].T * size[away, None]
                     + (hourly[away, z] * fit.cold_start_h[js[away]])[:, None]
                 )
-                with np.errstate(invalid="ignore"):
-                    extra = (
-                        np.maximum(per_progress[away] - per_progress[away, z][:, None], 0.0)
-                        * rate[away]
-                        * np.maximum(stay[away] - outage[z][:, None], 0.0)
-                    )
-                    after = np.minimum(back, extra)
+                extra = (
+                    np.maximum(per_progress[away] - per_progress[away, z][:, None], 0.0)
+                    * rate[away]
+                    * np.maximum(stay[away] - outage[z][:, None], 0.0)
+                )
+                after = np.minimum(back, extra)
                 after[np.arange(away.size), z] = 0.0
                 move_cost = egress.copy()
                 move_cost[away] += np.where(np.isfinite(after), after, 0.0)
-        with np.errstate(invalid="ignore"):
-            progress = live * rate * np.maximum(stay - startup, 0.0)
-            utility = (value[:, None] * progress - hourly * hours - move_cost) / hours
+        gained = np.maximum(stay - startup, 0.0)
+        progress = rate * gained if live is None else live * rate * gained
+        utility = (value[:, None] * progress - hourly * hours - move_cost) / hours
         utility[~(feasible & np.isfinite(utility))] = -np.inf
 
         # Budgets: drop options that cannot finish within what is left, while others remain.
-        budget = fit.budget_usd[js]
-        if np.isfinite(budget).any():
-            left = budget - fleet.usd[js]
+        if jobs.has_budget:
+            left = jobs.budget - fleet.usd[js]
             affordable = per_progress * remaining[:, None] + egress <= left[:, None]
             keep = affordable & np.isfinite(utility)
             some: BoolArray = np.asarray(keep.any(axis=1), dtype=bool)
@@ -274,43 +246,46 @@ class Heliotrope:
 
         # The safety net's slack is measured on the fallback it would take: the cheapest
         # on-demand offer per unit of progress (an 8-GPU H100 machine is the fastest home for
-        # a 1-GPU job, and the dearest by far).
-        fair = od & (od_pp <= self.net_price_factor * c_od[:, None])
-        net_ix = np.argmax(np.where(fair, rate - 1e-9 * per_progress, -np.inf), axis=1)
-        r_net = rate[rows_j, net_ix]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            need_net = np.where(r_net > 0, remaining / r_net, need_h)
-        slack = time_left - fresh_startup[rows_j, net_ix] - need_net
-        slack = np.where(np.isfinite(c_od), slack, -np.inf)  # no on-demand: no net to fall on
+        # a 1-GPU job, and the dearest by far; `_market`).
+        need_net = np.where(mk.r_net_pos, remaining / mk.r_net, need_h)
+        slack = time_left - fresh_net - need_net
+        slack = np.where(mk.od_finite, slack, -np.inf)  # no on-demand: no net to fall on
         # The safety net: cheapest on-demand that still finishes in time, else the fastest.
-        net = (slack <= self.safety_margin_ticks * tick_h) & (r_fast > 0)
+        net = (slack <= self.safety_margin_ticks * tick_h) & mk.r_fast_pos
         if self.startup_guard:
             # An option whose start-up takes the slack under the net's margin is no option:
             # the net would fire before it made progress (its cold start wasted, then
             # on-demand anyway). Staying, with no new start-up, is never dropped.
             doomed = (startup > 0) & (slack[:, None] - startup <= self.safety_margin_ticks * tick_h)
-            doomed[rows_j[holding], current[holding]] = False
+            doomed[hj, hc] = False
             utility[doomed] = -np.inf
-        in_time = od & (finish_h <= time_left[:, None])
-        net_choice = np.argmin(np.where(in_time, per_progress, np.inf), axis=1)
-        fastest = np.argmax(np.where(od, rate - 1e-9 * per_progress, -np.inf), axis=1)
-        net_choice = np.where(in_time.any(axis=1), net_choice, fastest)
-        # On on-demand already, the net stays where it finishes in time, or (late anyway)
-        # where no other on-demand offer finishes sooner, its cold start counted: a late job
-        # moved between equally fast machines only loses another cold start.
-        here_h = finish_h[rows_j, cur_c]
-        soonest = np.min(np.where(od, finish_h, np.inf), axis=1)
-        on_od_in_time = holding & ~spot[cur_c] & ((here_h <= time_left) | (here_h <= soonest))
+        chosen: dict[int, Intent] = {}
+        caught = np.flatnonzero(net)  # the net's choice, for the jobs it catches
+        if caught.size:
+            fin, t_left = finish_h[caught], time_left[caught]
+            in_time = od[caught] & (fin <= t_left[:, None])
+            net_choice = np.argmin(np.where(in_time, per_progress[caught], np.inf), axis=1)
+            net_choice = np.where(in_time.any(axis=1), net_choice, mk.fastest[caught])
+            # On on-demand already, the net stays where it finishes in time, or (late anyway)
+            # where no other on-demand offer finishes sooner, its cold start counted: a late
+            # job moved between equally fast machines only loses another cold start.
+            c = cur_c[caught]
+            here_h = fin[np.arange(caught.size), c]
+            soonest = np.min(np.where(od[caught], fin, np.inf), axis=1)
+            on_od_in_time = holding[caught] & ~spot[c] & ((here_h <= t_left) | (here_h <= soonest))
+            acts = ~on_od_in_time & (net_choice != current[caught])
+            for i, o in zip(caught[acts].tolist(), net_choice[acts].tolist(), strict=True):
+                chosen[i] = Intent(o, f"safety net: slack {slack[i]:.2f} h")
 
         # Waiting for a spot offer that is down now: the same utility, per hour of the wait
         # and the stay that follows (`outage` hours expected, from the offer's own history).
-        wait_u = np.full(js.size, -np.inf)
-        idle = np.flatnonzero(~holding)  # a running job weighs staying against moving
+        wait_u: FloatArray | None = None  # None: no job waits (the same as -inf for all)
+        idle = pl.idle  # a running job weighs staying against moving
         if self.wait_for_spot and outage is not None and idle.size:
+            wait_u = np.full(js.size, -np.inf)
             down = usable[idle] & spot[None, :] & (capacity[None, :] < inst[idle])
-            with np.errstate(divide="ignore", invalid="ignore"):
-                fresh_finish = fresh_startup[idle] + remaining[idle, None] / rate[idle]
-                down &= outage[None, :] + fresh_finish <= time_left[idle, None]
+            fresh_finish = fresh_startup[idle] + remaining[idle, None] / rate[idle]
+            down &= outage[None, :] + fresh_finish <= time_left[idle, None]
             if down.any():
                 back_in = fresh_startup[idle]
                 after = np.maximum(np.minimum(lifetime[None, :], fresh_finish), tick_h)
@@ -322,25 +297,29 @@ class Heliotrope:
                 hours_w = (1.0 - q_back) * after + q_back * np.minimum(
                     np.maximum(back_in, tick_h), after
                 )
-                with np.errstate(invalid="ignore"):
-                    gain = (
-                        (1.0 - q_back)
-                        * value[idle, None]
-                        * rate[idle]
-                        * np.maximum(after - back_in, 0.0)
-                    )
-                    u_w = (gain - hourly[idle] * hours_w - egress[idle]) / (
-                        outage[None, :] + hours_w
-                    )
+                gain = (
+                    (1.0 - q_back)
+                    * value[idle, None]
+                    * rate[idle]
+                    * np.maximum(after - back_in, 0.0)
+                )
+                u_w = (gain - hourly[idle] * hours_w - egress[idle]) / (outage[None, :] + hours_w)
                 wait_u[idle] = np.max(np.where(down & np.isfinite(u_w), u_w, -np.inf), axis=1)
 
         order = np.argsort(slack, kind="stable")
-        chosen: dict[int, Intent] = {}
-        for i in np.flatnonzero(net & ~on_od_in_time & (net_choice != current)).tolist():
-            chosen[i] = Intent(int(net_choice[i]), f"safety net: slack {slack[i]:.2f} h")
-        for i, target in self._serve(
-            order[~net[order]], utility, inst, spot, capacity, holding, cur_c, priced, wait_u
-        ):
+        served = self._serve(
+            order[~net[order]],
+            utility,
+            inst,
+            spot,
+            capacity,
+            holding,
+            cur_c,
+            mk.priced,
+            wait_u,
+            masked=True,
+        )
+        for i, target in served:
             if target is None:
                 cur_u = utility[i, cur_c[i]]
                 chosen[i] = Intent(None, f"pause: staying loses {-cur_u:.2f} $/h of value")
@@ -352,6 +331,8 @@ class Heliotrope:
                         f"stay {stay[i, target]:.1f} h)"
                     ),
                 )
+        if not chosen:
+            return Decision({})
         # Least slack first, as the jobs were served.
         return Decision({int(js[i]): chosen[i] for i in order.tolist() if i in chosen})
 
@@ -366,51 +347,125 @@ class Heliotrope:
         cur: IntArray,
         priced: BoolArray,
         wait_u: FloatArray | None = None,
+        *,
+        masked: bool = False,
     ) -> list[tuple[int, int | None]]:
         """Jobs `queue` (rows, least slack first) take the best option left, spot slots one
         by one: (row, offer to go to, or None to pause) for each job that acts.
 
         Exactly the one-job-at-a-time rule, run on blocks: a block's choices stand up to the
         first job whose spot slot the jobs before it in the block already took; that job
-        is served again with the slots that are left."""
+        is served again with the slots that are left. `masked`: `utility` is already
+        -inf wherever a spot slot of `capacity` is short, except where a job runs (as
+        `__call__` builds it), so the first block, which sees all of `capacity`, reads it
+        as it is."""
         out: list[tuple[int, int | None]] = []
         free = capacity.copy()
         n_o = capacity.size
         start, block = 0, queue.size
-        while start < queue.size:
-            rows = queue[start : start + block]
-            n = rows.size
-            k = np.arange(n)
-            u = np.where(spot[None, :] & (free[None, :] < inst[rows]), -np.inf, utility[rows])
-            h = holding[rows]
-            c = cur[rows]
-            cur_u = utility[rows, c]
-            u[k[h], c[h]] = cur_u[h]  # staying needs no new slot
-            best = np.argmax(u, axis=1)
-            best_u = u[k, best]
-            with np.errstate(invalid="ignore"):
+        with np.errstate(invalid="ignore"):
+            while start < queue.size:
+                rows = queue[start : start + block]
+                n = rows.size
+                k = np.arange(n)
+                h = holding[rows]
+                c = cur[rows]
+                cur_u = utility[rows, c]
+                if masked and start == 0:
+                    u = utility[rows]
+                else:
+                    u = np.where(
+                        spot[None, :] & (free[None, :] < inst[rows]), -np.inf, utility[rows]
+                    )
+                    u[k[h], c[h]] = cur_u[h]  # staying needs no new slot
+                best = np.argmax(u, axis=1)
+                best_u = u[k, best]
                 clearly = ~(best_u <= cur_u + self.hysteresis * np.abs(cur_u) + 1e-9)
-            leave = h & priced[c] & (best != c) & clearly
-            go = (leave | ~h) & (best_u > 0.0) & np.isfinite(best_u)
-            if wait_u is not None:
-                go &= h | (best_u > wait_u[rows])  # an idle job may rather wait for a return
-            pause = leave & (best_u <= 0.0) & (cur_u < 0.0)
-            take = np.where(go & spot[best], inst[rows, best], 0)
-            done = n
-            if take.any():
-                total = np.bincount(best, weights=take, minlength=n_o)
-                short = np.flatnonzero(total > free)
-                if short.size:  # some slot is taken twice: where does the block break?
-                    demand = np.where(best[:, None] == short[None, :], take[:, None], 0)
-                    over = (np.cumsum(demand, axis=0) > free[short][None, :]).any(axis=1)
-                    done = int(np.argmax(over))  # >= 1: the first row saw the true slots
-                    total = np.bincount(best[:done], weights=take[:done], minlength=n_o)
-                free -= total
-            for r in np.flatnonzero(go[:done] | pause[:done]).tolist():
-                out.append((int(rows[r]), int(best[r]) if go[r] else None))
-            start += done
-            block = min(queue.size - start, 2 * done)
+                leave = h & priced[c] & (best != c) & clearly
+                go = (leave | ~h) & (best_u > 0.0) & np.isfinite(best_u)
+                if wait_u is not None:
+                    go &= h | (best_u > wait_u[rows])  # an idle job may rather wait for a return
+                pause = leave & (best_u <= 0.0) & (cur_u < 0.0)
+                take = np.where(go & spot[best], inst[rows, best], 0)
+                done = n
+                if take.any():
+                    total = np.bincount(best, weights=take, minlength=n_o)
+                    short = np.flatnonzero(total > free)
+                    if short.size:  # some slot is taken twice: where does the block break?
+                        demand = np.where(best[:, None] == short[None, :], take[:, None], 0)
+                        over = (np.cumsum(demand, axis=0) > free[short][None, :]).any(axis=1)
+                        done = int(np.argmax(over))  # >= 1: the first row saw the true slots
+                        total = np.bincount(best[:done], weights=take[:done], minlength=n_o)
+                    free -= total
+                acts = np.flatnonzero(go[:done] | pause[:done])
+                if acts.size:
+                    for r, o, g in zip(
+                        rows[acts].tolist(), best[acts].tolist(), go[acts].tolist(), strict=True
+                    ):
+                        out.append((r, o if g else None))
+                start += done
+                block = min(queue.size - start, 2 * done)
         return out
+
+    # -- cached while their inputs stay the same ------------------------------------------------
+    def _jobs(self, snapshot: Snapshot) -> _Jobs | None:
+        """The active jobs (started, not done) and their static facts; None: no job."""
+        fleet, fit = snapshot.fleet, snapshot.fit
+        phase = fleet.phase.tobytes()
+        cpt = snapshot.carbon_usd_per_tonne
+        memo = self._memo.get("jobs")
+        if memo is not None and memo[0] is fit and memo[1] == cpt and memo[2] == phase:
+            jobs: _Jobs | None = memo[3]
+            return jobs
+        js = np.flatnonzero((fleet.phase >= _FIRST_ACTIVE) & (fleet.phase <= _LAST_ACTIVE))
+        if js.size == 0:
+            jobs = None
+        elif memo is not None and memo[0] is fit and memo[1] == cpt and memo[4] == js.tobytes():
+            jobs = memo[3]
+        else:
+            jobs = _Jobs.of(fit, js, cpt)
+        self._memo["jobs"] = (fit, cpt, phase, jobs, js.tobytes())
+        return jobs
+
+    def _market(
+        self, snapshot: Snapshot, jobs: _Jobs, spot: BoolArray, carbon: FloatArray | None
+    ) -> _Market:
+        price = snapshot.usd_per_hour
+        key = (price.tobytes(), None if carbon is None else carbon.tobytes())
+        memo = self._memo.get("market")
+        if memo is not None and memo[0] is jobs and memo[1] is spot and memo[2] == key:
+            market: _Market = memo[3]
+            return market
+        market = _Market.of(jobs, snapshot.fit, price, spot, carbon, self.net_price_factor)
+        self._memo["market"] = (jobs, spot, key, market)
+        return market
+
+    def _placed(self, snapshot: Snapshot, jobs: _Jobs, spot: BoolArray) -> _Placed:
+        fleet = snapshot.fleet
+        current = fleet.offer[jobs.js]
+        src = fleet.checkpoint_offer[jobs.js]
+        key = (current.tobytes(), src.tobytes())
+        egress_pg, transfer_h_per_gb = self._move_matrices(snapshot)
+        memo = self._memo.get("placed")
+        if memo is not None and memo[0] is jobs and memo[1] is egress_pg and memo[2] == key:
+            placed: _Placed = memo[3]
+            return placed
+        placed = _Placed.of(jobs, current, src, egress_pg, transfer_h_per_gb)
+        self._memo["placed"] = (jobs, egress_pg, key, placed)
+        return placed
+
+    def _fallback(self, market: _Market, placed: _Placed) -> tuple[FloatArray, FloatArray]:
+        """Per job: the cold start and transfer of a fresh launch on the fastest on-demand
+        offer, and on the safety net's offer."""
+        memo = self._memo.get("fallback")
+        if memo is not None and memo[0] is market and memo[1] is placed:
+            result: tuple[FloatArray, FloatArray] = memo[2]
+            return result
+        fresh = placed.fresh_startup
+        d_fast = np.min(np.where(market.fastest_od, fresh, np.inf), axis=1)
+        result = (d_fast, fresh[market.rows, market.net_ix])
+        self._memo["fallback"] = (market, placed, result)
+        return result
 
     # -- cached per offer set -----------------------------------------------------------------
     def _lifetimes(self, tick_h: float) -> LifetimeTracker:
@@ -441,3 +496,190 @@ class Heliotrope:
             self._memo[key] = move_matrices(snapshot.offers, snapshot.settings)
         result: tuple[FloatArray, FloatArray] = self._memo[key]
         return result
+
+
+def _frozen(*arrays: np.ndarray) -> None:
+    for a in arrays:
+        a.flags.writeable = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Jobs:
+    """The active jobs' static facts (rows of `js`), while the same jobs are active."""
+
+    js: IntArray
+    rows: IntArray
+    rate: FloatArray
+    inst: IntArray
+    allowed: BoolArray
+    cold_start_h: FloatArray
+    size_gb: FloatArray
+    work_gpu_h: FloatArray
+    deadline_s: FloatArray
+    budget: FloatArray
+    has_budget: bool
+    carbon_prices: FloatArray
+    carbon_priced: bool
+
+    @staticmethod
+    def of(fit: JobOfferFit, js: IntArray, carbon_usd_per_tonne: float) -> _Jobs:
+        rate = fit.rate[js]
+        budget = fit.budget_usd[js]
+        carbon_prices = fit.carbon_prices(js, carbon_usd_per_tonne)
+        jobs = _Jobs(
+            js=js,
+            rows=np.arange(js.size),
+            rate=rate,
+            inst=fit.instances[js],
+            allowed=rate > 0,
+            cold_start_h=fit.cold_start_h[js],
+            size_gb=fit.checkpoint_size_gb[js],
+            work_gpu_h=fit.work_gpu_h[js],
+            deadline_s=fit.deadline_s[js],
+            budget=budget,
+            has_budget=bool(np.isfinite(budget).any()),
+            carbon_prices=carbon_prices,
+            carbon_priced=bool((carbon_prices > 0).any()),
+        )
+        _frozen(jobs.js, jobs.rate, jobs.inst, jobs.allowed, jobs.budget)
+        return jobs
+
+
+@dataclass(frozen=True, slots=True)
+class _Market:
+    """What depends on the active jobs and the prices (and the carbon signal, where it is
+    priced) only: per unit of progress, the cheapest spot and on-demand options, the
+    fastest on-demand one and the safety net's."""
+
+    rows: IntArray
+    priced: BoolArray
+    hourly: FloatArray
+    per_progress: FloatArray
+    usable: BoolArray
+    od: BoolArray
+    c_od: FloatArray
+    od_finite: BoolArray
+    cheap: IntArray
+    c_low: FloatArray
+    spread: FloatArray  # c_od - c_low
+    r_fast: FloatArray
+    r_fast_pos: BoolArray
+    fastest_od: BoolArray  # on-demand offers as fast as the fastest
+    r_low_pos: BoolArray
+    r_min: FloatArray  # min(r_low, r_fast)
+    net_ix: IntArray
+    r_net: FloatArray
+    r_net_pos: BoolArray
+    fastest: IntArray
+
+    @staticmethod
+    def of(
+        jobs: _Jobs,
+        fit: JobOfferFit,
+        price: FloatArray,
+        spot: BoolArray,
+        carbon: FloatArray | None,
+        net_price_factor: float,
+    ) -> _Market:
+        rows, rate, inst = jobs.rows, jobs.rate, jobs.inst
+        priced = np.isfinite(price)
+        hourly = price[None, :] * inst
+        if carbon is not None:
+            kwh_per_hour = fit.power_kw[jobs.js] * fit.pue[None, :]
+            hourly = hourly + carbon_usd(kwh_per_hour, carbon[None, :], jobs.carbon_prices[:, None])
+        per_progress = hourly / rate
+        usable = jobs.allowed & priced[None, :]
+        per_progress[~usable] = np.inf
+        od = (~spot)[None, :] & usable
+        od_pp = np.where(od, per_progress, np.inf)
+        c_od = od_pp.min(axis=1)
+        cheap = np.argmin(np.where(spot[None, :], per_progress, np.inf), axis=1)
+        c_low = per_progress[rows, cheap]
+        c_low = np.where(np.isfinite(c_low), np.minimum(c_low, c_od), c_od)
+        r_fast = np.where(od, rate, 0.0).max(axis=1)
+        r_low = np.where(np.isfinite(c_low) & (c_low < c_od), rate[rows, cheap], r_fast)
+        fair = od & (od_pp <= net_price_factor * c_od[:, None])
+        tie = rate - 1e-9 * per_progress  # the fastest, the cheaper of equals
+        net_ix = np.argmax(np.where(fair, tie, -np.inf), axis=1)
+        r_net = rate[rows, net_ix]
+        market = _Market(
+            rows=rows,
+            priced=priced,
+            hourly=hourly,
+            per_progress=per_progress,
+            usable=usable,
+            od=od,
+            c_od=c_od,
+            od_finite=np.isfinite(c_od),
+            cheap=cheap,
+            c_low=c_low,
+            spread=c_od - c_low,
+            r_fast=r_fast,
+            r_fast_pos=r_fast > 0,
+            fastest_od=od & (rate >= r_fast[:, None]),
+            r_low_pos=r_low > 0,
+            r_min=np.minimum(r_low, r_fast),
+            net_ix=net_ix,
+            r_net=r_net,
+            r_net_pos=r_net > 0,
+            fastest=np.argmax(np.where(od, tie, -np.inf), axis=1),
+        )
+        _frozen(market.hourly, market.per_progress, market.usable, market.od)
+        return market
+
+
+@dataclass(frozen=True, slots=True)
+class _Placed:
+    """What depends on where the active jobs run and where their checkpoints lie: the
+    egress and start-up of each option (staying: none, before the start-up left)."""
+
+    current: IntArray
+    holding: BoolArray
+    cur_c: IntArray  # a valid column for every row; use with `holding`
+    hj: IntArray  # rows that hold an offer
+    hc: IntArray  # and the offer each holds
+    hold_js: IntArray
+    idle: IntArray
+    egress_pg: FloatArray
+    egress: FloatArray
+    fresh_startup: FloatArray  # a new launch, even in place
+    startup: FloatArray  # staying costs no start-up (the start-up left is added per tick)
+
+    @staticmethod
+    def of(
+        jobs: _Jobs,
+        current: IntArray,
+        src: IntArray,
+        egress_pg: FloatArray,
+        transfer_h_per_gb: FloatArray,
+    ) -> _Placed:
+        holding = current >= 0
+        hj = jobs.rows[holding]
+        hc = current[holding]
+        size = jobs.size_gb
+        no_ckpt = src < 0
+        src_row = np.maximum(src, 0)
+        egress = egress_pg[src_row] * size[:, None]
+        transfer = transfer_h_per_gb[src_row] * size[:, None]
+        if no_ckpt.any():
+            egress[no_ckpt] = 0.0
+            transfer[no_ckpt] = 0.0
+        fresh_startup = jobs.cold_start_h[:, None] + transfer
+        startup = fresh_startup.copy()
+        startup[hj, hc] = 0.0
+        egress[hj, hc] = 0.0
+        placed = _Placed(
+            current=current,
+            holding=holding,
+            cur_c=np.maximum(current, 0),
+            hj=hj,
+            hc=hc,
+            hold_js=jobs.js[hj],
+            idle=np.flatnonzero(~holding),
+            egress_pg=egress_pg,
+            egress=egress,
+            fresh_startup=fresh_startup,
+            startup=startup,
+        )
+        _frozen(placed.egress, placed.fresh_startup, placed.startup)
+        return placed

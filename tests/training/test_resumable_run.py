@@ -150,12 +150,13 @@ def test_a_notice_checkpoints_at_once(store: CheckpointStore, exit_on_preemption
     assert ref.step == 5 and store.metadata(ref)["reason"] == "preemption"
 
 
+@pytest.mark.parametrize("reported_first", [True, False])
 def test_the_checkpoint_a_notice_takes_is_reported_kept(
-    store: CheckpointStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store: CheckpointStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reported_first: bool
 ) -> None:
     """The controller counts kept what the progress file says: the checkpoint taken on a
     notice is in it, not only the last one the job reported (the live run then keeps what
-    the preemption really kept)."""
+    the preemption really kept). With no report before, no total is known: nothing."""
     from orchestrator.training.progress import report_progress
 
     progress = tmp_path / "progress.json"
@@ -164,29 +165,20 @@ def test_the_checkpoint_a_notice_takes_is_reported_kept(
     model, opt, sched, run = make(store, every_steps=2, exit_on_preemption=False)
     run.restore()
     data = train(run, model, opt, sched, 0, 4, {"position": 0, "seen": []})
-    report_progress(4, 20, checkpoint_step=run.last_checkpoint.step if run.last_checkpoint else 0)
-    assert json.loads(progress.read_text())["checkpoint_fraction"] == pytest.approx(4 / 20)
+    if reported_first:
+        kept = run.last_checkpoint.step if run.last_checkpoint else 0
+        report_progress(4, 20, checkpoint_step=kept)
+        assert json.loads(progress.read_text())["checkpoint_fraction"] == pytest.approx(4 / 20)
     run.notify_preemption(PreemptionNotice("local"))
     train(run, model, opt, sched, 4, 5, data)
     assert run.preempted is not None and run.last_checkpoint is not None
     assert run.last_checkpoint.step == 5
+    if not reported_first:
+        assert not progress.exists()
+        return
     report = json.loads(progress.read_text())
     assert report["checkpoint_fraction"] == pytest.approx(5 / 20)
     assert report["step"] == 5 and report["fraction"] == pytest.approx(5 / 20)
-
-
-def test_a_notice_reports_nothing_without_a_progress_report_first(
-    store: CheckpointStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    progress = tmp_path / "elsewhere.json"
-    monkeypatch.setenv("HELIOTROPE_PROGRESS_FILE", str(progress))
-    seed_all(0)
-    model, opt, sched, run = make(store, every_steps=100, exit_on_preemption=False)
-    run.restore()
-    data = train(run, model, opt, sched, 0, 2, {"position": 0, "seen": []})
-    run.notify_preemption(PreemptionNotice("local"))
-    train(run, model, opt, sched, 2, 3, data)
-    assert run.preempted is not None and not progress.exists()  # no total known: nothing
 
 
 def test_sigterm_and_sigusr1_are_notices_while_the_run_lives(store: CheckpointStore) -> None:

@@ -24,6 +24,10 @@ import numpy as np
 
 from orchestrator.model import BoolArray, FloatArray
 
+# Rows of `LifetimeTracker._sums`: uptime, ends, downtime, returns, young ends.
+_NUMERATORS = np.array([2, 4, 0])  # downtime, young ends, uptime
+_DENOMINATORS = np.array([3, 3, 1])  # returns, returns, ends
+
 
 def _sums(
     available: FloatArray, tick_h: float, halflife_h: float
@@ -89,6 +93,8 @@ class LifetimeTracker:
     _sums: FloatArray = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
     _up: BoolArray = field(default_factory=lambda: np.zeros(0, dtype=bool), repr=False)
     _age: FloatArray = field(default_factory=lambda: np.zeros(0), repr=False)
+    _priors: tuple[tuple[float, float], FloatArray] | None = field(default=None, repr=False)
+    _columns: tuple[tuple[float, float], FloatArray, int] | None = field(default=None, repr=False)
 
     def __call__(self, history: Any) -> FloatArray:
         grid, tick = getattr(history, "grid", None), getattr(history, "tick", None)
@@ -104,21 +110,52 @@ class LifetimeTracker:
             for row in rows:
                 self._step(row)
         self._grid, self._tick = grid, (tick if tick is not None else -1)
-        uptime, ends, downtime, returns, young_ends = self._sums
-        self.outage_h = (downtime + self.outage_prior_h) / (returns + 1.0)
+        # (downtime + outage prior, young ends + 0.5, uptime + prior) over (returns + 1,
+        # returns + 1, ends + 1): outage_h, young_death, lifetime
+        key = (self.outage_prior_h, self.prior_hours)
+        if self._priors is None or self._priors[0] != key:
+            self._priors = (key, np.array([[self.outage_prior_h], [0.5], [self.prior_hours]]))
+        priors = self._priors[1]
+        ratio = (self._sums[_NUMERATORS] + priors) / (self._sums[_DENOMINATORS] + 1.0)
+        self.outage_h, self.young_death = ratio[0], ratio[1]
         self.age_h = self._age * self.tick_h
-        self.young_death = (young_ends + 0.5) / (returns + 1.0)
-        result: FloatArray = (uptime + self.prior_hours) / (ends + 1.0)
+        result: FloatArray = ratio[2]
         return result
 
     def _step(self, now: BoolArray) -> None:
-        """Weighted sums move on by one row (`now`: available per offer)."""
+        """Weighted sums move on by one row (`now`: available per offer).
+
+        Each offer adds one of a few fixed columns (uptime, end, downtime, return, young
+        end), chosen by (up before, up now, young before): one table look-up."""
         decay = 0.5 ** (self.tick_h / self.halflife_h) if self.halflife_h > 0 else 1.0
-        ended = self._up & ~now
-        young = ended & (self._age * self.tick_h <= self.young_h + 1e-9)
+        table, young_age = self._table()
+        # A run younger than `young_h` (age * tick_h <= young_h + 1e-9) is one of at most
+        # `young_age` ticks; wherever an offer was up its age is >= 1, so with
+        # `young_age` 0 no end is young.
+        young: Any = 0 if young_age < 1 else (self._age <= young_age).view(np.int8)
         self._sums *= decay
-        self._sums += np.stack(
-            [now * self.tick_h, ended, ~now * self.tick_h, ~self._up & now, young]
-        )
-        self._age = np.where(now, self._age + 1.0, 0.0)
+        self._sums += table[:, self._up.view(np.int8), now.view(np.int8), young]
+        age = self._age + 1.0
+        age *= now  # 0 where down
+        self._age = age
         self._up = now
+
+    def _table(self) -> tuple[FloatArray, int]:
+        """[sum, up before, up now, young before] -> what the step adds; and the oldest age
+        (in ticks) that is young."""
+        key = (self.tick_h, self.young_h)
+        if self._columns is None or self._columns[0] != key:
+            t = self.tick_h
+            table = np.zeros((5, 2, 2, 2))
+            table[:, 0, 0] = np.array([0.0, 0.0, t, 0.0, 0.0])[:, None]  # still down
+            table[:, 0, 1] = np.array([t, 0.0, 0.0, 1.0, 0.0])[:, None]  # back
+            table[:, 1, 0, 0] = [0.0, 1.0, t, 0.0, 0.0]  # a run ends
+            table[:, 1, 0, 1] = [0.0, 1.0, t, 0.0, 1.0]  # a young run ends
+            table[:, 1, 1] = np.array([t, 0.0, 0.0, 0.0, 0.0])[:, None]  # still up
+            young_age = -1
+            while (young_age + 1) * self.tick_h <= self.young_h + 1e-9:
+                young_age += 1
+                if young_age > 1_000_000:
+                    break
+            self._columns = (key, table, young_age)
+        return self._columns[1], self._columns[2]

@@ -327,7 +327,7 @@ def first_parting(live: Sequence[Event], replayed: Sequence[Event]) -> str | Non
     then = (
         f"{other_name} launched it at {_clock(later[0][0])} on {later[0][1]}"
         if later
-        else f"{other_name} launched it there no later"
+        else f"{other_name} did not launch it again after that"
     )
     return f"They first part at {_clock(t)}: {side} launched {job} on {offer}; {then}."
 

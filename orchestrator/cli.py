@@ -226,7 +226,9 @@ def _add_fleet_commands(sub: Any) -> None:
     mg.set_defaults(handler=_migrate)
 
     lg = sub.add_parser(
-        "logs", help="a job's output (local world: its current or last instance's stdout.log)"
+        "logs",
+        help="a job's output, of its current or last instance: local world, its stdout.log; "
+        "AWS, its EC2 console output; GCP, its serial port 1",
     )
     lg.add_argument("job")
     lg.add_argument(

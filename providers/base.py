@@ -24,8 +24,9 @@ class Capability(StrEnum):
     """What an adapter can do beyond the contract's six methods, as `capabilities()` says.
 
     The optional methods are declared by the protocols below and reached through
-    `priced`, `with_capacity` and `preemptible` (never by `getattr`): an adapter that
-    lists a capability has the method; one that does not is never asked.
+    `priced`, `with_capacity`, `preemptible`, `acknowledging` and `with_logs` (never by
+    `getattr`): an adapter that lists a capability has the method; one that does not is
+    never asked.
     """
 
     SPOT = "spot"
@@ -36,6 +37,7 @@ class Capability(StrEnum):
     CAPACITY = "capacity"  # `capacity()`: instances of each offer obtainable now
     PREEMPT = "preempt"  # `preempt(id, notice_s)`: take an instance away (local, tests)
     ACKNOWLEDGE = "acknowledge"  # final events repeat until `acknowledge(events)` (local)
+    LOGS = "logs"  # `console_output(id)`: the instance's console text so far (AWS, GCP)
 
 
 class InstanceState(StrEnum):
@@ -199,4 +201,25 @@ class AcknowledgingProvider(ComputeProvider, Protocol):
 def acknowledging(provider: ComputeProvider) -> AcknowledgingProvider | None:
     if Capability.ACKNOWLEDGE in provider.capabilities():
         return cast(AcknowledgingProvider, provider)
+    return None
+
+
+class LogsProvider(ComputeProvider, Protocol):
+    """`Capability.LOGS`: the console text of an instance it launched.
+
+    `console_output(instance_id)` is what the instance wrote to its console so far (EC2
+    console output, the GCE serial port 1), as the cloud keeps it: cumulative, the newest
+    part when the cloud keeps only a window of it (EC2: the last 64 KB). For a gang, the
+    text of its first node (rank 0, whose id is the gang's): the nodes' texts are not
+    interleaved, so each read extends the last. "" when there is none yet. An id that is not
+    an instance of the adapter's cluster raises `InputError` (nothing of another's is read);
+    a failing cloud call raises `TransientError` or `PermanentError`.
+    """
+
+    def console_output(self, instance_id: InstanceId) -> str: ...
+
+
+def with_logs(provider: ComputeProvider) -> LogsProvider | None:
+    if Capability.LOGS in provider.capabilities():
+        return cast(LogsProvider, provider)
     return None

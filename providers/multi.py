@@ -17,6 +17,10 @@ what the call is about, and never hands an adapter something another adapter rep
   instance it did not report. (Each adapter checks ownership again by its own tags or
   labels.)
 - `list_instances` and `poll_events` are merged; events in time order.
+- `console_output` (`Capability.LOGS`, listed when one adapter has it) goes to the adapter
+  that reported the id, found as for `terminate`. An id still unclaimed (an instance gone
+  since) is asked of each adapter that reads consoles: reading ends nothing, and each
+  adapter reads only instances of its own cluster.
 
 Failures: a failing adapter must not blind the controller to the others where that is
 safe. `offers` and `poll_events` skip an adapter that raises a `HeliotropeError` (logged;
@@ -46,6 +50,7 @@ from providers.base import (
     Quote,
     priced,
     with_capacity,
+    with_logs,
 )
 
 logger = logging.getLogger(__name__)
@@ -262,6 +267,51 @@ class MultiProvider:
             raise first_error
         events.sort(key=lambda e: e.time_s)  # stable: each adapter's order is kept
         return events
+
+    def console_output(self, instance_id: InstanceId) -> str:
+        """The console text of `instance_id`, from the adapter that reported it. An id no
+        adapter reported (a gone instance is no longer listed) is asked of each adapter
+        that reads consoles: each reads only its own cluster's instances and refuses the
+        rest (`InputError`), so at most one answers; reading changes nothing."""
+        with self._lock:
+            known = instance_id in self._owner or instance_id in self._ambiguous
+        if not known:
+            self._learn()
+        if instance_id in self._ambiguous:
+            raise InputError(
+                "providers",
+                "instance",
+                "an id one provider reported",
+                got=f"{instance_id} (two did)",
+            )
+        cloud = self.owner_of(instance_id)
+        if cloud is not None:
+            reading = with_logs(self._by_cloud[cloud])
+            if reading is None:
+                raise InputError(
+                    "providers",
+                    cloud,
+                    "a provider that reads instance consoles (aws, gcp)",
+                    got=f"{cloud}, which does not",
+                    fix=f"read {instance_id}'s output with {cloud}'s own tools",
+                )
+            return reading.console_output(instance_id)
+        refusals: list[str] = []
+        for name, p in self._by_cloud.items():
+            reading = with_logs(p)
+            if reading is None:
+                continue
+            try:
+                return reading.console_output(instance_id)
+            except InputError as exc:
+                refusals.append(f"{name}: {exc}")
+        raise InputError(
+            "providers",
+            "instance",
+            f"an instance of this cluster on {', '.join(self._by_cloud)}",
+            got=f"{instance_id}" + (f" ({'; '.join(refusals)})" if refusals else ""),
+            fix="`heliotrope events JOB` names the instances Heliotrope launched",
+        )
 
     # -- internals ------------------------------------------------------------------------
     def _learn(self) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from orchestrator import units
 from orchestrator.costs import move_cost
-from orchestrator.errors import InputError, TransientError
+from orchestrator.errors import HeliotropeError, InputError, TransientError
 from orchestrator.jobs import load_jobs
 from orchestrator.live.controller import CANCELLED, LiveController
 from orchestrator.live.fleet_lock import FleetLock
@@ -38,6 +38,7 @@ from orchestrator.model import (
 from orchestrator.state import LoadedFleet, StateStore
 from policies.base import Policy, Snapshot
 from policies.registry import make_policy
+from providers.base import LogsProvider, with_logs
 
 MIGRATE_TRIES = 5  # ticks `migrate` tries while a running controller's commits win the race
 
@@ -622,6 +623,9 @@ CLOUD_LOGS = (
     "compute instances get-serial-port-output NAME --zone ZONE` (the instance of "
     "each launch: `heliotrope events JOB`)"
 )
+LOCAL_POLL_S = 0.5  # `logs --follow`: how often a local stdout.log is read
+CLOUD_POLL_S = 5.0  # ... and a cloud console (an API call each; clouds refresh it slowly)
+OVERLAP_ANCHOR = 256  # characters of the last read looked for in the next (`console_suffix`)
 
 
 def _log_instance(store: StateStore, job_id: str) -> str | None:
@@ -637,12 +641,14 @@ def _log_instance(store: StateStore, job_id: str) -> str | None:
 
 def log_file(world: World, store: StateStore, job_id: str) -> tuple[str, Path] | None:
     """(instance, its stdout.log) of the job's current or last instance; None if it has
-    not run. Only the local world keeps job output (`InputError` elsewhere)."""
+    not run. Only the local world keeps job output in files (`InputError` elsewhere; a
+    clouds world whose provider reads consoles is read by `logs` through it)."""
     if world.local is None:
         raise InputError(
             "",
             "logs",
-            "a local world (world: local in config.yaml)",
+            "a local world (world: local in config.yaml), or providers that read "
+            "instance consoles (aws, gcp)",
             got=f"world: {world.settings.world}, whose job output stays on the cloud",
             fix=CLOUD_LOGS,
         )
@@ -653,22 +659,110 @@ def log_file(world: World, store: StateStore, job_id: str) -> tuple[str, Path] |
     return (instance, where / "stdout.log") if where is not None else None
 
 
+def console_suffix(seen: str, text: str) -> str:
+    """What a console read `text` adds to the last read `seen`. A console is cumulative,
+    but a cloud keeps only its newest part (EC2: 64 KB; Compute Engine: 1 MB), so a read
+    may have lost the start of the last one: the new text is what follows the longest end
+    of `seen` that `text` begins with (found by the last `OVERLAP_ANCHOR` characters of
+    `seen`). A read inside the last one adds nothing; one that shares no such end with it
+    (the window moved past all of it, or the instance rebooted) is new as a whole."""
+    if text.startswith(seen):
+        return text[len(seen) :]
+    if text in seen:
+        return ""
+    anchor = seen[-OVERLAP_ANCHOR:]
+    end = len(text)
+    while (at := text.rfind(anchor, 0, end)) >= 0:
+        k = at + len(anchor)
+        if seen.endswith(text[:k]):
+            return text[k:]
+        end = k - 1
+    return text
+
+
+class _Tail:
+    """The output of one instance of the job, read as it grows: `read()` returns what is
+    new since the last read; `drained()`, whether nothing is left to read."""
+
+    def read(self) -> str:
+        raise NotImplementedError
+
+    def drained(self) -> bool:
+        raise NotImplementedError
+
+
+class _FileTail(_Tail):
+    """A local instance's stdout.log, read from the last byte read."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset = path, 0
+
+    def read(self) -> str:
+        if not self.path.is_file():
+            return ""
+        with self.path.open("rb") as f:
+            f.seek(self.offset)
+            chunk = f.read()
+        self.offset += len(chunk)
+        return chunk.decode("utf-8", errors="replace")
+
+    def drained(self) -> bool:
+        return _drained(self.path, self.offset)
+
+
+class _ConsoleTail(_Tail):
+    """A cloud instance's console (`Capability.LOGS`): each read is the whole text the
+    cloud keeps, of which only what follows the last read is new (`console_suffix`)."""
+
+    def __init__(self, provider: LogsProvider, instance: str) -> None:
+        self.provider, self.instance, self.seen = provider, instance, ""
+
+    def read(self) -> str:
+        text = self.provider.console_output(self.instance)
+        new = console_suffix(self.seen, text)
+        self.seen = text
+        return new
+
+    def drained(self) -> bool:
+        return True  # read once more after the job ended: nothing is known to be left
+
+
+def _log_tail(world: World, store: StateStore, job_id: str) -> tuple[str, _Tail] | None:
+    """(instance, its output) of the job's current or last instance; None if it has not
+    run. The local world reads stdout.log files; a clouds world reads consoles through a
+    provider with `Capability.LOGS`; any other raises `InputError` (see `log_file`)."""
+    if world.local is None:
+        reader = with_logs(world.provider)
+        if reader is not None:
+            instance = _log_instance(store, job_id)
+            return (instance, _ConsoleTail(reader, instance)) if instance else None
+    found = log_file(world, store, job_id)
+    return (found[0], _FileTail(found[1])) if found is not None else None
+
+
 def logs(
     job_id: str,
     write: Any,
     *,
     follow: bool = False,
-    poll_s: float = 0.5,
+    poll_s: float | None = None,
     max_s: float | None = None,
 ) -> int:
-    """Write the job's output (`write(text)`); with `follow`, keep writing what it adds,
-    across its later instances, until the job is done or cancelled (or `max_s` wall
-    seconds, or Ctrl-C). Returns the bytes written."""
+    """Write the job's output (`write(text)`): a local instance's stdout.log, a cloud
+    instance's console (EC2 console output, GCE serial port 1). With `follow`, keep writing
+    what it adds, across its later instances, until the job is done or cancelled (or `max_s`
+    wall seconds, or Ctrl-C), reading every `poll_s` seconds (default: `LOCAL_POLL_S`, or
+    `CLOUD_POLL_S` for a console). A console that cannot be read while following (the
+    instance is gone, the cloud fails) is said once in a line and read again later; without
+    `follow` the error is raised. Returns the bytes (UTF-8) written."""
     import time
 
     world = configured_world()
     store = world.open_store()
-    found = log_file(world, store, job_id)
+    cloud = world.local is None
+    if poll_s is None:
+        poll_s = CLOUD_POLL_S if cloud else LOCAL_POLL_S
+    found = _log_tail(world, store, job_id)
     if found is None and not follow:
         raise InputError(
             "",
@@ -678,35 +772,48 @@ def logs(
             fix="see `heliotrope status`; or `logs --follow` to wait",
         )
     started = time.monotonic()
-    written, offset, current = 0, 0, None
+    written, current, tail = 0, None, None
+    unreadable: set[str] = set()  # instances whose console failed (said once each)
     while True:
+        over = follow and _logs_over(store, job_id)  # before the read: it gets the last text
         if found is not None:
-            instance, path = found
+            instance, fresh = found
             if instance != current:
                 if current is not None:
                     write(f"--- {job_id}: now on instance {instance} ---\n")
-                current, offset = instance, 0
-            if path.is_file():
-                with path.open("rb") as f:
-                    f.seek(offset)
-                    chunk = f.read()
-                offset += len(chunk)
-                if chunk:
-                    write(chunk.decode("utf-8", errors="replace"))
-                    written += len(chunk)
+                current, tail = instance, fresh
+            assert tail is not None
+            try:
+                chunk = tail.read()
+            except HeliotropeError as exc:
+                if not follow:
+                    raise
+                if over:  # the job ended and its instance went with its console
+                    return written
+                if instance not in unreadable:
+                    unreadable.add(instance)
+                    write(f"--- {job_id}: cannot read the console of {instance}: {exc} ---\n")
+                chunk = ""
+            if chunk:
+                write(chunk)
+                written += len(chunk.encode("utf-8"))
         if not follow:
             return written
-        loaded, _ = store.load()
-        row = loaded.rows.get(job_id)
-        over = (row is not None and row.phase == Phase.DONE) or (
-            loaded.status.get(job_id) == CANCELLED and not (row and row.instance_id)
-        )
-        if over and found is not None and _drained(found[1], offset):
+        if over and (tail is None or tail.drained()):  # never ran (cancelled): nothing
             return written
         if max_s is not None and time.monotonic() - started >= max_s:
             return written
         time.sleep(poll_s)
-        found = log_file(world, store, job_id)
+        found = _log_tail(world, store, job_id)
+
+
+def _logs_over(store: StateStore, job_id: str) -> bool:
+    """Whether the job is done, or cancelled and off its instance: `--follow` ends."""
+    loaded, _ = store.load()
+    row = loaded.rows.get(job_id)
+    return (row is not None and row.phase == Phase.DONE) or (
+        loaded.status.get(job_id) == CANCELLED and not (row and row.instance_id)
+    )
 
 
 def _drained(path: Path, offset: int) -> bool:

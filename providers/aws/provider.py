@@ -4,9 +4,10 @@ Safety rules (each has a test in tests/providers/aws/):
 - Idempotent launch: a request id is looked up first (an instance tagged
   `heliotrope:request=<id>` in the cluster), and `RunInstances` carries it as its
   `ClientToken`, so a retried or repeated launch never buys a second instance.
-- Ownership: list, terminate and poll see only instances tagged `heliotrope:cluster=<cluster>`.
-  `terminate` first describes the ids it is given, filtered by that tag, and terminates only
-  what comes back; anything else is logged and skipped.
+- Ownership: list, terminate, poll and console output see only instances tagged
+  `heliotrope:cluster=<cluster>`. `terminate` first describes the ids it is given, filtered
+  by that tag, and terminates only what comes back; anything else is logged and skipped
+  (`console_output` refuses it).
 - Errors as data: a launch failure is a `LaunchOutcome(error=ProviderFailure)`, its kind
   mapped in `providers.aws.errors`; other calls raise `AwsTransientError` / `AwsPermanentError`.
   Throttling is retried here, and only here.
@@ -41,6 +42,7 @@ from providers.aws._session import Clients, SessionFactory
 from providers.aws.errors import (
     AwsPermanentError,
     EdgeRetry,
+    error_code,
     failure_of,
     is_aws_error,
     raise_mapped,
@@ -222,6 +224,7 @@ class AwsProvider:
                 Capability.PREEMPTION_NOTICE,
                 Capability.CHECKPOINT_STORE,
                 Capability.PRICES,
+                Capability.LOGS,
             }
         )
 
@@ -551,6 +554,39 @@ class AwsProvider:
             self._reported = {key for key in self._reported if key[0] in seen}
             self._terminated &= seen
         return events
+
+    def console_output(self, instance_id: InstanceId) -> str:
+        """`Capability.LOGS`: what the instance wrote to its console (`GetConsoleOutput`,
+        `Latest=True`: the newest 64 KB, on Nitro instances; older ones give what EC2 last
+        captured), "" while there is none. For a gang, its id is rank 0's: rank 0's text.
+        Only an instance of this cluster is read: the id is described with the cluster tag
+        as a filter first (as `terminate` does); any other raises `InputError`."""
+        for region in self._regions:
+            with _mapped(f"ec2:DescribeInstances {region}"):
+                hits = self._describe(region, cluster=self._cluster, instance_ids=[instance_id])
+            if any(h.id == instance_id and h.cluster == self._cluster for h in hits):
+                return self._console(region, instance_id)
+        raise InputError(
+            "aws provider",
+            "instance",
+            f"an instance of cluster {self._cluster} in {', '.join(self._regions)}",
+            got=instance_id,
+            fix="`heliotrope events JOB` names the instances Heliotrope launched",
+        )
+
+    def _console(self, region: str, instance_id: InstanceId) -> str:
+        ec2 = self._clients.ec2(region)
+        action = f"ec2:GetConsoleOutput {region}"
+        with _mapped(action):
+            try:
+                answer = self._retry(
+                    lambda: ec2.get_console_output(InstanceId=instance_id, Latest=True), action
+                )
+            except Exception as exc:
+                if error_code(exc) != "UnsupportedOperation":  # `Latest`: Nitro instances only
+                    raise
+                answer = self._retry(lambda: ec2.get_console_output(InstanceId=instance_id), action)
+        return answer.get("Output") or ""  # base64 on the wire; botocore decodes it
 
     # -- checkpoint store -------------------------------------------------------------------
     def ensure_checkpoint_bucket(

@@ -14,8 +14,9 @@ How the contract (providers/base.py) is kept:
 - Ownership. An instance is ours when its label `heliotrope-cluster` is our cluster's label
   value, its metadata `heliotrope-cluster` is exactly our cluster and its name is one we
   make. `list_instances` asks Compute Engine for that label only and checks all three again;
-  `terminate` `get`s every instance first and deletes only what passes the check. Nothing
-  else is ever stopped, deleted or relabelled.
+  `terminate` `get`s every instance first and deletes only what passes the check, and so
+  does `console_output` before it reads a serial port. Nothing else is ever stopped,
+  deleted, relabelled or read.
 - Events. `poll_events` reads `compute.instances.preempted` operations in our zones and
   reports each preempted gang once, as PREEMPTED (a gang goes down together: when one
   member is preempted, the gang's job has lost its instance). The provider remembers the
@@ -44,7 +45,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from orchestrator import catalog
 from orchestrator.clock import Clock, SystemClock
-from orchestrator.errors import HeliotropeError, TransientError
+from orchestrator.errors import HeliotropeError, InputError, TransientError
 from orchestrator.model import InstanceId, Market, Offer, OfferId
 from providers.base import (
     Capability,
@@ -210,7 +211,13 @@ class GcpProvider:
     # -- contract ------------------------------------------------------------------------
     def capabilities(self) -> frozenset[Capability]:
         return frozenset(
-            {Capability.SPOT, Capability.ON_DEMAND, Capability.PREEMPTION_NOTICE, Capability.PRICES}
+            {
+                Capability.SPOT,
+                Capability.ON_DEMAND,
+                Capability.PREEMPTION_NOTICE,
+                Capability.PRICES,
+                Capability.LOGS,
+            }
         )
 
     def offers(self) -> Sequence[Offer]:
@@ -445,6 +452,42 @@ class GcpProvider:
         for event in events:
             logger.info("preempted %s (job %s): %s", event.instance_id, event.job_id, event.detail)
         return events
+
+    def console_output(self, instance_id: InstanceId) -> str:
+        """`Capability.LOGS`: what the gang's first node (rank 0) wrote to serial port 1
+        so far (`instances.getSerialPortOutput`; Compute Engine keeps the newest 1 MB), ""
+        while there is none. Read only after a `get` shows the instance is ours (label,
+        metadata and name, as `terminate` checks); any other id, or one whose instance is
+        gone (its console went with it), raises `InputError`."""
+        from google.api_core import exceptions as api_exceptions
+
+        gang = naming.parse_instance_id(instance_id)
+        try:
+            first = self._get(gang.zone, gang.members[0]) if gang is not None else None
+            if gang is None or first is None or not self._owned(first):
+                raise InputError(
+                    "gcp provider",
+                    "instance",
+                    f"a live instance of cluster {self.cluster} in project {self.project}",
+                    got=f"{instance_id} (not ours, or deleted: its console went with it)",
+                    fix="`heliotrope events JOB` names the instances Heliotrope launched",
+                )
+            from google.cloud import compute_v1
+
+            client = self._instances()
+            request = compute_v1.GetSerialPortOutputInstanceRequest(
+                project=self.project, zone=gang.zone, instance=gang.members[0], port=1
+            )
+            out = self._api(partial(client.get_serial_port_output, request=request, retry=None))
+        except api_exceptions.NotFound as exc:  # deleted between the get and the read
+            raise InputError(
+                "gcp provider", "instance", "a live instance", got=f"{instance_id} (deleted)"
+            ) from exc
+        except _call_errors() as exc:
+            if isinstance(exc, HeliotropeError):
+                raise
+            raise _as_error(exc) from exc
+        return str(out.contents or "")
 
     # -- launch --------------------------------------------------------------------------
     def _target(self, spec: LaunchSpec) -> _Target | ProviderFailure:

@@ -2,7 +2,7 @@
 the job's console, read through the providers (`Capability.LOGS`). AWS through moto with
 the AWS suite's botocore hooks (`GetConsoleOutput` answered with the text a test gives),
 GCP through the recorded-response Compute Engine endpoint with its serial port
-(`tests.providers.gcp.test_logs.SerialFakeCompute`).
+(`tests.providers.gcp.fake_compute.FakeCompute`).
 
 `logs(...)` builds its world from config.yaml itself (standard credential chains, as the
 CLI does); the controller that launches and moves the job runs the same config on a fake
@@ -40,7 +40,8 @@ from providers.multi import MultiProvider
 from tests.e2e.test_multicloud import STEP, TICK_S, aligned_now, job_doc
 from tests.providers.aws.test_logs import console
 from tests.providers.conftest import AWS_SPOT_L4, CLUSTER, GCP_SPOT_L4, CloudFakes
-from tests.providers.gcp.test_logs import SERIAL_API, SerialFakeCompute, serial_body
+from tests.providers.gcp.fake_compute import FakeCompute, serial_body
+from tests.providers.gcp.test_logs import SERIAL_API
 
 JOB = "lm-spot"  # job_doc()'s
 BOOT = "boot ok\nstep 1 loss 2.31\n"
@@ -48,10 +49,9 @@ BOOT = "boot ok\nstep 1 loss 2.31\n"
 
 @pytest.fixture
 def fakes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[CloudFakes]:
-    monkeypatch.setattr(cloud_conftest, "FakeCompute", SerialFakeCompute)
     with cloud_conftest.open_cloud_fakes(monkeypatch, tmp_path) as f:
         f.use_standard_credential_chains(monkeypatch)
-        assert isinstance(f.compute, SerialFakeCompute)
+        assert isinstance(f.compute, FakeCompute)
         where = home()
         where.mkdir(parents=True)
         (where / "config.yaml").write_text(
@@ -151,7 +151,7 @@ def test_follow_prints_what_is_new_across_a_move_from_aws_to_gcp(fakes: CloudFak
         assert fleet.offer_store(GCP_SPOT_L4).latest(JOB) is not None and ref.step == STEP
 
     def grow_gcp() -> None:
-        assert isinstance(fakes.compute, SerialFakeCompute)
+        assert isinstance(fakes.compute, FakeCompute)
         zone, name = gcp["key"]
         sample = serial_body(fakes.compute.project, zone, name)["contents"]
         fakes.compute.serial[gcp["key"]] = sample + "restored step 40\nstep 41 loss 1.98\n"

@@ -335,6 +335,7 @@ def test_capabilities(provider: AwsProvider) -> None:
         Capability.PREEMPTION_NOTICE,
         Capability.CHECKPOINT_STORE,
         Capability.PRICES,
+        Capability.LOGS,
     }
     quotes = provider.quotes()  # what Capability.PRICES promises, with the book's sources
     assert quotes and {k: q.usd_per_hour for k, q in quotes.items()} == provider.prices()

@@ -53,6 +53,17 @@ def recorded(name: str, **values: object) -> Any:
     return json.loads(text)
 
 
+def serial_body(project: str, zone: str, name: str, text: str | None = None) -> dict[str, Any]:
+    """A `SerialPortOutput` response: the recorded boot, or `text` as its contents."""
+    body: dict[str, Any] = recorded(
+        "serial_port_output.json", project=project, zone=zone, instance=name, next=0
+    )
+    if text is not None:
+        body["contents"] = text
+    body["next"] = str(len(body["contents"].encode()))
+    return body
+
+
 _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     (m, re.compile(p), api)
     for m, p, api in [
@@ -75,6 +86,12 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
             "DELETE",
             r"^/compute/v1/projects/(?P<p>[^/]+)/zones/(?P<z>[^/]+)/instances/(?P<n>[^/]+)$",
             "compute.instances.delete",
+        ),
+        (
+            "GET",
+            r"^/compute/v1/projects/(?P<p>[^/]+)/zones/(?P<z>[^/]+)/instances/(?P<n>[^/]+)"
+            r"/serialPort$",
+            "compute.instances.getSerialPortOutput",
         ),
         (
             "GET",
@@ -128,6 +145,8 @@ class FakeCompute(ServedFake):
     billing_forbidden: bool = False
     record_globally: bool = True  # add calls to ALL_CALLS (what role.yaml must grant)
     calls: list[Call] = field(default_factory=list)
+    # serial port 1 of an instance (`heliotrope logs`): the text a test set, else recorded
+    serial: dict[tuple[str, str], str] = field(default_factory=dict)
     instances: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     operations: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     # Replies served before the default behaviour, per API method: (status, body) pairs.
@@ -217,6 +236,7 @@ class FakeCompute(ServedFake):
                 "compute.instances.insert": self._insert,
                 "compute.instances.list": self._list_instances,
                 "compute.instances.get": self._get_instance,
+                "compute.instances.getSerialPortOutput": self._serial_port,
                 "compute.instances.delete": self._delete,
                 "compute.instances.aggregatedList": self._aggregated,
                 "compute.zoneOperations.wait": self._get_operation,
@@ -311,6 +331,14 @@ class FakeCompute(ServedFake):
     ) -> tuple[int, Any]:
         instance = self.instances.get((args["z"], args["n"]))
         return (200, instance) if instance else self._not_found(args["z"], args["n"])
+
+    def _serial_port(
+        self, args: dict[str, str], query: dict[str, list[str]], body: Any, headers: dict[str, str]
+    ) -> tuple[int, Any]:
+        zone, name = args["z"], args["n"]
+        if (zone, name) not in self.instances:
+            return self._not_found(zone, name)
+        return 200, serial_body(self.project, zone, name, self.serial.get((zone, name)))
 
     def _get_operation(
         self, args: dict[str, str], query: dict[str, list[str]], body: Any, headers: dict[str, str]

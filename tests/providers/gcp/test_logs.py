@@ -1,7 +1,7 @@
 """`GcpProvider.console_output` (`Capability.LOGS`): serial port 1 of a gang's first node,
 read only after a `get` shows the instance is ours.
 
-`SerialFakeCompute` is the suite's fake endpoint with `instances.getSerialPortOutput`
+`FakeCompute` is the suite's fake endpoint with `instances.getSerialPortOutput`
 (GET .../instances/NAME/serialPort) added: it answers from `recorded/serial_port_output.json`
 (a boot and the startup-script runner, in the `SerialPortOutput` shape), or with the text a
 test gives an instance, and records the call like every other (the role test reads it).
@@ -9,72 +9,16 @@ test gives an instance, and records the call like every other (the role test rea
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Any
-from urllib.parse import parse_qs, urlsplit
-
 import pytest
 
 from orchestrator.errors import InputError, PermanentError, TransientError
 from providers.base import Capability, with_logs
 from providers.gcp import naming
-from providers.gcp.naming import label_value
 
 from .conftest import CLUSTER, OD_A100, PROJECT, ZONE, ZONES, Factory, spec
-from .fake_compute import ALL_CALLS, Call, FakeCompute, recorded
+from .fake_compute import Call, FakeCompute, recorded, serial_body
 
 SERIAL_API = "compute.instances.getSerialPortOutput"
-_SERIAL = re.compile(
-    r"^/compute/v1/projects/(?P<p>[^/]+)/zones/(?P<z>[^/]+)/instances/(?P<n>[^/]+)/serialPort$"
-)
-
-
-@dataclass
-class SerialFakeCompute(FakeCompute):
-    """`FakeCompute` that also serves serial port output: `serial[(zone, name)]` when a test
-    set it, else the recorded sample; 404 for an instance it does not have."""
-
-    serial: dict[tuple[str, str], str] = field(default_factory=dict)
-
-    def handle(
-        self, method: str, raw_path: str, headers: dict[str, str], raw: bytes
-    ) -> tuple[int, Any]:
-        parts = urlsplit(raw_path)
-        m = _SERIAL.match(parts.path)
-        if method != "GET" or m is None:
-            return super().handle(method, raw_path, headers, raw)
-        call = Call(method, parts.path, parse_qs(parts.query), headers, None, SERIAL_API)
-        with self._lock:
-            self.calls.append(call)
-            if self.record_globally:
-                ALL_CALLS.append(call)
-            queue = self.scripted.get(SERIAL_API)
-            if queue:
-                return queue.popleft()
-            zone, name = m.group("z"), m.group("n")
-            if (zone, name) not in self.instances:
-                return self._not_found(zone, name)
-            return 200, serial_body(self.project, zone, name, self.serial.get((zone, name)))
-
-
-def serial_body(project: str, zone: str, name: str, text: str | None = None) -> dict[str, Any]:
-    body: dict[str, Any] = recorded(
-        "serial_port_output.json", project=project, zone=zone, instance=name, next=0
-    )
-    if text is not None:
-        body["contents"] = text
-    body["next"] = str(len(body["contents"].encode()))
-    return body
-
-
-@pytest.fixture
-def compute() -> Iterator[SerialFakeCompute]:  # the conftest's, with the serial port
-    fake = SerialFakeCompute(PROJECT, cluster_label=label_value(CLUSTER))
-    fake.start()
-    yield fake
-    fake.stop()
 
 
 def serial_calls(compute: FakeCompute) -> list[Call]:
@@ -82,7 +26,7 @@ def serial_calls(compute: FakeCompute) -> list[Call]:
 
 
 def test_serial_port_1_of_an_instance_it_launched(
-    make_provider: Factory, compute: SerialFakeCompute
+    make_provider: Factory, compute: FakeCompute
 ) -> None:
     provider = make_provider()
     reader = with_logs(provider)
@@ -104,9 +48,7 @@ def test_serial_port_1_of_an_instance_it_launched(
     assert reader.console_output(instance_id) == "step 1 loss 2.31\r\nétape 2 ✓\r\n"
 
 
-def test_a_gang_is_read_by_its_first_node(
-    make_provider: Factory, compute: SerialFakeCompute
-) -> None:
+def test_a_gang_is_read_by_its_first_node(make_provider: Factory, compute: FakeCompute) -> None:
     provider = make_provider()
     gang_id = provider.launch(spec(OD_A100, count=2), request_id="req-gang").instance_id or ""
     gang = naming.parse_instance_id(gang_id)
@@ -120,7 +62,7 @@ def test_a_gang_is_read_by_its_first_node(
 
 
 def test_instances_that_are_not_ours_are_never_read(
-    make_provider: Factory, compute: SerialFakeCompute
+    make_provider: Factory, compute: FakeCompute
 ) -> None:
     theirs = naming.gang_for(
         project=PROJECT, cluster="other-team", request_id="r-1", zone=ZONE, count=1
@@ -144,9 +86,7 @@ def test_instances_that_are_not_ours_are_never_read(
     assert serial_calls(compute) == []
 
 
-def test_a_deleted_instance_has_no_console(
-    make_provider: Factory, compute: SerialFakeCompute
-) -> None:
+def test_a_deleted_instance_has_no_console(make_provider: Factory, compute: FakeCompute) -> None:
     provider = make_provider()
     instance_id = provider.launch(spec(), request_id="req-1").instance_id or ""
     zone, name = instance_id.split("/")
@@ -162,7 +102,7 @@ def test_a_deleted_instance_has_no_console(
 
 
 def test_cloud_failures_are_retried_then_raised(
-    make_provider: Factory, compute: SerialFakeCompute, sleeps: list[float]
+    make_provider: Factory, compute: FakeCompute, sleeps: list[float]
 ) -> None:
     provider = make_provider(max_attempts=3)
     instance_id = provider.launch(spec(), request_id="req-1").instance_id or ""

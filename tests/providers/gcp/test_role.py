@@ -25,6 +25,7 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     "compute.instances.insert": frozenset({"compute.instances.create"}),
     "compute.instances.get": frozenset({"compute.instances.get"}),
     "compute.instances.delete": frozenset({"compute.instances.delete"}),
+    "compute.instances.getSerialPortOutput": frozenset({"compute.instances.getSerialPortOutput"}),
     "compute.instances.list": frozenset({"compute.instances.list"}),
     "compute.instances.aggregatedList": frozenset({"compute.instances.list"}),
     "compute.zoneOperations.get": frozenset({"compute.zoneOperations.get"}),
@@ -96,6 +97,7 @@ def test_role_grants_exactly_what_the_adapter_calls(
     spot = provider.launch(spec(), request_id="tour-spot").instance_id or ""
     gang = provider.launch(spec(OD_A100, count=2), request_id="tour-od").instance_id or ""
     provider.list_instances(cluster=CLUSTER)
+    provider.console_output(spot)
     compute.preempt(ZONE, spot.split("/")[1])
     provider.poll_events()
     provider.terminate([spot, gang], request_id="tour-stop")

@@ -7,6 +7,7 @@ an `InputError` naming the policy's options.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
@@ -22,6 +23,7 @@ from policies.baselines import (
     UniformProgress,
 )
 from policies.heliotrope import Heliotrope
+from policies.lookahead import HeliotropeLookahead
 from policies.oracle import Oracle
 
 _CONSTRUCTORS: Final[Mapping[str, Callable[..., Policy]]] = MappingProxyType(
@@ -34,6 +36,7 @@ _CONSTRUCTORS: Final[Mapping[str, Callable[..., Policy]]] = MappingProxyType(
         CurtailmentThreshold.name: CurtailmentThreshold,
         # Ours.
         Heliotrope.name: Heliotrope,
+        HeliotropeLookahead.name: HeliotropeLookahead,
         # The hindsight bound (a replay binds the realized grid: `Oracle.with_hindsight`).
         Oracle.name: Oracle,
     }
@@ -51,7 +54,13 @@ def policy_options(name: str) -> tuple[str, ...]:
 
 
 def make_policy(name: str, /, **options: Any) -> Policy:
-    """A policy by its name, with `options` as its dataclass fields."""
+    """A policy by its name, with `options` as its dataclass fields. A name may carry
+    options itself, ``"heliotrope-lookahead|lookahead_samples=4|lookahead_rule=vote"``
+    (values read as the field's default type); the policy then goes by that whole name."""
+    spec = name
+    if "|" in name:
+        name, *pairs = (part.strip() for part in name.split("|"))
+        options = {**_spec_options(name, spec, pairs), **options}
     cls = _constructor(name)
     known = policy_options(name)
     unknown = sorted(set(options) - set(known))
@@ -64,9 +73,46 @@ def make_policy(name: str, /, **options: Any) -> Policy:
             fix="drop or rename the option",
         )
     try:
-        return cls(**options)
+        policy = cls(**options)
     except (TypeError, ValueError) as e:
         raise InputError("", f"policy {name!r} options", "valid option values", got=str(e)) from e
+    if spec != name:
+        # Tables tell the variants apart; a frozen or slotted policy keeps its class's name.
+        with contextlib.suppress(AttributeError, TypeError, dataclasses.FrozenInstanceError):
+            policy.name = spec
+    return policy
+
+
+def _spec_options(name: str, spec: str, pairs: list[str]) -> dict[str, Any]:
+    """``k=v`` pairs of a policy spec, each value read as the type of the field's default."""
+    cls = _constructor(name)
+    defaults: dict[str, Any] = (
+        {f.name: f.default for f in dataclasses.fields(cls) if f.init}
+        if dataclasses.is_dataclass(cls)
+        else {}
+    )
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = (x.strip() for x in pair.partition("="))
+        if not sep or not key:
+            raise InputError("", f"policy {spec!r}", "NAME|OPTION=VALUE|...", got=pair)
+        default = defaults.get(key)
+        value: Any = raw
+        try:
+            if isinstance(default, bool):
+                if raw.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError(raw)
+                value = raw.lower() in ("true", "1")
+            elif isinstance(default, int):
+                value = int(raw)
+            elif isinstance(default, float):
+                value = float(raw)
+        except ValueError:
+            raise InputError(
+                "", f"policy {spec!r} option {key!r}", type(default).__name__, got=raw
+            ) from None
+        out[key] = value
+    return out
 
 
 def _constructor(name: str) -> Callable[..., Policy]:

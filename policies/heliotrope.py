@@ -433,12 +433,26 @@ class Heliotrope:
         price = snapshot.usd_per_hour
         key = (price.tobytes(), None if carbon is None else carbon.tobytes())
         memo = self._memo.get("market")
-        if memo is not None and memo[0] is jobs and memo[1] is spot and memo[2] == key:
-            market: _Market = memo[3]
+        prev = memo if memo is not None and memo[0] is jobs and memo[1] is spot else None
+        if prev is not None and prev[2] == key:
+            market: _Market = prev[3]
             return market
-        market = _Market.of(jobs, snapshot.fit, price, spot, carbon, self.net_price_factor)
-        self._memo["market"] = (jobs, spot, key, market)
+        # Spot prices move more often than on-demand ones: the on-demand part may stand.
+        ods = self._on_demand_columns(snapshot, spot)
+        od_key = (price[ods].tobytes(), None if carbon is None else carbon[ods].tobytes())
+        on_demand = prev[3] if prev is not None and prev[4] == od_key else None
+        market = _Market.of(
+            jobs, snapshot.fit, price, spot, carbon, self.net_price_factor, on_demand
+        )
+        self._memo["market"] = (jobs, spot, key, market, od_key)
         return market
+
+    def _on_demand_columns(self, snapshot: Snapshot, spot: BoolArray) -> IntArray:
+        key = ("on-demand", id(snapshot.offers))
+        if key not in self._memo:
+            self._memo[key] = np.flatnonzero(~spot)
+        result: IntArray = self._memo[key]
+        return result
 
     def _placed(self, snapshot: Snapshot, jobs: _Jobs, spot: BoolArray) -> _Placed:
         fleet = snapshot.fleet
@@ -580,7 +594,10 @@ class _Market:
         spot: BoolArray,
         carbon: FloatArray | None,
         net_price_factor: float,
+        on_demand: _Market | None = None,
     ) -> _Market:
+        """`on_demand`: a market of the same jobs whose on-demand prices (and carbon) were
+        the same: what depends on the on-demand columns only is taken from it."""
         rows, rate, inst = jobs.rows, jobs.rate, jobs.inst
         priced = np.isfinite(price)
         hourly = price[None, :] * inst
@@ -590,18 +607,30 @@ class _Market:
         per_progress = hourly / rate
         usable = jobs.allowed & priced[None, :]
         per_progress[~usable] = np.inf
-        od = (~spot)[None, :] & usable
-        od_pp = np.where(od, per_progress, np.inf)
-        c_od = od_pp.min(axis=1)
+        if on_demand is None:
+            od = (~spot)[None, :] & usable
+            od_pp = np.where(od, per_progress, np.inf)
+            c_od = od_pp.min(axis=1)
+            r_fast = np.where(od, rate, 0.0).max(axis=1)
+            fair = od & (od_pp <= net_price_factor * c_od[:, None])
+            tie = rate - 1e-9 * per_progress  # the fastest, the cheaper of equals
+            net_ix = np.argmax(np.where(fair, tie, -np.inf), axis=1)
+            r_net = rate[rows, net_ix]
+            od_finite = np.isfinite(c_od)
+            r_fast_pos = r_fast > 0
+            fastest_od = od & (rate >= r_fast[:, None])
+            r_net_pos = r_net > 0
+            fastest = np.argmax(np.where(od, tie, -np.inf), axis=1)
+            od.flags.writeable = False
+        else:
+            m = on_demand
+            od, c_od, r_fast, net_ix, r_net = m.od, m.c_od, m.r_fast, m.net_ix, m.r_net
+            od_finite, r_fast_pos, fastest_od = m.od_finite, m.r_fast_pos, m.fastest_od
+            r_net_pos, fastest = m.r_net_pos, m.fastest
         cheap = np.argmin(np.where(spot[None, :], per_progress, np.inf), axis=1)
         c_low = per_progress[rows, cheap]
         c_low = np.where(np.isfinite(c_low), np.minimum(c_low, c_od), c_od)
-        r_fast = np.where(od, rate, 0.0).max(axis=1)
         r_low = np.where(np.isfinite(c_low) & (c_low < c_od), rate[rows, cheap], r_fast)
-        fair = od & (od_pp <= net_price_factor * c_od[:, None])
-        tie = rate - 1e-9 * per_progress  # the fastest, the cheaper of equals
-        net_ix = np.argmax(np.where(fair, tie, -np.inf), axis=1)
-        r_net = rate[rows, net_ix]
         market = _Market(
             rows=rows,
             priced=priced,
@@ -610,21 +639,21 @@ class _Market:
             usable=usable,
             od=od,
             c_od=c_od,
-            od_finite=np.isfinite(c_od),
+            od_finite=od_finite,
             cheap=cheap,
             c_low=c_low,
             spread=c_od - c_low,
             r_fast=r_fast,
-            r_fast_pos=r_fast > 0,
-            fastest_od=od & (rate >= r_fast[:, None]),
+            r_fast_pos=r_fast_pos,
+            fastest_od=fastest_od,
             r_low_pos=r_low > 0,
             r_min=np.minimum(r_low, r_fast),
             net_ix=net_ix,
             r_net=r_net,
-            r_net_pos=r_net > 0,
-            fastest=np.argmax(np.where(od, tie, -np.inf), axis=1),
+            r_net_pos=r_net_pos,
+            fastest=fastest,
         )
-        _frozen(market.hourly, market.per_progress, market.usable, market.od)
+        _frozen(market.hourly, market.per_progress, market.usable)
         return market
 
 

@@ -390,3 +390,55 @@ def test_late_on_on_demand_it_does_not_move_to_an_equally_fast_cheaper_one() -> 
     fleet = dataclasses.replace(snap.fleet, checkpoint_offer=np.array([4]))
     got, reason = _decide(dataclasses.replace(snap, fleet=fleet))
     assert got == KEEP, reason
+
+
+def test_a_policy_that_has_decided_before_decides_as_a_fresh_one() -> None:
+    """Its caches (the active jobs, the prices, the placements) follow every change: one
+    policy fed a sequence of snapshots of the same world decides as a new policy does on
+    each, to the reason's last digit."""
+    from orchestrator.model import FleetState
+    from tests.conftest import T0
+
+    rng = np.random.default_rng(5)
+    specs = [
+        job(
+            id=f"j{i}",
+            gpus=g,
+            work_gpu_hours=w,
+            deadline=T0 + timedelta(hours=h),
+            checkpoint_size_gb=500.0,
+        )
+        for i, (g, w, h) in enumerate([(8, 64.0, 32), (1, 8.0, 40), (8, 40.0, 12), (1, 20.0, 60)])
+    ]
+    base = World(jobs=specs).snapshot()
+    n_j, n_o = len(base.jobs), len(base.offers)
+    spot = np.array([o.market is Market.SPOT for o in base.offers])
+    kept = Heliotrope()
+    seen = set()
+    for step in range(300):
+        price = base.usd_per_hour.copy()
+        if step % 3:  # spot prices move more often than on-demand ones
+            price[spot] *= rng.uniform(0.5, 2.0, spot.sum())
+        if step % 7 == 0:
+            price[~spot] *= rng.uniform(0.8, 1.2, (~spot).sum())
+        capacity = np.where(spot, rng.integers(0, 3, n_o).astype(float), np.inf)
+        fleet = FleetState.empty(n_j)
+        if step % 10 == 0:  # the same jobs active for a while, their placements moving
+            phase = rng.choice([int(p) for p in Phase], n_j) if step % 20 else Phase.RUNNING
+        fleet.phase[:] = phase
+        running = fleet.phase >= Phase.STARTING
+        placed = running & (fleet.phase != Phase.DONE)
+        fleet.offer[:] = np.where(placed, rng.integers(0, n_o, n_j), -1)
+        fleet.checkpoint_offer[:] = rng.integers(-1, n_o, n_j)
+        fleet.progress_gpu_h[:] = rng.uniform(0, 60, n_j) if step % 2 else 0.0
+        snap = dataclasses.replace(
+            base,
+            now_s=base.now_s + 600.0 * (step % 11),
+            usd_per_hour=price,
+            spot_capacity=capacity,
+            fleet=fleet,
+        )
+        got = kept(snap)
+        assert repr(got) == repr(Heliotrope()(snap)), step
+        seen.add(bool(got.intents))
+    assert seen == {True, False}

@@ -64,6 +64,7 @@ def failure_backoff_s(failures: int) -> float:
 
 # Plain ints and members bound once: the loop reads them per event (enum attribute
 # lookups are slow on 3.11).
+_PENDING = int(Phase.PENDING)
 _WAITING = int(Phase.WAITING)
 _STARTING = int(Phase.STARTING)
 _DONE = int(Phase.DONE)
@@ -184,7 +185,7 @@ class Controller:
 
     @property
     def all_done(self) -> bool:
-        return bool(np.all(self.fleet.phase == Phase.DONE))
+        return bool(np.all(self.fleet.phase == _DONE))
 
     def tick(self, now: datetime) -> list[Event]:
         now = utc(now)
@@ -193,9 +194,7 @@ class Controller:
         if self._last_s is not None:
             events += self._accrue(self._last_s, now_s)
         events += self._observe(now_s)
-        self.fleet.phase[(self.fleet.phase == Phase.PENDING) & (self._start_s <= now_s)] = (
-            Phase.WAITING
-        )
+        self.fleet.phase[(self.fleet.phase == _PENDING) & (self._start_s <= now_s)] = _WAITING
         frame = self.frame_at(now_s)
         k = frame.k
         snapshot = self._snapshot(now, now_s, frame)

@@ -3,12 +3,14 @@
 Prints job-ticks per second and peak memory per policy, and each time as a ratio to the
 on-demand replay and to a reference workload measured in the same run, and a digest of
 every event and final fleet number: a speed-up must leave each policy's digest as it was.
-Target: >= 200,000 job-ticks/s on a 2-core machine.
+Target: >= 200,000 job-ticks/s on a 2-core machine. `HELIOTROPE_BENCH_POLICIES=a,b` picks
+the policies (on-demand first gives the ratios their base).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import tracemalloc
 from datetime import UTC, datetime, timedelta
 
@@ -73,9 +75,7 @@ def test_replay_job_ticks_per_second() -> None:
         f"= {job_ticks:,} job-ticks; reference workload {ref:.3f} s"
     )
     base = None
-    for name in [
-        n for n in POLICY_NAMES if n != "oracle"
-    ]:  # the oracle plans per job: its own bench
+    for name in bench_policies():
         policy = make_policy(name)
         seconds = best_of(2, lambda p=policy: run_policy(p, jobs, grid, options=LoopOptions()))
         tracemalloc.start()
@@ -88,6 +88,20 @@ def test_replay_job_ticks_per_second() -> None:
             f"x{seconds / base:4.2f} of on-demand  x{seconds / ref:6.1f} of reference  "
             f"peak {peak / 2**20:6.1f} MiB  decisions {placements_digest(run)}"
         )
+
+
+# Planned per job, by DP: the oracle, and heliotrope-lookahead (8 DPs at each relaunch
+# after a preemption) have their own benchmark (tests/benchmarks/suites).
+PER_JOB_PLANNERS = ("oracle", "heliotrope-lookahead")
+
+
+def bench_policies() -> list[str]:
+    """Every registered policy but the per-job planners, or `HELIOTROPE_BENCH_POLICIES`
+    (a comma list) where set."""
+    chosen = [p.strip() for p in os.environ.get("HELIOTROPE_BENCH_POLICIES", "").split(",")]
+    if any(chosen):
+        return [p for p in chosen if p]
+    return [n for n in POLICY_NAMES if n not in PER_JOB_PLANNERS]
 
 
 def placements_digest(run: PolicyRun) -> str:

@@ -44,7 +44,9 @@ default: none wins across them (docs/policies.md has the numbers).
 A running job moves only when the best option beats staying by `hysteresis` (relative).
 Safety net (as Can't Be Late): when the slack ``time left - startup - work / r_net`` is
 below `safety_margin_ticks` ticks, the job goes to, and stays on, the cheapest on-demand
-offer that still finishes in time. ``r_net`` is the fastest on-demand offer priced within
+offer that still finishes in time, and no option is taken whose start-up would leave less
+slack than that margin (`startup_guard`: the net would fire before it made progress, its
+cold start wasted). ``r_net`` is the fastest on-demand offer priced within
 `net_price_factor` of the cheapest per unit of progress (not an 8-GPU H100 machine for a
 1-GPU job). Fleet capacity: jobs are served in order of increasing
 slack and take spot slots one by one, so two jobs never count on the same last slot.
@@ -106,7 +108,7 @@ class Heliotrope:
     # charge gain on the skynomad-h100 sweeps and lose on cbl-v100 and carbon-year.
     young_run_h: float = 0.0  # 0: one constant hazard per offer (no young runs)
     return_aware: bool = False
-    startup_guard: bool = False  # drop options whose start-up leaves the net's margin
+    startup_guard: bool = True  # drop options whose start-up leaves the net's margin
     _memo: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __call__(self, snapshot: Snapshot) -> Decision:

@@ -26,21 +26,21 @@ def running_on_spot(slack_h: float) -> World:
 @pytest.mark.parametrize("slack_h", [0.6, 0.9])
 def test_a_move_whose_cold_start_would_spend_the_margin_is_not_made(slack_h: float) -> None:
     world = running_on_spot(slack_h)
-    assert decide(Heliotrope(), world)[0] == 3  # the rule alone moves
-    assert decide(Heliotrope(startup_guard=True), world) == (KEEP, "")
+    assert decide(Heliotrope(startup_guard=False), world)[0] == 3  # the rule alone moves
+    assert decide(Heliotrope(), world) == (KEEP, "")
 
 
 def test_with_slack_for_the_cold_start_the_move_is_made() -> None:
     world = running_on_spot(MARGIN_H + 0.5 + 0.3)
-    assert decide(Heliotrope(startup_guard=True), world)[0] == 3
+    assert decide(Heliotrope(), world)[0] == 3
 
 
 def test_an_idle_job_with_too_little_slack_for_a_spot_start_waits_for_the_net() -> None:
     world = dataclasses.replace(running_on_spot(0.8), phase=Phase.WAITING, offer=-1)
-    assert decide(Heliotrope(), world)[0] == 3
-    assert decide(Heliotrope(startup_guard=True), world) == (KEEP, "")
+    assert decide(Heliotrope(startup_guard=False), world)[0] == 3
+    assert decide(Heliotrope(), world) == (KEEP, "")
     later = dataclasses.replace(world, now_h=world.now_h + 0.3)  # slack 0.5: the net fires
-    target, reason = decide(Heliotrope(startup_guard=True), later)
+    target, reason = decide(Heliotrope(), later)
     assert reason.startswith("safety net") and target in (0, 2, 4)
 
 
@@ -50,5 +50,5 @@ def test_staying_is_never_dropped_even_while_the_instance_still_starts() -> None
     booting = dataclasses.replace(
         snap.fleet, ready_at_s=np.array([snap.now_s + 0.2 * 3600.0])
     )  # 0.2 h of its own cold start left: staying has that start-up, and is kept
-    decision = Heliotrope(startup_guard=True)(dataclasses.replace(snap, fleet=booting))
+    decision = Heliotrope()(dataclasses.replace(snap, fleet=booting))
     assert 0 not in decision.intents

@@ -100,6 +100,7 @@ REPLAY_POLICY_CHOICES: Final = (
     "carbon-greedy",
     "curtailment-threshold",
     "heliotrope",
+    "heliotrope-lookahead",
     "oracle",
 )
 

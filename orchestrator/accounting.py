@@ -32,6 +32,27 @@ class SignalRow:
     curtailing: np.ndarray
 
 
+def charge(
+    fleet: FleetState,
+    fit: JobOfferFit,
+    row: SignalRow,
+    jobs: np.ndarray,
+    offers: np.ndarray,
+    hours: FloatArray,
+) -> None:
+    """Add `hours` on `offers` to the jobs' dollars, energy and carbon (negative hours take
+    back what was charged for time the job did not run: a live job that ended mid-tick)."""
+    usd = row.usd_per_hour[offers] * fit.instances[jobs, offers] * hours
+    kwh = fit.power_kw[jobs, offers] * fit.pue[offers] * hours
+    avg = row.carbon_g_per_kwh[offers]
+    marg = marginal_intensity(row.carbon_marginal_g_per_kwh[offers], avg, row.curtailing[offers])
+    fleet.usd[jobs] += usd if np.isfinite(usd).all() else np.nan_to_num(usd)
+    fleet.kwh[jobs] += kwh
+    fleet.kwh_curtailed[jobs] += np.where(row.curtailing[offers], kwh, 0.0)
+    fleet.kg_co2[jobs] += units.kg_co2(kwh, avg)
+    fleet.kg_co2_marginal[jobs] += units.kg_co2(kwh, marg)
+
+
 def accrue(
     fleet: FleetState,
     fit: JobOfferFit,
@@ -62,17 +83,7 @@ def accrue(
     finishing = (need_s <= run_s + 1e-9) & model_progress
     used_run_s = np.where(finishing, need_s, run_s)
     billed_s = np.where(finishing & (not bill_final_tick), (run_from - t0_s) + need_s, dt_s)
-    hours = units.hours(billed_s)
-
-    usd = row.usd_per_hour[offers] * fit.instances[jobs, offers] * hours
-    kwh = fit.power_kw[jobs, offers] * fit.pue[offers] * hours
-    avg = row.carbon_g_per_kwh[offers]
-    marg = marginal_intensity(row.carbon_marginal_g_per_kwh[offers], avg, row.curtailing[offers])
-    fleet.usd[jobs] += usd if np.isfinite(usd).all() else np.nan_to_num(usd)
-    fleet.kwh[jobs] += kwh
-    fleet.kwh_curtailed[jobs] += np.where(row.curtailing[offers], kwh, 0.0)
-    fleet.kg_co2[jobs] += units.kg_co2(kwh, avg)
-    fleet.kg_co2_marginal[jobs] += units.kg_co2(kwh, marg)
+    charge(fleet, fit, row, jobs, offers, units.hours(billed_s))
     if not model_progress:
         return jobs[:0]
     fleet.progress_gpu_h[jobs] += units.hours(rate * used_run_s)

@@ -27,7 +27,7 @@ from typing import Protocol
 import numpy as np
 
 from orchestrator import units
-from orchestrator.accounting import SignalRow, accrue
+from orchestrator.accounting import SignalRow, accrue, charge
 from orchestrator.clock import utc
 from orchestrator.costs import JobOfferFit, carbon_usd
 from orchestrator.executor import LaunchEnv, Mover, execute
@@ -155,6 +155,7 @@ class Controller:
             [od.get((o.cloud, o.zone, o.instance_type), -1) for o in self.offers], dtype=np.int64
         )
         self._last_s: float | None = None
+        self._accrued: tuple[float, float, SignalRow] | None = None  # the last interval charged
         self.busy: set[int] = set()  # jobs an external mover is migrating: no new intents
         self.progress_seen_s: dict[int, float] = {}
         self._launched_s: dict[int, float] = {}  # launches of this process, for reconcile
@@ -367,6 +368,7 @@ class Controller:
             g.curtailing[k],
         )
         before = self.fleet.progress_gpu_h.copy() if self.mover is not None else None
+        self._accrued = (t0_s, t1_s, row)
         done = accrue(
             self.fleet,
             self.fit,
@@ -449,6 +451,7 @@ class Controller:
     def _on_completed(self, j: int, pe: ProviderEvent, now_s: float) -> Event:
         f = self.fleet
         offer = int(f.offer[j])
+        self._unbill_after_exit(j, offer, pe.time_s)
         f.progress_gpu_h[j] = f.checkpointed_gpu_h[j] = self._work[j]
         f.finished_at_s[j] = pe.time_s or now_s
         f.phase[j] = Phase.DONE
@@ -462,6 +465,18 @@ class Controller:
             "the job exited successfully",
             instance_id=pe.instance_id,
         )
+
+    def _unbill_after_exit(self, j: int, offer: int, exited_s: float) -> None:
+        """A job that says when it exited (the local provider does) is charged until then,
+        as a replay charges a job until it finishes: the interval just accrued is taken
+        back from the exit on."""
+        if self._accrued is None or offer < 0 or not exited_s:
+            return
+        t0_s, t1_s, row = self._accrued
+        if not t0_s < exited_s < t1_s:
+            return
+        hours = np.array([-units.hours(t1_s - exited_s)])
+        charge(self.fleet, self.fit, row, np.array([j]), np.array([offer]), hours)
 
     def _on_failed(self, j: int, pe: ProviderEvent, now_s: float) -> Event:
         offer = int(self.fleet.offer[j])

@@ -786,6 +786,15 @@ class LocalProvider:
             ready_at_s=inst.meta.ready_at_s,
         )
 
+    def _exit_time_s(self, inst: _Instance, now_s: float) -> float:
+        """When the job exited, on the provider's clock: the exit status file's age in wall
+        seconds, scaled, before now (never before its launch)."""
+        try:
+            age = max(0.0, time.time() - (inst.dir / EXIT_CODE).stat().st_mtime)
+        except OSError:
+            return now_s
+        return max(inst.meta.launched_at_s, now_s - age / real_seconds(self._clock, 1.0))
+
     def _final_event(
         self, inst: _Instance, ended: _Ended | None, now_s: float
     ) -> ProviderEvent | None:
@@ -805,8 +814,9 @@ class LocalProvider:
                 f"local preemption of {inst.meta.offer_id}",
             )
         code = _read_exit_code(inst.dir)
-        if code == 0:
-            return ProviderEvent(EventType.COMPLETED, inst.id, job, now_s, "exit status 0")
+        if code == 0:  # at the exit, as a replay counts it: the wrapper wrote its status then
+            exited_s = self._exit_time_s(inst, now_s)
+            return ProviderEvent(EventType.COMPLETED, inst.id, job, exited_s, "exit status 0")
         status = "killed without an exit status" if code is None else f"exit status {code}"
         tail = _tail(inst.dir / STDOUT, FAILED_DETAIL_LINES)
         return ProviderEvent(

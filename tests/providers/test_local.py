@@ -606,3 +606,20 @@ def test_an_emulated_start_up_is_the_declared_one_and_the_job_waits_for_it(
     launched_wall = clock.real_origin.timestamp() + (launched - T0.timestamp()) / 600.0
     assert ready_wall == pytest.approx(launched_wall + 0.5, abs=0.25)
     assert boot["first_step"] >= ready_wall
+
+
+def test_completion_is_reported_at_the_exit_not_at_the_poll(tmp_path: Path) -> None:
+    clock = ScaledClock(SystemClock(), T0, speed=600.0)
+    provider = LocalProvider(
+        tmp_path, cluster=CLUSTER, offers=OFFERS, capacity={"west": 1, "north": 1}, clock=clock
+    )
+    outcome = provider.launch(spec("pass"), request_id="quick")
+    assert outcome.instance_id is not None
+    inst_dir = provider.instance_dir(outcome.instance_id)
+    assert inst_dir is not None
+    wait_for((inst_dir / "exit_code").exists)
+    time.sleep(0.5)  # 300 s of the provider's clock pass before the poll
+    (done,) = [e for e in poll_until(provider, {EventType.COMPLETED})]
+    polled_s = clock.now().timestamp()
+    assert float(meta(provider, outcome.instance_id)["launched_at_s"]) <= done.time_s  # type: ignore[arg-type]
+    assert done.time_s <= polled_s - 250.0

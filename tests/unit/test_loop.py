@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import numpy as np
 import pytest
@@ -275,30 +276,10 @@ def test_a_live_preemption_keeps_the_progress_the_job_said_it_checkpointed(
 ) -> None:
     """Progress from the job's reports (live): a preemption keeps what its newest reported
     checkpoint holds, and without one reported it keeps nothing."""
-    from orchestrator.clock import FakeClock
     from orchestrator.live.commands import ManualMove
-    from orchestrator.loop import Controller, EventLog, LoopOptions
-    from orchestrator.model import Market
-    from orchestrator.replay.runner import build_grid
     from providers.base import EventType, ProviderEvent
-    from providers.sim import SimProvider
 
-    spec = job(work_gpu_hours=4.0)
-    grid = build_grid(tiny_trace(), [spec], 600, 0)
-    od = next(k for k, o in enumerate(grid.offers) if o.market is Market.ON_DEMAND)
-    clock = FakeClock(grid.start)
-    cloud = SimProvider(grid, clock, cluster="live")
-    c = Controller(
-        [spec],
-        grid,
-        cloud,
-        ManualMove(0, od, "run here"),
-        EventLog(),
-        LoopOptions(cluster="live", progress_from_provider=True),
-    )
-    c.tick(grid.time_of(0))
-    instance = c.instance_of[0]
-    assert instance is not None
+    spec, grid, clock, cloud, c, _, instance = _live_job_on_demand()
     clock.set(grid.time_of(1))
     at = clock.now().timestamp()
     cloud._events += [
@@ -317,12 +298,32 @@ def test_a_live_job_that_says_when_it_exited_is_charged_until_then(exit_after_s:
     """A live job's completion comes from its provider, at the next tick; where the provider
     says when it exited (the local provider does), the job is charged until then, as a
     replay charges a job until it finishes, not for the rest of the tick."""
+    from orchestrator.live.commands import ManualMove
+    from providers.base import EventType, ProviderEvent
+
+    spec, grid, clock, cloud, c, od, instance = _live_job_on_demand()
+    clock.set(grid.time_of(1))
+    c.policy = ManualMove(0, od, "stay")
+    c.tick(grid.time_of(1))
+    usd_1, kg_1 = float(c.fleet.usd[0]), float(c.fleet.kg_co2[0])
+    clock.set(grid.time_of(2))
+    exited = grid.time_of(1).timestamp() + exit_after_s
+    cloud._events += [ProviderEvent(EventType.COMPLETED, instance, spec.id, exited, "exit 0")]
+    c.tick(grid.time_of(2))
+    share = exit_after_s / 600.0  # of the second interval, charged at the rate of the first
+    assert float(c.fleet.usd[0]) == pytest.approx(usd_1 * (1 + share))
+    assert float(c.fleet.kg_co2[0]) == pytest.approx(kg_1 * (1 + share), rel=0.05)
+    assert float(c.fleet.finished_at_s[0]) == exited
+
+
+def _live_job_on_demand() -> tuple[Any, Any, Any, Any, Any, int, str]:
+    """A live controller (progress from the provider) whose one job runs on on-demand after
+    the first tick: (spec, grid, clock, provider, controller, offer, instance)."""
     from orchestrator.clock import FakeClock
     from orchestrator.live.commands import ManualMove
     from orchestrator.loop import Controller, EventLog, LoopOptions
     from orchestrator.model import Market
     from orchestrator.replay.runner import build_grid
-    from providers.base import EventType, ProviderEvent
     from providers.sim import SimProvider
 
     spec = job(work_gpu_hours=4.0)
@@ -341,15 +342,4 @@ def test_a_live_job_that_says_when_it_exited_is_charged_until_then(exit_after_s:
     c.tick(grid.time_of(0))
     instance = c.instance_of[0]
     assert instance is not None
-    clock.set(grid.time_of(1))
-    c.policy = ManualMove(0, od, "stay")
-    c.tick(grid.time_of(1))
-    usd_1, kg_1 = float(c.fleet.usd[0]), float(c.fleet.kg_co2[0])
-    clock.set(grid.time_of(2))
-    exited = grid.time_of(1).timestamp() + exit_after_s
-    cloud._events += [ProviderEvent(EventType.COMPLETED, instance, spec.id, exited, "exit 0")]
-    c.tick(grid.time_of(2))
-    share = exit_after_s / 600.0  # of the second interval, charged at the rate of the first
-    assert float(c.fleet.usd[0]) == pytest.approx(usd_1 * (1 + share))
-    assert float(c.fleet.kg_co2[0]) == pytest.approx(kg_1 * (1 + share), rel=0.05)
-    assert float(c.fleet.finished_at_s[0]) == exited
+    return spec, grid, clock, cloud, c, od, instance

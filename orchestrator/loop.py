@@ -470,10 +470,10 @@ class Controller:
         """A job that says when it exited (the local provider does) is charged until then,
         as a replay charges a job until it finishes: the interval just accrued is taken
         back from the exit on."""
-        if self._accrued is None or offer < 0 or not exited_s:
-            return
+        if not self.options.progress_from_provider or self._accrued is None or offer < 0:
+            return  # a replay models the finish itself, inside the interval
         t0_s, t1_s, row = self._accrued
-        if not t0_s < exited_s < t1_s:
+        if not exited_s or not t0_s < exited_s < t1_s:
             return
         hours = np.array([-units.hours(t1_s - exited_s)])
         charge(self.fleet, self.fit, row, np.array([j]), np.array([offer]), hours)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from orchestrator.clock import FakeClock
-from providers.gcp import GcpProvider
+from providers.gcp import GcpProvider, naming
 from providers.gcp.naming import label_value
 from tests.providers.specs import spec_maker
 
@@ -62,3 +62,19 @@ def make_provider(compute: FakeCompute, sleeps: list[float]) -> Factory:
         return GcpProvider(**kwargs)
 
     return make
+
+
+def put_foreign_instances(compute: FakeCompute) -> dict[str, str]:
+    """Instance ids (zone/name) of instances that are not ours."""
+    theirs = naming.gang_for(
+        project=PROJECT, cluster="other-team", request_id="r-1", zone=ZONE, count=1
+    )
+    compute.add_instance(ZONE, "instance_other_cluster.json", theirs.name)
+    compute.add_instance(ZONE, "instance_unlabelled.json", "notebook-gpu-1")
+    # named like ours too: only its missing Heliotrope metadata tells it apart
+    compute.add_instance(ZONES[1], "instance_hand_labelled.json", "hel-0123456789abcdef0123")
+    return {
+        "other cluster": theirs.instance_id,
+        "unlabelled": f"{ZONE}/notebook-gpu-1",
+        "hand labelled": f"{ZONES[1]}/hel-0123456789abcdef0123",
+    }

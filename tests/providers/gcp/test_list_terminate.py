@@ -12,27 +12,20 @@ import pytest
 from providers.base import InstanceState
 from providers.gcp import GcpProvider, naming
 
-from .conftest import CLUSTER, OD_A100, PROJECT, SPOT_A100, ZONE, ZONES, Factory, spec
+from .conftest import (
+    CLUSTER,
+    OD_A100,
+    SPOT_A100,
+    ZONE,
+    ZONES,
+    Factory,
+    put_foreign_instances,
+    spec,
+)
 from .fake_compute import FakeCompute
 
 EU_ZONE = ZONES[1]
 DELETE = "compute.instances.delete"
-
-
-def put_foreign_instances(compute: FakeCompute) -> dict[str, str]:
-    """Instance ids (zone/name) of instances that are not ours."""
-    theirs = naming.gang_for(
-        project=PROJECT, cluster="other-team", request_id="r-1", zone=ZONE, count=1
-    )
-    compute.add_instance(ZONE, "instance_other_cluster.json", theirs.name)
-    compute.add_instance(ZONE, "instance_unlabelled.json", "notebook-gpu-1")
-    # named like ours too: only its missing Heliotrope metadata tells it apart
-    compute.add_instance(EU_ZONE, "instance_hand_labelled.json", "hel-0123456789abcdef0123")
-    return {
-        "other cluster": theirs.instance_id,
-        "unlabelled": f"{ZONE}/notebook-gpu-1",
-        "hand labelled": f"{EU_ZONE}/hel-0123456789abcdef0123",
-    }
 
 
 @pytest.mark.parametrize("honour_filters", [True, False])

@@ -15,7 +15,7 @@ from orchestrator.errors import InputError, PermanentError, TransientError
 from providers.base import Capability, with_logs
 from providers.gcp import naming
 
-from .conftest import CLUSTER, OD_A100, PROJECT, ZONE, ZONES, Factory, spec
+from .conftest import CLUSTER, OD_A100, PROJECT, Factory, put_foreign_instances, spec
 from .fake_compute import Call, FakeCompute, recorded, serial_body
 
 SERIAL_API = "compute.instances.getSerialPortOutput"
@@ -64,20 +64,10 @@ def test_a_gang_is_read_by_its_first_node(make_provider: Factory, compute: FakeC
 def test_instances_that_are_not_ours_are_never_read(
     make_provider: Factory, compute: FakeCompute
 ) -> None:
-    theirs = naming.gang_for(
-        project=PROJECT, cluster="other-team", request_id="r-1", zone=ZONE, count=1
-    )
-    compute.add_instance(ZONE, "instance_other_cluster.json", theirs.name)
-    compute.add_instance(ZONE, "instance_unlabelled.json", "notebook-gpu-1")
-    compute.add_instance(ZONES[1], "instance_hand_labelled.json", "hel-0123456789abcdef0123")
+    foreign = put_foreign_instances(compute)
     ours = make_provider().launch(spec(), request_id="req-1").instance_id or ""
     provider = make_provider()
-    for instance_id in (
-        theirs.instance_id,  # another Heliotrope cluster's
-        f"{ZONE}/notebook-gpu-1",  # not a name we make
-        f"{ZONES[1]}/hel-0123456789abcdef0123",  # our label by hand, not our metadata
-        "i-0123456789abcdef0",  # not a GCP id
-    ):
+    for instance_id in (*foreign.values(), "i-0123456789abcdef0"):  # + not a GCP id
         with pytest.raises(InputError, match=f"a live instance of cluster {CLUSTER}"):
             provider.console_output(instance_id)
     with pytest.raises(InputError, match="cluster other-team"):

@@ -8,9 +8,8 @@ import pytest
 
 from orchestrator.errors import PermanentError, TransientError
 from providers.base import EventType
-from providers.gcp import naming
 
-from .conftest import CLUSTER, PROJECT, ZONE, ZONES, Factory, spec
+from .conftest import CLUSTER, PROJECT, ZONE, ZONES, Factory, put_foreign_instances, spec
 from .fake_compute import FakeCompute, recorded
 
 PREEMPTED_AT = "2024-05-01T11:30:00.000-07:00"
@@ -38,15 +37,11 @@ def test_a_preemption_is_reported_once(make_provider: Factory, compute: FakeComp
 def test_preemptions_of_instances_that_are_not_ours_are_ignored(
     make_provider: Factory, compute: FakeCompute
 ) -> None:
-    theirs = naming.gang_for(
-        project=PROJECT, cluster="other-team", request_id="r-1", zone=ZONE, count=1
-    )
-    compute.add_instance(ZONE, "instance_other_cluster.json", theirs.name)
-    compute.add_instance(ZONE, "instance_unlabelled.json", "notebook-gpu-1")
+    foreign = put_foreign_instances(compute)
     provider = make_provider()
     provider.launch(spec(), request_id="req-1")
-    compute.preempt(ZONE, theirs.name)
-    compute.preempt(ZONE, "notebook-gpu-1")
+    for instance_id in foreign.values():
+        compute.preempt(*instance_id.split("/"))
     assert provider.poll_events() == []
 
 

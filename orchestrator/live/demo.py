@@ -394,9 +394,10 @@ _ENDS = (EventKind.PREEMPTED, EventKind.FINISHED, EventKind.TERMINATED)
 def measured_speed(store: Any, jobs: Sequence[JobSpec]) -> dict[str, float]:
     """Per job, its progress per hour of running as a share of its nominal rate: what the
     live processes really did. A launch runs from when the replay counts it running: its
-    ready time, or its cold start after the launch when that is later (a local instance is
-    ready at once, and the process's own start-up is the job's cold start: counted once,
-    in the replay's cold start, not again as a slower speed)."""
+    ready time, or its cold start after the launch when that is later (with
+    `emulate_startup` the two are the same; a local instance without it is ready at once,
+    and its process's own start-up is counted once, in the replay's cold start, not again
+    as a slower speed)."""
     out: dict[str, float] = {}
     for job in jobs:
         ran_h = gained = 0.0

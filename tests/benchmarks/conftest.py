@@ -7,6 +7,11 @@ from collections.abc import Callable
 
 import numpy as np
 
+# Planned per job, by DP: the oracle, and heliotrope-lookahead (8 DPs at each relaunch
+# after a preemption) have their own benchmark (tests/benchmarks/suites); the fleet-speed
+# benchmarks leave them out.
+PER_JOB_PLANNERS = ("oracle", "heliotrope-lookahead")
+
 
 def reference_workload_s() -> float:
     """A fixed mix of numpy and interpreter work, timed now: the yardstick that turns

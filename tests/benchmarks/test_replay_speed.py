@@ -22,7 +22,7 @@ from orchestrator.model import JobSpec
 from orchestrator.replay.runner import PolicyRun, build_grid, run_policy
 from orchestrator.signals.scenario import generate
 from policies.registry import POLICY_NAMES, make_policy
-from tests.benchmarks.conftest import best_of, reference_workload_s
+from tests.benchmarks.conftest import PER_JOB_PLANNERS, best_of, reference_workload_s
 
 pytestmark = pytest.mark.bench
 
@@ -88,11 +88,6 @@ def test_replay_job_ticks_per_second() -> None:
             f"x{seconds / base:4.2f} of on-demand  x{seconds / ref:6.1f} of reference  "
             f"peak {peak / 2**20:6.1f} MiB  decisions {placements_digest(run)}"
         )
-
-
-# Planned per job, by DP: the oracle, and heliotrope-lookahead (8 DPs at each relaunch
-# after a preemption) have their own benchmark (tests/benchmarks/suites).
-PER_JOB_PLANNERS = ("oracle", "heliotrope-lookahead")
 
 
 def bench_policies() -> list[str]:

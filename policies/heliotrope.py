@@ -131,7 +131,9 @@ class Heliotrope:
         tick_h = snapshot.tick_h
         n_o = len(snapshot.offers)
         spot = self._spot_mask(snapshot)
-        capacity = np.where(np.isnan(snapshot.spot_capacity), 0.0, snapshot.spot_capacity)
+        # Free slots: unknown is none, and fewer than none (the fleet holds more than the
+        # signal reports) is none too; a negative count would read as a slot taken twice.
+        capacity = np.where(snapshot.spot_capacity > 0.0, snapshot.spot_capacity, 0.0)
 
         lifetime = np.full(n_o, np.inf)
         outage: FloatArray | None = None

@@ -442,3 +442,24 @@ def test_a_policy_that_has_decided_before_decides_as_a_fresh_one() -> None:
         assert repr(got) == repr(Heliotrope()(snap)), step
         seen.add(bool(got.intents))
     assert seen == {True, False}
+
+
+@pytest.mark.timeout(60)
+def test_a_spot_offer_holding_more_than_its_reported_capacity_does_not_stall_the_decision() -> None:
+    """Free spot slots are the reported capacity minus what the fleet holds (the loop's
+    snapshot), so they go negative when a signal reports fewer slots than Heliotrope's jobs
+    hold (live: polled capacity falls, the cloud reclaims nothing yet). The decision must
+    still come, no job is sent to the offer with no free slot, and the one free slot
+    elsewhere is taken once (it looped forever: the serving read a negative count as a
+    slot taken twice)."""
+    jobs = [job(id="j0"), job(id="j1")]
+    world = World(
+        jobs=jobs,
+        phase=[Phase.RUNNING, Phase.WAITING],
+        offer=[1, -1],
+        spot_capacity={1: -7.0, 3: 1.0},
+    )
+    decision = Heliotrope()(world.snapshot())
+    targets = [i.offer for i in decision.intents.values()]
+    assert 1 not in targets
+    assert targets.count(3) == 1  # one free slot there: one job takes it

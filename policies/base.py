@@ -42,7 +42,10 @@ class Snapshot:
 
     Per-offer arrays align with `offers`; per-job arrays (in `fleet`) align with `jobs`.
     `spot_capacity` is how many more instances of a spot offer could be launched now
-    (`inf` for on-demand, 0 where spot is unavailable, NaN where unknown).
+    (`inf` for on-demand, 0 where spot is unavailable, NaN where unknown): the reported
+    capacity less what the fleet holds there, so it is negative where the fleet holds
+    more than is reported (no free slot; the oracle adds the fleet's back to read the
+    capacity itself).
     `carbon_marginal_g_per_kwh` is NaN where no marginal signal exists.
     `fit` holds the static job x offer facts (progress rate, instances, power).
     `history` gives signals strictly up to `now` (for forecasts); it cannot see the future.

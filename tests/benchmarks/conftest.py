@@ -7,10 +7,13 @@ from collections.abc import Callable
 
 import numpy as np
 
+from policies.registry import POLICY_NAMES
+
 # Planned per job, by DP: the oracle, and heliotrope-lookahead (8 DPs at each relaunch
-# after a preemption) have their own benchmark (tests/benchmarks/suites); the fleet-speed
-# benchmarks leave them out.
+# after a preemption) have their own benchmark (tests/benchmarks/suites); the fleet
+# benchmarks run the rest.
 PER_JOB_PLANNERS = ("oracle", "heliotrope-lookahead")
+FLEET_POLICIES = tuple(n for n in POLICY_NAMES if n not in PER_JOB_PLANNERS)
 
 
 def reference_workload_s() -> float:

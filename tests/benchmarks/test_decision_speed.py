@@ -13,9 +13,9 @@ from orchestrator.clock import FakeClock
 from orchestrator.loop import Controller, EventLog
 from orchestrator.model import JobSpec, Market, Offer
 from orchestrator.signals.grid import SignalGrid
-from policies.registry import POLICY_NAMES, make_policy
+from policies.registry import make_policy
 from providers.sim import SimProvider
-from tests.benchmarks.conftest import PER_JOB_PLANNERS, best_of, reference_workload_s
+from tests.benchmarks.conftest import FLEET_POLICIES, best_of, reference_workload_s
 
 pytestmark = pytest.mark.bench
 T0 = datetime(2024, 4, 1, tzinfo=UTC)
@@ -85,7 +85,7 @@ def test_one_decision_1000_jobs_200_offers() -> None:
     ]
     ref = reference_workload_s()
     print(f"\ndecision: 1000 jobs x {len(grid.offers)} offers; reference workload {ref:.3f} s")
-    for name in [n for n in POLICY_NAMES if n not in PER_JOB_PLANNERS]:
+    for name in FLEET_POLICIES:
         policy = make_policy(name)
         clock = FakeClock(T0)
         controller = Controller(jobs, grid, SimProvider(grid, clock), policy, EventLog())

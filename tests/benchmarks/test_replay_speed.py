@@ -21,8 +21,8 @@ from orchestrator.loop import LoopOptions
 from orchestrator.model import JobSpec
 from orchestrator.replay.runner import PolicyRun, build_grid, run_policy
 from orchestrator.signals.scenario import generate
-from policies.registry import POLICY_NAMES, make_policy
-from tests.benchmarks.conftest import PER_JOB_PLANNERS, best_of, reference_workload_s
+from policies.registry import make_policy
+from tests.benchmarks.conftest import FLEET_POLICIES, best_of, reference_workload_s
 
 pytestmark = pytest.mark.bench
 
@@ -96,7 +96,7 @@ def bench_policies() -> list[str]:
     chosen = [p.strip() for p in os.environ.get("HELIOTROPE_BENCH_POLICIES", "").split(",")]
     if any(chosen):
         return [p for p in chosen if p]
-    return [n for n in POLICY_NAMES if n not in PER_JOB_PLANNERS]
+    return list(FLEET_POLICIES)
 
 
 def placements_digest(run: PolicyRun) -> str:

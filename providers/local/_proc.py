@@ -103,12 +103,15 @@ def register_child(proc: subprocess.Popen[bytes]) -> None:
 
 
 def reap() -> None:
-    """Wait for (without blocking) every child this process started that has exited."""
+    """Wait for (without blocking) every child this process started that has exited.
+
+    Threads may reap at once (the live controller preempts its victims in a pool): a child
+    another thread has already reaped is simply gone."""
     for pid, proc in list(_CHILDREN.items()):
         with contextlib.suppress(OSError):
             if proc.poll() is None:
                 continue
-        del _CHILDREN[pid]
+        _CHILDREN.pop(pid, None)
 
 
 def signal_group(pgid: int, sig: int) -> None:

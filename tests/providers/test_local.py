@@ -23,7 +23,7 @@ from orchestrator.catalog import pue
 from orchestrator.clock import FakeClock, ScaledClock, SystemClock
 from orchestrator.model import Market
 from providers.base import Capability, EventType, FailureKind, LaunchSpec, ProviderEvent
-from providers.local import LocalProvider, instance_id_for, local_offers
+from providers.local import LocalProvider, _proc, instance_id_for, local_offers
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
 
@@ -623,3 +623,25 @@ def test_completion_is_reported_at_the_exit_not_at_the_poll(tmp_path: Path) -> N
     polled_s = clock.now().timestamp()
     assert float(meta(provider, outcome.instance_id)["launched_at_s"]) <= done.time_s  # type: ignore[arg-type]
     assert done.time_s <= polled_s - 250.0
+
+
+def test_two_threads_reaping_the_same_exited_child_is_fine() -> None:
+    """The live controller preempts in a thread pool, so two `reap`s can list the same
+    exited child; the second found it gone and raised KeyError, which ended `make demo`
+    (tests/e2e/test_demo.py, once in three runs here). The interleaving is forced: while
+    the outer reap polls the child, another reap takes it first."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    real_poll = proc.poll
+    raced: list[bool] = []
+
+    def poll_while_another_thread_reaps() -> int | None:
+        if not raced:
+            raced.append(True)
+            _proc.reap()  # the other thread gets there first
+        return real_poll()
+
+    proc.poll = poll_while_another_thread_reaps  # type: ignore[method-assign]
+    _proc.register_child(proc)
+    _proc.reap()
+    assert raced and proc.pid not in _proc._CHILDREN

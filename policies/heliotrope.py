@@ -197,7 +197,9 @@ class Heliotrope:
         # and a value below that would idle the job for all its slack (then the safety net
         # pays on-demand). Where the value is below it, it is raised to it plus the floor.
         got = np.maximum(finish_h - startup, 0.0)
-        effective = np.where(spot[None, :] & (got > 0), per_progress * finish_h / got, np.inf)
+        effective = np.where(
+            spot[None, :] & (got > 0) & np.isfinite(got), per_progress * finish_h / got, np.inf
+        )
         e_low = effective.min(axis=1)
         short = np.isfinite(e_low) & (value < e_low) & mk.od_finite
         value = np.where(short, e_low + mk.spread * self.value_floor, value)

@@ -381,6 +381,20 @@ def test_a_job_with_little_work_left_and_all_its_slack_still_launches_on_spot(
     assert decide(Heliotrope(), world)[0] == 3  # the cheapest spot, at once
 
 
+@pytest.mark.parametrize("left_gpu_h", [8.0, 2.0])
+def test_little_work_left_launches_on_spot_beside_a_gpu_the_job_may_not_use(
+    left_gpu_h: float,
+) -> None:
+    """The same with an H100 spot offer in the world that the job does not allow: that
+    offer's cost to finish is no number (no progress there), and it must not hide the
+    cheapest allowed spot's (carbon-year's jobs allow two or three of the four GPU types;
+    with this hidden they idled at the end of their work until the safety net paid
+    on-demand)."""
+    only_a100 = job(gpu_types=frozenset({"A100-80GB"}))
+    world = World(jobs=[only_a100], extra_offers=[H100_EAST_SPOT], progress=64.0 - left_gpu_h)
+    assert decide(Heliotrope(), world)[0] == 3  # the cheapest allowed spot, at once
+
+
 def test_late_on_on_demand_it_does_not_move_to_an_equally_fast_cheaper_one() -> None:
     """8 h of work left on eight A100s on demand (NL, 36 $/h) with 7 h to the deadline: late
     anyway. The cheaper on-demand A100s in us-west-2 (32 $/h) would finish later still, by

@@ -106,6 +106,7 @@ REPLAY_POLICY_CHOICES: Final = (
 
 #: Policies a replay runs when none are given (`orchestrator.replay.service.DEFAULT_POLICIES`).
 DEFAULT_REPLAY_POLICIES: Final = (
+    "heliotrope",
     "on-demand",
     "spot-failover",
     "uniform-progress",

@@ -97,8 +97,7 @@ def _add_replay_command(sub: Any) -> None:
     r.add_argument("--jobs", type=Path, required=True, help="jobs file (docs/jobs.md)")
     r.add_argument(
         "--policies",
-        default="on-demand,spot-failover,uniform-progress,carbon-greedy,curtailment-threshold",
-        help="comma-separated policy names",
+        help="comma-separated policy names (default: heliotrope and the five baselines)",
     )
     r.add_argument(
         "--carbon-price",
@@ -391,12 +390,12 @@ def _policies(args: argparse.Namespace) -> int:
 
 def _replay(args: argparse.Namespace) -> int:
     from orchestrator.replay.report import format_table, summary
-    from orchestrator.replay.service import ReplayRequest, replay
+    from orchestrator.replay.service import DEFAULT_POLICIES, ReplayRequest, replay
 
     request = ReplayRequest(
         jobs_file=args.jobs,
         out_dir=args.out,
-        policies=tuple(args.policies.split(",")),
+        policies=DEFAULT_POLICIES if args.policies is None else tuple(args.policies.split(",")),
         traces=args.traces,
         scenario_days=args.days,
         anchor=args.since,

@@ -44,6 +44,7 @@ logger = logging.getLogger(__name__)
 
 #: Policies a replay runs when none are given (the CLI's and the DAG's default).
 DEFAULT_POLICIES: Final = (
+    "heliotrope",
     "on-demand",
     "spot-failover",
     "uniform-progress",

@@ -86,6 +86,23 @@ def test_replay_writes_results_timeline_and_report(
     assert json.loads((out / "results.json").read_text())["policies"] == printed["policies"]
 
 
+def test_replay_without_policies_runs_heliotrope_beside_the_baselines(
+    tmp_path: Path, jobs_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What a person sees first from an offline replay is our policy against the five
+    baselines, the same list the replay DAG runs by default."""
+    from orchestrator.replay.service import DEFAULT_POLICIES
+
+    args = ["replay", "--jobs", str(jobs_file), "--days", "2", "--out", str(tmp_path), "--json"]
+    assert main(args) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert tuple(printed["policies"]) == DEFAULT_POLICIES
+    assert DEFAULT_POLICIES[0] == "heliotrope"
+    helio = printed["policies"]["heliotrope"]
+    assert helio["deadlines_met"] == 4
+    assert helio["usd"] < printed["policies"]["on-demand"]["usd"]
+
+
 def test_generated_trace_round_trips_through_replay(tmp_path: Path, jobs_file: Path) -> None:
     trace = tmp_path / "trace"
     assert main(["traces", "generate", "--seed", "3", "--days", "2", "--out", str(trace)]) == 0

@@ -196,6 +196,7 @@ class Heliotrope:
         # left: finishing there costs ``hourly * finish_h / remaining`` per unit of progress,
         # and a value below that would idle the job for all its slack (then the safety net
         # pays on-demand). Where the value is below it, it is raised to it plus the floor.
+        # An offer the job cannot run on (inf / inf) has no cost to finish, not NaN.
         got = np.maximum(finish_h - startup, 0.0)
         effective = np.where(
             spot[None, :] & (got > 0) & np.isfinite(got), per_progress * finish_h / got, np.inf

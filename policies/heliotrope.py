@@ -196,10 +196,11 @@ class Heliotrope:
         # left: finishing there costs ``hourly * finish_h / remaining`` per unit of progress,
         # and a value below that would idle the job for all its slack (then the safety net
         # pays on-demand). Where the value is below it, it is raised to it plus the floor.
-        # An offer the job cannot run on (inf / inf) has no cost to finish, not NaN.
+        # Over the spot offers the job can run on (elsewhere finish_h is inf, and inf / inf
+        # a NaN that would win the minimum).
         got = np.maximum(finish_h - startup, 0.0)
         effective = np.where(
-            spot[None, :] & (got > 0) & np.isfinite(got), per_progress * finish_h / got, np.inf
+            spot[None, :] & usable & (got > 0), per_progress * finish_h / got, np.inf
         )
         e_low = effective.min(axis=1)
         short = np.isfinite(e_low) & (value < e_low) & mk.od_finite

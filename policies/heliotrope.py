@@ -361,59 +361,80 @@ class Heliotrope:
         """Jobs `queue` (rows, least slack first) take the best option left, spot slots one
         by one: (row, offer to go to, or None to pause) for each job that acts.
 
-        Exactly the one-job-at-a-time rule, run on blocks: a block's choices stand up to the
-        first job whose spot slot the jobs before it in the block already took; that job
-        is served again with the slots that are left. `masked`: `utility` is already
-        -inf wherever a spot slot of `capacity` is short, except where a job runs (as
-        `__call__` builds it), so the first block, which sees all of `capacity`, reads it
-        as it is."""
-        out: list[tuple[int, int | None]] = []
+        Exactly the one-job-at-a-time rule, run on the whole queue at once: every job's
+        choice stands up to the first job whose spot slot the jobs before it already took;
+        from there on, only the jobs whose choice has run out of slots choose again (with
+        fewer options, the best of the others is still the best), and the queue goes on.
+        `masked`: `utility` is already -inf wherever a spot slot of `capacity` is short,
+        except where a job runs (as `__call__` builds it), so the first pass, which sees all
+        of `capacity`, reads it as it is."""
+        n = queue.size
+        if n == 0:
+            return []
         free = capacity.copy()
         n_o = capacity.size
-        start, block = 0, queue.size
-        with np.errstate(invalid="ignore"):
-            while start < queue.size:
-                rows = queue[start : start + block]
-                n = rows.size
-                k = np.arange(n)
-                h = holding[rows]
-                c = cur[rows]
-                cur_u = utility[rows, c]
-                if masked and start == 0:
-                    u = utility[rows]
-                else:
-                    u = np.where(
-                        spot[None, :] & (free[None, :] < inst[rows]), -np.inf, utility[rows]
-                    )
-                    u[k[h], c[h]] = cur_u[h]  # staying needs no new slot
-                best = np.argmax(u, axis=1)
-                best_u = u[k, best]
-                clearly = ~(best_u <= cur_u + self.hysteresis * np.abs(cur_u) + 1e-9)
-                leave = h & priced[c] & (best != c) & clearly
-                go = (leave | ~h) & (best_u > 0.0) & np.isfinite(best_u)
-                if wait_u is not None:
-                    go &= h | (best_u > wait_u[rows])  # an idle job may rather wait for a return
-                pause = leave & (best_u <= 0.0) & (cur_u < 0.0)
-                take = np.where(go & spot[best], inst[rows, best], 0)
-                done = n
-                if take.any():
-                    total = np.bincount(best, weights=take, minlength=n_o)
-                    short = np.flatnonzero(total > free)
-                    if short.size:  # some slot is taken twice: where does the block break?
-                        demand = np.where(best[:, None] == short[None, :], take[:, None], 0)
-                        over = (np.cumsum(demand, axis=0) > free[short][None, :]).any(axis=1)
-                        done = int(np.argmax(over))  # >= 1: the first row saw the true slots
-                        total = np.bincount(best[:done], weights=take[:done], minlength=n_o)
-                    free -= total
-                acts = np.flatnonzero(go[:done] | pause[:done])
-                if acts.size:
-                    for r, o, g in zip(
-                        rows[acts].tolist(), best[acts].tolist(), go[acts].tolist(), strict=True
-                    ):
-                        out.append((r, o if g else None))
-                start += done
-                block = min(queue.size - start, 2 * done)
-        return out
+        k = np.arange(n)
+        h = holding[queue]
+        c = cur[queue]
+        inst_q = inst[queue]
+        u = utility[queue]  # a copy: rows are masked below as slots run out
+        cur_u = u[k, c]
+        if not masked:
+            u[spot[None, :] & (free[None, :] < inst_q)] = -np.inf
+            u[k[h], c[h]] = cur_u[h]  # staying needs no new slot
+        best = np.argmax(u, axis=1)
+        with np.errstate(invalid="ignore"):  # -inf + inf: not clearly better, not worse
+            bar = cur_u + self.hysteresis * np.abs(cur_u) + 1e-9
+        stay_ok = h & priced[c]
+        wait_q = None if wait_u is None else wait_u[queue]
+
+        def choose(rows: IntArray | slice) -> tuple[BoolArray, BoolArray, IntArray]:
+            """Per row: goes to its best option, pauses, and the spot slots going takes."""
+            b = best[rows]
+            bu = u[k[rows], b]
+            leave = stay_ok[rows] & (b != c[rows]) & ~(bu <= bar[rows])
+            go = (leave | ~h[rows]) & (bu > 0.0) & np.isfinite(bu)
+            if wait_q is not None:
+                go &= h[rows] | (bu > wait_q[rows])  # an idle job may rather wait
+            pause = leave & (bu <= 0.0) & (cur_u[rows] < 0.0)
+            return go, pause, np.where(go & spot[b], inst_q[k[rows], b], 0)
+
+        go, pause, take = choose(slice(None))
+        start = 0
+        while True:
+            t, b = take[start:], best[start:]
+            done = n - start
+            if t.any():
+                total = np.bincount(b, weights=t, minlength=n_o)
+                short = np.flatnonzero(total > free)
+                if short.size:  # some slot is taken twice: where does the run break?
+                    demand = np.where(b[:, None] == short[None, :], t[:, None], 0)
+                    over = (np.cumsum(demand, axis=0) > free[short][None, :]).any(axis=1)
+                    done = int(np.argmax(over))  # >= 1: the first row saw the true slots
+                    total = np.bincount(b[:done], weights=t[:done], minlength=n_o)
+                free -= total
+            start += done
+            if start == n:
+                break
+            # The rest keep their choice unless its slots just ran out: fewer options leave
+            # the best of the rest the best. Those whose choice is gone choose again.
+            rest = k[start:]
+            rb = best[rest]
+            gone = rest[spot[rb] & (free[rb] < inst_q[rest, rb]) & ~(h[rest] & (rb == c[rest]))]
+            if gone.size:
+                ug = np.where(spot[None, :] & (free[None, :] < inst_q[gone]), -np.inf, u[gone])
+                held = h[gone]
+                ug[held, c[gone][held]] = cur_u[gone][held]
+                u[gone] = ug
+                best[gone] = np.argmax(ug, axis=1)
+                go[gone], pause[gone], take[gone] = choose(gone)
+        acts = np.flatnonzero(go | pause)
+        return [
+            (r, o if g else None)
+            for r, o, g in zip(
+                queue[acts].tolist(), best[acts].tolist(), go[acts].tolist(), strict=True
+            )
+        ]
 
     # -- cached while their inputs stay the same ------------------------------------------------
     def _jobs(self, snapshot: Snapshot) -> _Jobs | None:

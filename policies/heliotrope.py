@@ -388,8 +388,9 @@ class Heliotrope:
         stay_ok = h & priced[c]
         wait_q = None if wait_u is None else wait_u[queue]
 
-        def choose(rows: IntArray | slice) -> tuple[BoolArray, BoolArray, IntArray]:
-            """Per row: goes to its best option, pauses, and the spot slots going takes."""
+        def choose(rows: IntArray | slice) -> tuple[BoolArray, BoolArray, IntArray, IntArray]:
+            """Per row: goes to its best option, pauses, the spot slots that option needs
+            (0: none, or no option at all) and the slots going takes."""
             b = best[rows]
             bu = u[k[rows], b]
             leave = stay_ok[rows] & (b != c[rows]) & ~(bu <= bar[rows])
@@ -397,21 +398,31 @@ class Heliotrope:
             if wait_q is not None:
                 go &= h[rows] | (bu > wait_q[rows])  # an idle job may rather wait
             pause = leave & (bu <= 0.0) & (cur_u[rows] < 0.0)
-            return go, pause, np.where(go & spot[b], inst_q[k[rows], b], 0)
+            new_slot = spot[b] & ~(h[rows] & (b == c[rows])) & np.isfinite(bu)
+            need = np.where(new_slot, inst_q[k[rows], b], 0)
+            return go, pause, need, np.where(go, need, 0)
 
-        go, pause, take = choose(slice(None))
+        go, pause, need, take = choose(slice(None))
         start = 0
         while True:
-            t, b = take[start:], best[start:]
+            t, b, nd = take[start:], best[start:], need[start:]
             done = n - start
-            if t.any():
+            if nd.any():
+                # A job's choice stands while its option still has the slots it needs after
+                # the takes of the jobs before it, whether it goes there or not (a pause is
+                # chosen against that option too).
                 total = np.bincount(b, weights=t, minlength=n_o)
-                short = np.flatnonzero(total > free)
-                if short.size:  # some slot is taken twice: where does the run break?
-                    demand = np.where(b[:, None] == short[None, :], t[:, None], 0)
-                    over = (np.cumsum(demand, axis=0) > free[short][None, :]).any(axis=1)
-                    done = int(np.argmax(over))  # >= 1: the first row saw the true slots
-                    total = np.bincount(b[:done], weights=t[:done], minlength=n_o)
+                most = np.zeros(n_o)
+                np.maximum.at(most, b, nd)
+                tight = np.flatnonzero((most > 0) & (total + most > free))
+                if tight.size:  # where does the run break?
+                    on = b[:, None] == tight[None, :]
+                    taken = np.cumsum(np.where(on, t[:, None], 0), axis=0)
+                    before = taken - np.where(on, t[:, None], 0)
+                    over = (on & (before + nd[:, None] > free[tight][None, :])).any(axis=1)
+                    if over.any():
+                        done = int(np.argmax(over))  # >= 1: the first row saw the true slots
+                total = np.bincount(b[:done], weights=t[:done], minlength=n_o)
                 free -= total
             start += done
             if start == n:
@@ -427,7 +438,7 @@ class Heliotrope:
                 ug[held, c[gone][held]] = cur_u[gone][held]
                 u[gone] = ug
                 best[gone] = np.argmax(ug, axis=1)
-                go[gone], pause[gone], take[gone] = choose(gone)
+                go[gone], pause[gone], need[gone], take[gone] = choose(gone)
         acts = np.flatnonzero(go | pause)
         return [
             (r, o if g else None)

@@ -182,8 +182,10 @@ def _serve_one_by_one(
     holding: np.ndarray,
     cur: np.ndarray,
     priced: np.ndarray,
+    wait_u: np.ndarray | None = None,
 ) -> list[tuple[int, int | None]]:
-    """The fleet-capacity rule as first written: one job at a time, least slack first."""
+    """The fleet-capacity rule as first written: one job at a time, least slack first (an
+    idle job launches only where that beats waiting, `wait_u`, when given)."""
     out: list[tuple[int, int | None]] = []
     free = capacity.copy()
     for i in queue:
@@ -203,7 +205,11 @@ def _serve_one_by_one(
                 if cur_u < 0.0:
                     out.append((int(i), None))
                 continue
-        elif best_u <= 0.0 or not np.isfinite(best_u):
+        elif (
+            best_u <= 0.0
+            or not np.isfinite(best_u)
+            or (wait_u is not None and not best_u > wait_u[i])
+        ):
             continue
         if spot[best]:
             free[best] -= inst[i, best]
@@ -212,9 +218,11 @@ def _serve_one_by_one(
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_serving_in_blocks_equals_one_job_at_a_time(seed: int) -> None:
-    """Many jobs after few spot slots (1 or 2 instances each): the block-wise fleet rule
-    makes exactly the choices of the one-by-one rule, in the same order."""
+def test_serving_the_queue_at_once_equals_one_job_at_a_time(seed: int) -> None:
+    """Many jobs after few spot slots (1 or 2 instances each): the fleet rule, which serves
+    the whole queue and re-chooses only the jobs whose slot ran out, makes exactly the
+    choices of the one-by-one rule, in the same order; also with waiting valued and with
+    the utility already masked by the slots, as the decision passes it."""
     rng = np.random.default_rng(seed)
     n, n_o = int(rng.integers(1, 60)), int(rng.integers(2, 12))
     spot = rng.random(n_o) < 0.6
@@ -228,7 +236,15 @@ def test_serving_in_blocks_equals_one_job_at_a_time(seed: int) -> None:
     queue = rng.permutation(n)
     h = Heliotrope()
     args = (queue, utility, inst, spot, capacity, holding, cur, priced)
-    assert h._serve(*args) == _serve_one_by_one(h, *args)
+    want = _serve_one_by_one(h, *args)
+    assert want and h._serve(*args) == want
+    wait_u = np.where(rng.random(n) < 0.5, rng.normal(1.0, 2.0, n), -np.inf)
+    assert h._serve(*args, wait_u) == _serve_one_by_one(h, *args, wait_u)
+    masked = np.where(spot[None, :] & (capacity[None, :] < inst), -np.inf, utility)
+    rows = np.flatnonzero(holding)
+    masked[rows, cur[rows]] = utility[rows, cur[rows]]
+    args_m = (queue, masked, inst, spot, capacity, holding, cur, priced)
+    assert h._serve(*args_m, masked=True) == _serve_one_by_one(h, *args_m) == want
 
 
 def test_lifetime_tracker_carries_the_block_estimate_from_tick_to_tick() -> None:

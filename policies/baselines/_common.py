@@ -72,13 +72,36 @@ class Candidates:
     usd_per_gpu_h: FloatArray  # usd_per_hour * instances / rate; inf where not launchable
 
 
-def candidates(snapshot: Snapshot, fit: JobOfferFit, js: IntArray, cols: IntArray) -> Candidates:
-    """`launchable` and dollars per unit of progress in one pass over the job x offer sub-matrix."""
-    sub = np.ix_(js, cols)
-    rate = fit.rate[sub]
-    instances = fit.instances[sub]
+@dataclass(frozen=True, slots=True)
+class SubFit:
+    """`fit.rate` and `fit.instances` on the job rows `js` and offer columns `cols`: what
+    `candidates` gathers each call, for a policy that keeps it while its jobs stay."""
+
+    rate: FloatArray
+    instances: IntArray
+    allowed: BoolArray  # rate > 0
+
+    @staticmethod
+    def of(fit: JobOfferFit, js: IntArray, cols: IntArray) -> SubFit:
+        sub = np.ix_(js, cols)
+        rate = fit.rate[sub]
+        return SubFit(rate, fit.instances[sub], rate > 0)
+
+
+def candidates(
+    snapshot: Snapshot,
+    fit: JobOfferFit,
+    js: IntArray,
+    cols: IntArray,
+    sub: SubFit | None = None,
+) -> Candidates:
+    """`launchable` and dollars per unit of progress in one pass over the job x offer
+    sub-matrix (`sub`: that sub-matrix of `fit`, where the caller keeps it)."""
+    if sub is None:
+        sub = SubFit.of(fit, js, cols)
+    rate, instances = sub.rate, sub.instances
     price = snapshot.usd_per_hour[cols]
-    ok = (rate > 0) & np.isfinite(price)[None, :]
+    ok = sub.allowed & np.isfinite(price)[None, :]
     capacity = snapshot.spot_capacity[cols]
     if not np.all(capacity == np.inf):
         ok &= np.where(np.isnan(capacity), 0.0, capacity)[None, :] >= instances

@@ -39,14 +39,18 @@ preemption throws away comes on top and is the residual risk, as in the paper.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from orchestrator.model import Decision, Intent, Phase
+from orchestrator.costs import JobOfferFit
+from orchestrator.model import BoolArray, Decision, FloatArray, IntArray, Intent, Offer, Phase
 from orchestrator.units import SECONDS_PER_HOUR
 from policies.base import Snapshot
 from policies.baselines._common import (
+    SubFit,
     candidates,
     held_offer,
     home_mask,
@@ -69,6 +73,7 @@ class UniformProgress:
     hysteresis_cold_starts: float = 2.0
     safety_margin_ticks: float = 1.0
     name = "uniform-progress"
+    _memo: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __call__(self, snapshot: Snapshot) -> Decision:
         js = jobs_in(snapshot, Phase.WAITING, Phase.STARTING, Phase.RUNNING)
@@ -77,14 +82,11 @@ class UniformProgress:
             return Decision()
         fleet = snapshot.fleet
         fit = snapshot.fit
-        spot = spot_mask(snapshot)
-        cols = priced_offers(snapshot, np.ones(n_offers, dtype=np.bool_))
-        home = home_mask(snapshot, js, cols)
-        in_some_home = home.any(axis=0)
-        cols, home = cols[in_some_home], home[:, in_some_home]
-        cand = candidates(snapshot, fit, js, cols)
-        ok = cand.ok & home
-        is_spot = spot[cols][None, :]
+        block = self._block(snapshot, js)
+        spot, cols = block.spot, block.cols
+        cand = candidates(snapshot, fit, js, cols, block.sub)
+        ok = cand.ok & block.home
+        is_spot = block.is_spot
         spot_best, _ = masked_argmin(cand.usd_per_gpu_h, ok & is_spot, cols)
         od_ok = ok & ~is_spot
         od_best, _ = masked_argmin(cand.usd_per_gpu_h, od_ok, cols)
@@ -100,7 +102,7 @@ class UniformProgress:
         cur_od = holding & ~cur_spot
         rate_now = take(fit.rate, js, cur, 0.0)
 
-        work, cold_h, start_s, deadline_s = job_facts(snapshot, js).T
+        work, cold_h, start_s, deadline_s = block.facts
         progress = fleet.progress_gpu_h[js]
         remaining = np.maximum(work - progress, 0.0)
         later_s = snapshot.now_s + self.hysteresis_cold_starts * cold_h * SECONDS_PER_HOUR
@@ -162,3 +164,48 @@ class UniformProgress:
             where = f"{snapshot.offers[o].id}: " if o >= 0 else ""
             intents[j] = Intent(o if o >= 0 else None, f"{where}{why}; {numbers}")
         return Decision(intents)
+
+    def _block(self, snapshot: Snapshot, js: IntArray) -> _HomeBlock:
+        """The static facts of this call's jobs on the priced offers of their home regions,
+        kept while the jobs, the offers and which of them are priced stay the same."""
+        priced = np.isfinite(snapshot.usd_per_hour)
+        key = (js.tobytes(), priced.tobytes())
+        memo: _HomeBlock | None = self._memo.get("block")
+        if (
+            memo is not None
+            and memo.fit is snapshot.fit
+            and memo.offers is snapshot.offers
+            and memo.key == key
+        ):
+            return memo
+        spot = spot_mask(snapshot)
+        cols = priced_offers(snapshot, np.ones(len(snapshot.offers), dtype=np.bool_))
+        home = home_mask(snapshot, js, cols)
+        in_some_home = home.any(axis=0)
+        cols, home = cols[in_some_home], home[:, in_some_home]
+        block = _HomeBlock(
+            fit=snapshot.fit,
+            offers=snapshot.offers,
+            key=key,
+            spot=spot,
+            cols=cols,
+            home=home,
+            is_spot=spot[cols][None, :],
+            sub=SubFit.of(snapshot.fit, js, cols),
+            facts=job_facts(snapshot, js).T,
+        )
+        self._memo["block"] = block
+        return block
+
+
+@dataclass(frozen=True, slots=True)
+class _HomeBlock:
+    fit: JobOfferFit
+    offers: Sequence[Offer]
+    key: tuple[bytes, bytes]
+    spot: BoolArray  # per offer
+    cols: IntArray  # priced offers in some job's home region
+    home: BoolArray  # [job, col]
+    is_spot: BoolArray  # [1, col]
+    sub: SubFit
+    facts: FloatArray  # [4, job]: work, cold start, start, deadline

@@ -606,9 +606,19 @@ class _SignalValues:
 
     def at(self, prefix: str, o: int) -> dict[str, float]:
         """Offer `o`'s signals as event data (``dst_usd_per_hour``, ...)."""
+        usd, capacity, carbon, curtailing = _SIGNAL_KEYS[prefix]
         return {
-            f"{prefix}_usd_per_hour": self.usd_per_hour[o],
-            f"{prefix}_spot_capacity": self.spot_capacity[o],
-            f"{prefix}_g_co2_per_kwh": self.g_co2_per_kwh[o],
-            f"{prefix}_curtailing": float(self.curtailing[o]),
+            usd: self.usd_per_hour[o],
+            capacity: self.spot_capacity[o],
+            carbon: self.g_co2_per_kwh[o],
+            curtailing: float(self.curtailing[o]),
         }
+
+
+_SIGNAL_KEYS = {
+    prefix: tuple(
+        f"{prefix}_{name}"
+        for name in ("usd_per_hour", "spot_capacity", "g_co2_per_kwh", "curtailing")
+    )
+    for prefix in ("src", "dst")
+}

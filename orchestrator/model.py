@@ -178,12 +178,16 @@ class FleetState:
         )
 
     def frozen_copy(self) -> FleetState:
-        arrays = {}
-        for name in self.__dataclass_fields__:
-            a = getattr(self, name).copy()
-            a.flags.writeable = False
-            arrays[name] = a
-        return FleetState(**arrays)
+        return FleetState(*map(_read_only_copy, map(self.__getattribute__, _FLEET_FIELDS)))
+
+
+_FLEET_FIELDS = tuple(FleetState.__dataclass_fields__)
+
+
+def _read_only_copy(a: np.ndarray) -> np.ndarray:
+    c = a.copy()
+    c.flags.writeable = False
+    return c
 
 
 @dataclass(frozen=True, slots=True)

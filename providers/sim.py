@@ -202,7 +202,10 @@ class SimProvider:
 
     def _end(self, instance_id: InstanceId, state: InstanceState) -> None:
         info = self._instances[instance_id]
-        self._instances[instance_id] = dataclasses.replace(info, state=state)
+        # The constructor, not `dataclasses.replace`: a third of the time, per preemption.
+        self._instances[instance_id] = InstanceInfo(
+            info.id, info.offer_id, info.job_id, state, info.launched_at_s, info.ready_at_s
+        )
         k = self._offer_index[info.offer_id]
         held = self._spot_held.get(k)
         if held and instance_id in held:

@@ -72,6 +72,21 @@ ROWS: list[tuple[str, World, Expected]] = [
         World(phase=Phase.RUNNING, offer=1, usd_per_hour={1: 39.0}, spot_capacity={3: 0.0, 5: 0.0}),
         PAUSE,
     ),
+    (
+        "running where progress is worth a little less than it costs: stay (a pause throws "
+        "away the start-up paid, and another one is paid to come back)",
+        World(
+            phase=Phase.RUNNING, offer=1, usd_per_hour={1: 18.0, 5: 14.0}, spot_capacity={3: 0.0}
+        ),
+        KEEP,
+    ),
+    (
+        "running where progress is worth less than half of what it costs: pause",
+        World(
+            phase=Phase.RUNNING, offer=1, usd_per_hour={1: 26.0, 5: 14.0}, spot_capacity={3: 0.0}
+        ),
+        PAUSE,
+    ),
 ]
 
 
@@ -183,9 +198,11 @@ def _serve_one_by_one(
     cur: np.ndarray,
     priced: np.ndarray,
     wait_u: np.ndarray | None = None,
+    pause_below: np.ndarray | None = None,
 ) -> list[tuple[int, int | None]]:
     """The fleet-capacity rule as first written: one job at a time, least slack first (an
-    idle job launches only where that beats waiting, `wait_u`, when given)."""
+    idle job launches only where that beats waiting, `wait_u`, when given; a running job
+    pauses only where staying is worth less than `pause_below`, 0 where not given)."""
     out: list[tuple[int, int | None]] = []
     free = capacity.copy()
     for i in queue:
@@ -202,7 +219,7 @@ def _serve_one_by_one(
             if not priced[cur[i]] or best == cur[i] or worse:
                 continue
             if best_u <= 0.0:
-                if cur_u < 0.0:
+                if cur_u < (0.0 if pause_below is None else pause_below[i]):
                     out.append((int(i), None))
                 continue
         elif (
@@ -221,8 +238,9 @@ def _serve_one_by_one(
 def test_serving_the_queue_at_once_equals_one_job_at_a_time(seed: int) -> None:
     """Many jobs after few spot slots (1 or 2 instances each): the fleet rule, which serves
     the whole queue and re-chooses only the jobs whose slot ran out, makes exactly the
-    choices of the one-by-one rule, in the same order; also with waiting valued and with
-    the utility already masked by the slots, as the decision passes it."""
+    choices of the one-by-one rule, in the same order; also with waiting valued, with a
+    loss a running job bears before it pauses, and with the utility already masked by the
+    slots, as the decision passes it."""
     rng = np.random.default_rng(seed)
     n, n_o = int(rng.integers(1, 60)), int(rng.integers(2, 12))
     spot = rng.random(n_o) < 0.6
@@ -240,6 +258,8 @@ def test_serving_the_queue_at_once_equals_one_job_at_a_time(seed: int) -> None:
     assert want and h._serve(*args) == want
     wait_u = np.where(rng.random(n) < 0.5, rng.normal(1.0, 2.0, n), -np.inf)
     assert h._serve(*args, wait_u) == _serve_one_by_one(h, *args, wait_u)
+    pause_below = -rng.uniform(0.0, 3.0, n)
+    assert h._serve(*args, None, pause_below) == _serve_one_by_one(h, *args, None, pause_below)
     masked = np.where(spot[None, :] & (capacity[None, :] < inst), -np.inf, utility)
     rows = np.flatnonzero(holding)
     masked[rows, cur[rows]] = utility[rows, cur[rows]]

@@ -48,6 +48,12 @@ ROWS: list[tuple[str, World, Expected]] = [
         KEEP,
     ),
     (
+        "running on spot, one 12 % cheaper elsewhere: stay (the gain left after the move's "
+        "egress and cold start is under 5 % of what it pays an hour)",
+        World(phase=Phase.RUNNING, offer=1, usd_per_hour={1: 8.0, 3: 7.0}),
+        KEEP,
+    ),
+    (
         "running on spot, a much cheaper one elsewhere: move",
         World(phase=Phase.RUNNING, offer=1, usd_per_hour={3: 2.0}),
         3,
@@ -198,11 +204,11 @@ def _serve_one_by_one(
     cur: np.ndarray,
     priced: np.ndarray,
     wait_u: np.ndarray | None = None,
-    pause_below: np.ndarray | None = None,
+    paying: np.ndarray | None = None,
 ) -> list[tuple[int, int | None]]:
     """The fleet-capacity rule as first written: one job at a time, least slack first (an
     idle job launches only where that beats waiting, `wait_u`, when given; a running job
-    pauses only where staying is worth less than `pause_below`, 0 where not given)."""
+    moves and pauses only past the margins on what it pays, `paying`, when given)."""
     out: list[tuple[int, int | None]] = []
     free = capacity.copy()
     for i in queue:
@@ -214,12 +220,13 @@ def _serve_one_by_one(
         best_u = row[best]
         if holding[i]:
             cur_u = utility[i, cur[i]]
+            stake = 0.0 if paying is None else paying[i]
             with np.errstate(invalid="ignore"):  # -inf + inf: not clearly better, not worse
-                worse = best_u <= cur_u + h.hysteresis * abs(cur_u) + 1e-9
+                worse = best_u <= cur_u + h.hysteresis * abs(cur_u) + 1e-9 + h.move_margin * stake
             if not priced[cur[i]] or best == cur[i] or worse:
                 continue
             if best_u <= 0.0:
-                if cur_u < (0.0 if pause_below is None else pause_below[i]):
+                if cur_u < -h.pause_loss * stake:
                     out.append((int(i), None))
                 continue
         elif (
@@ -258,8 +265,8 @@ def test_serving_the_queue_at_once_equals_one_job_at_a_time(seed: int) -> None:
     assert want and h._serve(*args) == want
     wait_u = np.where(rng.random(n) < 0.5, rng.normal(1.0, 2.0, n), -np.inf)
     assert h._serve(*args, wait_u) == _serve_one_by_one(h, *args, wait_u)
-    pause_below = -rng.uniform(0.0, 3.0, n)
-    assert h._serve(*args, None, pause_below) == _serve_one_by_one(h, *args, None, pause_below)
+    paying = rng.uniform(0.0, 6.0, n)
+    assert h._serve(*args, None, paying) == _serve_one_by_one(h, *args, None, paying)
     masked = np.where(spot[None, :] & (capacity[None, :] < inst), -np.inf, utility)
     rows = np.flatnonzero(holding)
     masked[rows, cur[rows]] = utility[rows, cur[rows]]

@@ -71,6 +71,7 @@ _DONE = int(Phase.DONE)
 _LAUNCHED = EventKind.LAUNCHED
 _MIGRATION = EventKind.MIGRATION
 _TERMINATED = EventKind.TERMINATED
+_REJECTED = EventKind.REJECTED
 
 # A cloud may not list an instance for a while after launching it (eventual consistency):
 # reconcile declares a job's instance gone only this long after the launch.
@@ -212,7 +213,7 @@ class Controller:
         )
         for j, reason in refusals:
             logger.debug("refused intent for %s: %s", self.jobs[j].id, reason)
-            events.append(Event(now_s, self.jobs[j].id, EventKind.REJECTED, "", reason))
+            events.append(Event(now_s, self.jobs[j].id, _REJECTED, "", reason))
         done = execute(
             actions,
             snapshot,

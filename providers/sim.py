@@ -202,7 +202,8 @@ class SimProvider:
 
     def _end(self, instance_id: InstanceId, state: InstanceState) -> None:
         info = self._instances[instance_id]
-        # The constructor, not `dataclasses.replace`: a third of the time, per preemption.
+        # The constructor, not `dataclasses.replace` (a third of the time; every end of an
+        # instance comes here).
         self._instances[instance_id] = InstanceInfo(
             info.id, info.offer_id, info.job_id, state, info.launched_at_s, info.ready_at_s
         )

@@ -397,11 +397,10 @@ class Heliotrope:
             u[spot[None, :] & (free[None, :] < inst_q)] = -np.inf
             u[k[h], c[h]] = cur_u[h]  # staying needs no new slot
         best = np.argmax(u, axis=1)
-        with np.errstate(invalid="ignore"):  # -inf + inf: not clearly better, not worse
-            bar = cur_u + self.hysteresis * np.abs(cur_u) + 1e-9
         stake = np.zeros(n) if paying is None else paying[queue]
-        with np.errstate(invalid="ignore"):  # NaN where the price is unknown: no pause
-            bar = bar + self.move_margin * stake
+        # -inf + inf: not clearly better, not worse; a NaN stake (price unknown): no pause.
+        with np.errstate(invalid="ignore"):
+            bar = cur_u + self.hysteresis * np.abs(cur_u) + 1e-9 + self.move_margin * stake
             loss = -self.pause_loss * stake
         stay_ok = h & priced[c]
         wait_q = None if wait_u is None else wait_u[queue]

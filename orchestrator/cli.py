@@ -341,6 +341,11 @@ def _add_bench_commands(sub: Any) -> None:
     bp.add_argument("--jobs-per-window", type=int, default=None, help="carbon-year: jobs each")
     bp.add_argument("--seed", type=int, default=None, help="carbon-year: job generator seed")
     bp.add_argument(
+        "--spot-loss-per-hour",
+        default=None,
+        help="carbon-year: the seeded spot hazard's rate of loss (default 0.1; 0: always up)",
+    )
+    bp.add_argument(
         "--workers",
         type=int,
         default=1,
@@ -349,6 +354,23 @@ def _add_bench_commands(sub: Any) -> None:
     bp.add_argument("--out", type=Path, default=Path("bench-out"))
     bp.add_argument("--json", action="store_true")
     bp.set_defaults(handler=_bench_policies)
+
+    bb = bsub.add_parser(
+        "bound",
+        help="carbon-year: the online optimum on the spot hazard against the clairvoyant one",
+    )
+    bb.add_argument("--data", type=Path, default=None, help="shared traces (as bench policies)")
+    bb.add_argument("--windows", type=int, default=None, help="windows (default 10)")
+    bb.add_argument("--jobs-per-window", type=int, default=None, help="jobs each (default 20)")
+    bb.add_argument("--seed", type=int, default=None, help="job generator seed (default 0)")
+    bb.add_argument(
+        "--spot-loss-per-hour", default=None, help="the seeded spot hazard's rate of loss"
+    )
+    bb.add_argument("--offers", type=int, default=6, help="spot offers per job (2**N states)")
+    bb.add_argument("--samples", type=int, default=150, help="availability paths per job")
+    bb.add_argument("--workers", type=int, default=1, help="processes (default 1)")
+    bb.add_argument("--json", action="store_true")
+    bb.set_defaults(handler=_bench_bound)
 
     dm = sub.add_parser("demo", help="the live demo: local jobs moved by the policy, then a replay")
     dm.add_argument("--home", type=Path, default=Path("out/demo"))
@@ -712,6 +734,7 @@ def _bench_policies(args: argparse.Namespace) -> int:
             "windows": args.windows,
             "jobs_per_window": args.jobs_per_window,
             "seed": args.seed,
+            "spot_loss_per_hour": args.spot_loss_per_hour,
         }.items()
         if v is not None
     }
@@ -749,6 +772,49 @@ def _bench_policies(args: argparse.Namespace) -> int:
     else:
         print(result.format_table())
         print(f"results: {paths['results']}\nplot: {paths['pareto']}")
+    return 0
+
+
+def _bench_bound(args: argparse.Namespace) -> int:
+    import os
+
+    from orchestrator.replay.suites.hazard_jobs import carbon_year_bounds, window_rows
+
+    data = args.data or Path(os.environ.get("HELIOTROPE_TRACES", "../shared/data"))
+    overrides = {
+        k: v
+        for k, v in {
+            "windows": args.windows,
+            "jobs_per_window": args.jobs_per_window,
+            "seed": args.seed,
+            "spot_loss_per_hour": args.spot_loss_per_hour,
+            "carbon_prices": "0",
+        }.items()
+        if v is not None
+    }
+    if not 1 <= args.offers <= 8:
+        raise InputError("", "--offers", "a whole number from 1 to 8", got=args.offers)
+    if args.samples < 1:
+        raise InputError("", "--samples", "a whole number >= 1", got=args.samples)
+    with _progress() as bar:
+        task = bar.add_task("bound carbon-year", total=None)
+
+        def step(done: int, total: int) -> None:
+            bar.update(
+                task, description=f"bound: window {done}/{total}", completed=done, total=total
+            )
+
+        bounds = carbon_year_bounds(
+            data,
+            overrides,
+            offers=args.offers,
+            samples=args.samples,
+            workers=args.workers,
+            progress=step,
+        )
+    _print_rows(
+        window_rows(bounds), args.json, "carbon-year at 0 USD/t: online optimum / clairvoyant"
+    )
     return 0
 
 

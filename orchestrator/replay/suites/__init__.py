@@ -10,7 +10,8 @@ One module per suite (`skynomad_h100`, `cbl_v100`, `carbon_year`: its pydantic o
 trace and cases); `base` (what a suite and a case are), `options` (the shared option types),
 `case` (one case through the replay service), `run` (`run_suite`), `pool` (cases over
 worker processes), `results` and `table` (rows, summaries, the text tables), `timeline`
-(``--timeline``), `outputs` (results.json, pareto.png), `registry` (`SUITES`).
+(``--timeline``), `outputs` (results.json, pareto.png), `registry` (`SUITES`), `hazard_jobs`
+(carbon-year's jobs for `orchestrator.replay.hazard_bound`: ``heliotrope bench bound``).
 
 Suites:
 

@@ -10,6 +10,7 @@ from typing import Any, Final
 
 from orchestrator.model import CostSettings, JobSpec
 from orchestrator.signals.traces import Trace
+from providers.sim import DEFAULT_LOSS_PER_HOUR
 
 SuiteProgress = Callable[[str, int, int], None]  # what is running, runs done, runs total
 
@@ -30,6 +31,9 @@ class SuiteCase:
     end: datetime
     settings: CostSettings
     drop_finishing_tick: bool = False  # report SkyNomad's convention (package docstring)
+    # Unknown spot capacity is filled by the seeded hazard (`providers.sim.realize_spot`)
+    # lost at this rate per hour; 0: up throughout (carbon-year's `spot_loss_per_hour`).
+    spot_loss_per_hour: float = DEFAULT_LOSS_PER_HOUR
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,10 +23,12 @@ from orchestrator.replay.suites.options import (
     Integer,
     MoveOptions,
     Numbers,
+    One,
     listed,
     move_label,
 )
 from orchestrator.signals.traces import Trace, empty_frame
+from providers.sim import DEFAULT_LOSS_PER_HOUR
 
 # The oracle's progress grid for carbon-year: 4,096 levels instead of 16,384 gave the same J
 # to the cent on 8 jobs of the first window at 200 USD/t, 2.5x faster (docs/policies.md).
@@ -56,6 +58,9 @@ class CarbonYearOptions(MoveOptions):
     jobs_per_window: AtLeastOne = 20
     window_days: AtLeastOne = 8.0
     seed: Integer = 0
+    # The seeded hazard that fills GCP's missing spot availability: lost at this rate per
+    # hour (back at providers.sim's 0.15/h); 0 keeps every spot offer up throughout.
+    spot_loss_per_hour: One = DEFAULT_LOSS_PER_HOUR
 
 
 def carbon_year(data_dir: Path, overrides: Mapping[str, Any]) -> Suite:
@@ -82,6 +87,7 @@ def carbon_year(data_dir: Path, overrides: Mapping[str, Any]) -> Suite:
             start=w_start,
             end=w_start + timedelta(days=days),
             settings=opts.cost_settings(transfer_default=True, carbon_usd_per_tonne=price),
+            spot_loss_per_hour=opts.spot_loss_per_hour,
         )
         for price in opts.carbon_prices
         for label, w_start, jobs in windows
@@ -92,7 +98,8 @@ def carbon_year(data_dir: Path, overrides: Mapping[str, Any]) -> Suite:
             f"GCP A100/H100/L4, real prices and hourly carbon, 2023-05..2024-12, "
             f"{n_windows} windows of {days:g} days, {n_windows * per_window} jobs "
             f"(seed {opts.seed}), 30-minute ticks, carbon price "
-            f"{listed(opts.carbon_prices)} USD/t, {move_label(cases[0].settings)}"
+            f"{listed(opts.carbon_prices)} USD/t, {move_label(cases[0].settings)}, "
+            f"spot lost at {opts.spot_loss_per_hour:g}/h"
         ),
         cases=cases,
         config={
@@ -101,6 +108,7 @@ def carbon_year(data_dir: Path, overrides: Mapping[str, Any]) -> Suite:
             "jobs_per_window": per_window,
             "window_days": days,
             "seed": opts.seed,
+            "spot_loss_per_hour": opts.spot_loss_per_hour,
             "regions": regions,
             "egress_usd_per_gb": cases[0].settings.egress_usd_per_gb,
             "transfer_gbps": cases[0].settings.transfer_gbps,

@@ -115,7 +115,8 @@ def case_policy(name: str, case: SuiteCase, grid: SignalGrid, oracle_levels: int
 
 
 def case_grid(case: SuiteCase) -> SignalGrid:
-    """The realized world of one case (spot gaps filled with the replay's seeded hazard)."""
+    """The realized world of one case (spot gaps filled with the replay's seeded hazard, at
+    the case's rate of loss)."""
     grid = SignalGrid.build(
         case.trace,
         case.start,
@@ -123,7 +124,7 @@ def case_grid(case: SuiteCase) -> SignalGrid:
         case.tick_s,
         keep_offer=lambda o: any(j.allows(o.gpu_type) for j in case.jobs),
     )
-    return realize_spot(grid, 0)
+    return realize_spot(grid, 0, loss_per_hour=case.spot_loss_per_hour)
 
 
 def finishing_tick(

@@ -1,0 +1,237 @@
+"""How close can any online policy get to the hindsight oracle on a memoryless spot hazard?
+
+carbon-year has no spot trace: the replay fills availability with a seeded two-state chain
+per offer (`providers.sim.realize_spot`: lost at 0.10/h, back at 0.15/h). The oracle knows
+the realized chain; an online policy can at best know its rates. For one job this module
+computes both, exactly for the online side:
+
+- `online_optimum`: the expected cost of the best policy that knows the rates and sees which
+  offers are up now, by backward induction over (tick, progress, placement, availability of
+  every offer): the optimum of the Markov decision process, no policy that does not see the
+  future can do better on average;
+- `clairvoyant_costs`: the optimum on each of a set of availability paths, known in full
+  (the oracle's side), by the same recursion with the path in place of the expectation.
+
+Their ratio, the price of not knowing the future, is what the hazard itself costs an online
+policy; what a policy pays above it is its own (docs/policies.md).
+
+The model of one job (simplified against the replay, the same for both sides): K spot
+offers, each in its own region, priced per hour of the job's instances, constant over the
+job; on-demand at one price and speed in every region, always up; every tick billed; a
+launch pays a cold start (plus the checkpoint's transfer time and egress from where it
+lies); a preemption loses no work; no other jobs compete for the slots.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from orchestrator.model import BoolArray, FloatArray
+
+_NEVER = 1e12  # cost of a state that cannot meet the deadline (finite: no inf - inf)
+
+
+@dataclass(frozen=True, slots=True)
+class Hazard:
+    """A two-state availability chain per offer, rates per hour."""
+
+    loss_per_hour: float
+    return_per_hour: float
+
+    @property
+    def up_share(self) -> float:
+        return self.return_per_hour / (self.loss_per_hour + self.return_per_hour)
+
+    def step(self, tick_h: float) -> tuple[float, float]:
+        """(P(up -> down), P(down -> up)) over one tick."""
+        return (
+            1.0 - math.exp(-self.loss_per_hour * tick_h),
+            1.0 - math.exp(-self.return_per_hour * tick_h),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class HazardJob:
+    """One job as the model sees it (module docstring). Offer arrays are (K,), move arrays
+    (K, K) from the checkpoint's offer to the launch's; rates are work units per hour."""
+
+    spot_usd_per_h: FloatArray
+    spot_rate: FloatArray
+    egress_usd: FloatArray
+    transfer_h: FloatArray
+    od_usd_per_h: float
+    od_rate: float
+    work: float
+    ticks: int  # decisions before the deadline
+    tick_h: float
+    cold_start_h: float
+
+    @property
+    def k(self) -> int:
+        return len(self.spot_usd_per_h)
+
+
+@dataclass(frozen=True, slots=True)
+class HazardBound:
+    """Expected cost of the online optimum and of the clairvoyant one (mean over sampled
+    paths, with its standard error)."""
+
+    online_usd: float
+    clairvoyant_usd: float
+    clairvoyant_se_usd: float
+
+    @property
+    def ratio(self) -> float:
+        return self.online_usd / self.clairvoyant_usd
+
+
+@dataclass(frozen=True, slots=True)
+class _Grid:
+    """The job on a progress grid: units per tick warm, per launch from each checkpoint
+    place (row K: no checkpoint yet), and the egress of that launch."""
+
+    levels: int
+    warm: list[int]
+    launch: np.ndarray  # (K + 1, K) int
+    egress: FloatArray  # (K + 1, K)
+    od_warm: int
+    od_launch: int
+
+
+def _grid(job: HazardJob, max_levels: int) -> _Grid:
+    k, h = job.k, job.tick_h
+    slowest = min([*job.spot_rate.tolist(), job.od_rate])
+    unit = max(job.work / max_levels, slowest * h / 40.0)
+    launch = np.zeros((k + 1, k), dtype=np.int64)
+    egress = np.zeros((k + 1, k))
+    for src in range(k + 1):
+        for dst in range(k):
+            moved = src < k and src != dst
+            wait = job.cold_start_h + (float(job.transfer_h[src, dst]) if moved else 0.0)
+            launch[src, dst] = round(float(job.spot_rate[dst]) * max(0.0, h - wait) / unit)
+            egress[src, dst] = float(job.egress_usd[src, dst]) if moved else 0.0
+    return _Grid(
+        levels=math.ceil(job.work / unit - 1e-9),
+        warm=[round(float(r) * h / unit) for r in job.spot_rate],
+        launch=launch,
+        egress=egress,
+        od_warm=round(job.od_rate * h / unit),
+        od_launch=round(job.od_rate * max(0.0, h - job.cold_start_h) / unit),
+    )
+
+
+def _ahead(values: FloatArray, units: int) -> FloatArray:
+    """values[..., q, x] -> values[..., min(q + units, Q), x]."""
+    top = values.shape[-2] - 1
+    return values[..., np.minimum(np.arange(top + 1) + units, top), :]
+
+
+def _solve(
+    job: HazardJob,
+    g: _Grid,
+    up_now: Callable[[int], BoolArray],
+    up_next: Callable[[int], BoolArray],
+    expect: Callable[[FloatArray], FloatArray],
+) -> FloatArray:
+    """Backward induction. Placements: idle with the checkpoint at offer l (K of them), idle
+    with none yet, on spot k (K), on on-demand at l (K). The last axis X of a value array is
+    the availability state (online) or the path (clairvoyant); `up_now(t)` / `up_next(t)`
+    give (X, K) availability at t and t + 1 on that axis, `expect` the value at t + 1 seen
+    from t. Returns the cost from the start (idle, no checkpoint, no progress) per X."""
+    k, h, top = job.k, job.tick_h, g.levels
+    idle0, none, spot0, od0 = 0, k, k + 1, 2 * k + 1
+    where = [*range(k), k, *range(k), *range(k)]  # checkpoint place of each placement
+    x = up_now(0).shape[0]
+    value = np.full((3 * k + 1, top + 1, x), _NEVER)
+    value[:, top, :] = 0.0
+    for t in range(job.ticks - 1, -1, -1):
+        now, nxt = up_now(t), up_next(t)
+        idle = [expect(value[idle0 + c]) for c in range(k)] + [expect(value[none])]
+        # On spot k through the tick: preempted at its end if the offer goes down.
+        ride = [
+            expect(np.where(nxt[:, c][None, :], value[spot0 + c], value[idle0 + c]))
+            for c in range(k)
+        ]
+        demand = [expect(value[od0 + c]) for c in range(k)]
+        fresh = np.empty_like(value)
+        for p in range(3 * k + 1):
+            c = where[p]
+            best = idle[c].copy()
+            for o in range(k):
+                if p == spot0 + o:
+                    cost = job.spot_usd_per_h[o] * h + _ahead(ride[o], g.warm[o])
+                else:
+                    cost = (
+                        job.spot_usd_per_h[o] * h
+                        + g.egress[c, o]
+                        + _ahead(ride[o], int(g.launch[c, o]))
+                    )
+                np.minimum(best, np.where(now[:, o][None, :], cost, _NEVER), out=best)
+            home = c if c < k else 0
+            units = g.od_warm if p == od0 + home else g.od_launch
+            np.minimum(best, job.od_usd_per_h * h + _ahead(demand[home], units), out=best)
+            fresh[p] = best
+        fresh[:, top, :] = 0.0
+        value = np.minimum(fresh, _NEVER)
+    out: FloatArray = value[none, 0, :]
+    return out
+
+
+def _states(k: int) -> BoolArray:
+    out: BoolArray = np.array(list(itertools.product([False, True], repeat=k)), dtype=bool)
+    return out
+
+
+def online_optimum(job: HazardJob, hazard: Hazard, *, max_levels: int = 800) -> float:
+    """Expected cost of the optimal policy that knows `hazard` and sees which offers are up
+    (the chain starts from its stationary law). 2**K availability states: keep K small."""
+    states = _states(job.k)
+    lose, back = hazard.step(job.tick_h)
+    one = np.array([[1.0 - back, back], [lose, 1.0 - lose]])  # [from, to], 0 down 1 up
+    move = np.ones((len(states), len(states)))
+    for o in range(job.k):
+        col = states[:, o].astype(np.int64)
+        move *= one[col][:, col]
+    g = _grid(job, max_levels)
+    cost = _solve(job, g, lambda t: states, lambda t: states, lambda v: v @ move.T)
+    start = np.prod(np.where(states, hazard.up_share, 1.0 - hazard.up_share), axis=1)
+    return float(start @ cost)
+
+
+def sample_paths(
+    hazard: Hazard, k: int, ticks: int, tick_h: float, n: int, rng: np.random.Generator
+) -> BoolArray:
+    """(ticks + 1, n, k) availability paths of the chain, from its stationary law."""
+    lose, back = hazard.step(tick_h)
+    up = np.empty((ticks + 1, n, k), dtype=bool)
+    up[0] = rng.random((n, k)) < hazard.up_share
+    for t in range(ticks):
+        u = rng.random((n, k))
+        up[t + 1] = np.where(up[t], u >= lose, u < back)
+    return up
+
+
+def clairvoyant_costs(job: HazardJob, paths: BoolArray, *, max_levels: int = 800) -> FloatArray:
+    """The optimum on each path of `paths` ((ticks + 1, n, k)), known in full."""
+    if paths.shape[0] < job.ticks + 1 or paths.shape[2] != job.k:
+        raise ValueError(f"paths {paths.shape} do not cover {job.ticks} ticks of {job.k} offers")
+    g = _grid(job, max_levels)
+    return _solve(job, g, lambda t: paths[t], lambda t: paths[t + 1], lambda v: v)
+
+
+def hazard_bound(
+    job: HazardJob, hazard: Hazard, *, samples: int = 150, seed: int = 0, max_levels: int = 800
+) -> HazardBound:
+    """`online_optimum` against the mean of `clairvoyant_costs` over `samples` paths."""
+    paths = sample_paths(hazard, job.k, job.ticks, job.tick_h, samples, np.random.default_rng(seed))
+    costs = clairvoyant_costs(job, paths, max_levels=max_levels)
+    return HazardBound(
+        online_usd=online_optimum(job, hazard, max_levels=max_levels),
+        clairvoyant_usd=float(costs.mean()),
+        clairvoyant_se_usd=float(costs.std() / math.sqrt(len(costs))),
+    )

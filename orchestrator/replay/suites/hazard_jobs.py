@@ -1,0 +1,183 @@
+"""The price of not knowing the future on carbon-year (`orchestrator.replay.hazard_bound`):
+each job of the suite's windows as the model sees it, and the online optimum against the
+clairvoyant one, job by job.
+
+Per job: its `offers` cheapest spot offers per unit of progress (prices averaged over the
+ticks to its deadline; at least the first `offers - 2` among those fast enough to finish
+alone, so a job whose bargain is a slow L4 also has A100s to fall back on), egress and
+transfer times between them from the catalog's routes, and the cheapest on-demand offer
+per unit of progress that finishes in time. Dollars only: the bound is for 0 USD/t.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from orchestrator import units
+from orchestrator.costs import JobOfferFit, move_matrices
+from orchestrator.model import JobSpec, Market
+from orchestrator.replay.hazard_bound import Hazard, HazardBound, HazardJob, hazard_bound
+from orchestrator.replay.suites.base import SuiteCase
+from orchestrator.replay.suites.case import case_grid
+from orchestrator.replay.suites.registry import SUITES
+from orchestrator.signals.grid import SignalGrid
+from providers.sim import DEFAULT_RETURN_PER_HOUR
+
+
+def case_hazard(case: SuiteCase) -> Hazard:
+    """The chain `case_grid` fills the case's spot availability with."""
+    return Hazard(case.spot_loss_per_hour, DEFAULT_RETURN_PER_HOUR)
+
+
+@dataclass(frozen=True, slots=True)
+class JobBound:
+    window: str
+    job: str
+    bound: HazardBound
+
+
+def hazard_job(
+    grid: SignalGrid, case: SuiteCase, fit: JobOfferFit, j: int, offers: int
+) -> HazardJob:
+    """Job `j` of `case` as `hazard_bound` sees it (module docstring)."""
+    job: JobSpec = case.jobs[j]
+    tick_h = units.hours(grid.tick_s)
+    first = min(
+        grid.n_ticks - 1, max(0, math.ceil((job.start.timestamp() - grid.start_s) / grid.tick_s))
+    )
+    ticks = int((job.deadline.timestamp() - (grid.start_s + first * grid.tick_s)) // grid.tick_s)
+    rate = fit.rate[j]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an offer unpriced throughout
+        hourly = np.nanmean(grid.usd_per_hour[first : first + max(ticks, 1)], axis=0)
+    hourly = hourly * fit.instances[j]
+    per_progress = np.where(rate > 0, hourly / np.where(rate > 0, rate, 1.0), np.nan)
+    usable = np.isfinite(per_progress)
+    spot = np.array([o.market is Market.SPOT for o in grid.offers])
+    need = job.work_gpu_hours / max(1e-9, ticks * tick_h - job.cold_start_h)
+    by_price = [int(o) for o in np.argsort(np.where(usable, per_progress, np.inf)) if usable[o]]
+    demand = [o for o in by_price if not spot[o]]
+    in_time = [o for o in demand if rate[o] >= need]
+    od = in_time[0] if in_time else max(demand, key=lambda o: rate[o])
+    spots = [o for o in by_price if spot[o]]
+    chosen = [o for o in spots if rate[o] >= need][: offers - 2]
+    chosen += [o for o in spots if o not in chosen][: offers - len(chosen)]
+    chosen.sort(key=lambda o: per_progress[o])
+    egress_pg, transfer_pg = move_matrices(grid.offers, case.settings)
+    if not chosen:  # no spot offer: one that is never worth taking
+        chosen = [od]
+    pick = np.ix_(chosen, chosen)
+    size = job.checkpoint_size_gb
+    return HazardJob(
+        spot_usd_per_h=hourly[chosen] if spot[chosen[0]] else np.array([_NEVER_WORTH]),
+        spot_rate=rate[chosen],
+        egress_usd=size * egress_pg[pick],
+        transfer_h=size * transfer_pg[pick],
+        od_usd_per_h=float(hourly[od]),
+        od_rate=float(rate[od]),
+        work=job.work_gpu_hours,
+        ticks=ticks,
+        tick_h=tick_h,
+        cold_start_h=job.cold_start_h,
+    )
+
+
+_NEVER_WORTH = 1e6  # USD per hour
+
+
+def case_bounds(
+    case: SuiteCase, *, offers: int = 6, samples: int = 150, seed: int = 0
+) -> list[JobBound]:
+    """`hazard_bound` for every job of one case, on the suite's own hazard."""
+    grid = case_grid(case)
+    fit = JobOfferFit.build(case.jobs, grid.offers)
+    hazard = case_hazard(case)
+    return [
+        JobBound(
+            case.window,
+            job.id,
+            hazard_bound(
+                hazard_job(grid, case, fit, j, offers), hazard, samples=samples, seed=seed
+            ),
+        )
+        for j, job in enumerate(case.jobs)
+    ]
+
+
+def carbon_year_bounds(
+    data_dir: Path,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    offers: int = 6,
+    samples: int = 150,
+    workers: int = 1,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[JobBound]:
+    """Every job of carbon-year's windows (`overrides` as the suite's options; the first
+    carbon price's cases), case by case over up to `workers` processes."""
+    options = dict(overrides or {})
+    suite = SUITES["carbon-year"](data_dir, options)
+    first = suite.cases[0].setting
+    indices = [i for i, c in enumerate(suite.cases) if c.setting == first]
+    done: dict[int, list[JobBound]] = {}
+    if workers <= 1:
+        for i in indices:
+            done[i] = case_bounds(suite.cases[i], offers=offers, samples=samples)
+            if progress is not None:
+                progress(len(done), len(indices))
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(
+            max_workers=min(workers, len(indices)), mp_context=context
+        ) as pool:
+            futures = {
+                pool.submit(_worker, data_dir, options, i, offers, samples): i for i in indices
+            }
+            for future in as_completed(futures):
+                done[futures[future]] = future.result()
+                if progress is not None:
+                    progress(len(done), len(indices))
+    return [b for i in indices for b in done[i]]
+
+
+def _worker(
+    data_dir: Path, options: dict[str, Any], index: int, offers: int, samples: int
+) -> list[JobBound]:
+    suite = SUITES["carbon-year"](data_dir, options)
+    return case_bounds(suite.cases[index], offers=offers, samples=samples)
+
+
+def window_rows(bounds: list[JobBound]) -> list[dict[str, Any]]:
+    """Per window and over all: jobs, summed expected USD online and clairvoyant, their
+    ratio (sums, as the suite's J / J(oracle)), the worst job's ratio."""
+    groups: dict[str, list[JobBound]] = {}
+    for b in bounds:
+        groups.setdefault(b.window, []).append(b)
+    if len(groups) > 1:
+        groups["all"] = list(bounds)
+    rows = []
+    for window, rows_of in groups.items():
+        online = sum(b.bound.online_usd for b in rows_of)
+        clairvoyant = sum(b.bound.clairvoyant_usd for b in rows_of)
+        worst = max(rows_of, key=lambda b: b.bound.ratio)
+        rows.append(
+            {
+                "window": window,
+                "jobs": len(rows_of),
+                "online_usd": round(online, 2),
+                "clairvoyant_usd": round(clairvoyant, 2),
+                "ratio": round(online / clairvoyant, 4),
+                "worst_job": f"{worst.job} {worst.bound.ratio:.3f}",
+            }
+        )
+    return rows

@@ -43,6 +43,9 @@ class JobBound:
     bound: HazardBound
 
 
+_NEVER_WORTH = 1e6  # USD per hour: the spot offer of a job that has none
+
+
 def hazard_job(
     grid: SignalGrid, case: SuiteCase, fit: JobOfferFit, j: int, offers: int
 ) -> HazardJob:
@@ -64,10 +67,12 @@ def hazard_job(
     need = job.work_gpu_hours / max(1e-9, ticks * tick_h - job.cold_start_h)
     by_price = [int(o) for o in np.argsort(np.where(usable, per_progress, np.inf)) if usable[o]]
     demand = [o for o in by_price if not spot[o]]
+    if not demand:
+        raise ValueError(f"job {job.id} has no priced on-demand offer to fall back on")
     in_time = [o for o in demand if rate[o] >= need]
     od = in_time[0] if in_time else max(demand, key=lambda o: rate[o])
     spots = [o for o in by_price if spot[o]]
-    chosen = [o for o in spots if rate[o] >= need][: offers - 2]
+    chosen = [o for o in spots if rate[o] >= need][: max(1, offers - 2)]
     chosen += [o for o in spots if o not in chosen][: offers - len(chosen)]
     chosen.sort(key=lambda o: per_progress[o])
     egress_pg, transfer_pg = move_matrices(grid.offers, case.settings)
@@ -87,9 +92,6 @@ def hazard_job(
         tick_h=tick_h,
         cold_start_h=job.cold_start_h,
     )
-
-
-_NEVER_WORTH = 1e6  # USD per hour
 
 
 def case_bounds(

@@ -191,6 +191,7 @@ def test_home_region_without_an_allowed_offer_is_refused(
         (["--suite", "carbon-year", "--carbon-prices", "abc"], "carbon_prices"),
         (["--suite", "skynomad-h100", "--windows", "2"], "windows"),
         (["--suite", "carbon-year", "--workers", "0"], "workers"),
+        (["--suite", "carbon-year", "--spot-loss-per-hour", "-1"], "spot_loss_per_hour"),
     ],
 )
 def test_bench_bad_options_name_the_field(

@@ -709,17 +709,24 @@ def _offers(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bench_policies(args: argparse.Namespace) -> int:
-    import os
+def _traces_dir(args: argparse.Namespace) -> Path:
+    """--data, else $HELIOTROPE_TRACES, else ../shared/data."""
+    return args.data or Path(os.environ.get("HELIOTROPE_TRACES", "../shared/data"))
 
+
+def _given(options: dict[str, Any]) -> dict[str, Any]:
+    """The suite options the user gave (None: the suite's default)."""
+    return {k: v for k, v in options.items() if v is not None}
+
+
+def _bench_policies(args: argparse.Namespace) -> int:
     from orchestrator.replay.suites import run_suite, write_suite_outputs
 
-    data = args.data or Path(os.environ.get("HELIOTROPE_TRACES", "../shared/data"))
+    data = _traces_dir(args)
 
     # Values and comma lists go to the suite as given: it parses and checks them.
-    overrides = {
-        k: v
-        for k, v in {
+    overrides = _given(
+        {
             "zones": args.zones,
             "deadline_ratio": args.deadline_ratio,
             "work_hours": args.work_hours,
@@ -735,9 +742,8 @@ def _bench_policies(args: argparse.Namespace) -> int:
             "jobs_per_window": args.jobs_per_window,
             "seed": args.seed,
             "spot_loss_per_hour": args.spot_loss_per_hour,
-        }.items()
-        if v is not None
-    }
+        }
+    )
     if args.timeline:
         from orchestrator.replay.suites import suite_timelines
 
@@ -776,22 +782,17 @@ def _bench_policies(args: argparse.Namespace) -> int:
 
 
 def _bench_bound(args: argparse.Namespace) -> int:
-    import os
-
     from orchestrator.replay.suites.hazard_jobs import carbon_year_bounds, window_rows
 
-    data = args.data or Path(os.environ.get("HELIOTROPE_TRACES", "../shared/data"))
-    overrides = {
-        k: v
-        for k, v in {
+    overrides = _given(
+        {
             "windows": args.windows,
             "jobs_per_window": args.jobs_per_window,
             "seed": args.seed,
             "spot_loss_per_hour": args.spot_loss_per_hour,
             "carbon_prices": "0",
-        }.items()
-        if v is not None
-    }
+        }
+    )
     if not 1 <= args.offers <= 8:
         raise InputError("", "--offers", "a whole number from 1 to 8", got=args.offers)
     if args.samples < 1:
@@ -805,7 +806,7 @@ def _bench_bound(args: argparse.Namespace) -> int:
             )
 
         bounds = carbon_year_bounds(
-            data,
+            _traces_dir(args),
             overrides,
             offers=args.offers,
             samples=args.samples,

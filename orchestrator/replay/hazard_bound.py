@@ -17,7 +17,8 @@ policy; what a policy pays above it is its own (docs/policies.md).
 
 The model of one job (simplified against the replay, the same for both sides): K spot
 offers, each in its own region, priced per hour of the job's instances, constant over the
-job; on-demand at one price and speed in every region, always up; every tick billed; a
+job; on-demand at one price and speed in every region, always up (run where the checkpoint
+lies, beside the cheapest spot offer before there is one); every tick billed; a
 launch pays a cold start (plus the checkpoint's transfer time and egress from where it
 lies); a preemption loses no work; no other jobs compete for the slots.
 """

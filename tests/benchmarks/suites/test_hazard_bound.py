@@ -2,9 +2,10 @@
 with every spot offer up throughout, beside the online optimum against the clairvoyant one
 on the same jobs (orchestrator/replay/hazard_bound.py). Three windows at 0 USD/t.
 
-Printed, with correctness checked (never speed): the oracle is below every policy that meets
-its deadlines on every window, and per job the online optimum is not below the clairvoyant
-mean (within four standard errors of that mean)."""
+Printed, with what must hold checked (never speed): heliotrope meets every deadline with and
+without the hazard (the oracle, a capacity-aware schedule that re-plans after losing work to
+hourly checkpoints, is not a bound here and may miss one), and per job the online optimum is
+not below the clairvoyant mean (within four standard errors of that mean)."""
 
 from __future__ import annotations
 
@@ -14,21 +15,21 @@ import pytest
 
 from orchestrator.replay.suites import run_suite
 from orchestrator.replay.suites.hazard_jobs import carbon_year_bounds, window_rows
-from tests.benchmarks.suites.test_suites import check_oracle_is_a_lower_bound
 
 pytestmark = [pytest.mark.bench, pytest.mark.traces]
 
 OPTIONS = {"windows": 3, "carbon_prices": "0"}
 
 
+@pytest.mark.timeout(1800)  # two suite runs and 60 inductions: 7 min on 2 cores (measured)
 def test_what_the_hazard_costs_heliotrope_and_the_online_optimum(shared_data: Path) -> None:
     ratios = {}
     for label, extra in (("spot hazard", {}), ("spot always up", {"spot_loss_per_hour": 0})):
         result = run_suite(
             "carbon-year", shared_data, ["heliotrope"], {**OPTIONS, **extra}, workers=2
         )
-        check_oracle_is_a_lower_bound(result)
         row = result.policy("heliotrope")
+        assert row.deadlines_met == row.jobs == 60
         assert row.regret is not None
         ratios[label] = 1 + row.regret
         print(

@@ -797,6 +797,8 @@ def _bench_bound(args: argparse.Namespace) -> int:
         raise InputError("", "--offers", "a whole number from 1 to 8", got=args.offers)
     if args.samples < 1:
         raise InputError("", "--samples", "a whole number >= 1", got=args.samples)
+    if args.workers < 1:
+        raise InputError("", "--workers", "a whole number >= 1", got=args.workers)
     with _progress() as bar:
         task = bar.add_task("bound carbon-year", total=None)
 

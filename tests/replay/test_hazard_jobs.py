@@ -78,7 +78,9 @@ def test_bench_bound_prints_the_windows(
     assert row["ratio"] == pytest.approx(row["online_usd"] / row["clairvoyant_usd"], abs=1e-3)
 
 
-@pytest.mark.parametrize(("flag", "value"), [("--offers", "9"), ("--samples", "0")])
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--offers", "9"), ("--samples", "0"), ("--workers", "0")]
+)
 def test_bench_bound_refuses_bad_sizes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str
 ) -> None:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from orchestrator.model import BoolArray, FloatArray
+from orchestrator.model import BoolArray, FloatArray, IntArray
 
 _NEVER = 1e12  # cost of a state that cannot meet the deadline (finite: no inf - inf)
 
@@ -98,7 +98,7 @@ class _Grid:
 
     levels: int
     warm: list[int]
-    launch: np.ndarray  # (K + 1, K) int
+    launch: IntArray  # (K + 1, K)
     egress: FloatArray  # (K + 1, K)
     od_warm: int
     od_launch: int

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from orchestrator.cli import main
-from orchestrator.costs import JobOfferFit
+from orchestrator.costs import JobOfferFit, move_matrices
 from orchestrator.model import Market
 from orchestrator.replay.suites import case_grid
 from orchestrator.replay.suites.base import Suite
@@ -47,8 +47,9 @@ def test_each_job_gets_its_cheapest_offers_and_an_on_demand_that_finishes(
     case = hazard.cases[0]
     grid = case_grid(case)
     fit = JobOfferFit.build(case.jobs, grid.offers)
+    moves = move_matrices(grid.offers, case.settings)
     for j, spec in enumerate(case.jobs):
-        job = hazard_job(grid, case, fit, j, 4)
+        job = hazard_job(grid, case, fit, moves, j, 4)
         assert job.k == 4
         per_progress = job.spot_usd_per_h / job.spot_rate
         assert (np.diff(per_progress) >= 0).all()  # cheapest first

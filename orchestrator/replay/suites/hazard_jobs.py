@@ -3,7 +3,7 @@ each job of the suite's windows as the model sees it, and the online optimum aga
 clairvoyant one, job by job.
 
 Per job: its `offers` cheapest spot offers per unit of progress (prices averaged over the
-ticks to its deadline; at least the first `offers - 2` among those fast enough to finish
+ticks to its deadline; up to `offers - 2` of them among those fast enough to finish
 alone, so a job whose bargain is a slow L4 also has A100s to fall back on), egress and
 transfer times between them from the catalog's routes, and the cheapest on-demand offer
 per unit of progress that finishes in time. Dollars only: the bound is for 0 USD/t.
@@ -11,7 +11,6 @@ per unit of progress that finishes in time. Dollars only: the bound is for 0 USD
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -22,10 +21,11 @@ import numpy as np
 
 from orchestrator import units
 from orchestrator.costs import JobOfferFit, move_matrices
-from orchestrator.model import JobSpec, Market
+from orchestrator.model import FloatArray, JobSpec, Market
 from orchestrator.replay.hazard_bound import Hazard, HazardBound, HazardJob, hazard_bound
 from orchestrator.replay.suites.base import SuiteCase
 from orchestrator.replay.suites.case import case_grid
+from orchestrator.replay.suites.pool import map_cases
 from orchestrator.replay.suites.registry import SUITES
 from orchestrator.signals.grid import SignalGrid
 from providers.sim import DEFAULT_RETURN_PER_HOUR
@@ -47,14 +47,18 @@ _NEVER_WORTH = 1e6  # USD per hour: the spot offer of a job that has none
 
 
 def hazard_job(
-    grid: SignalGrid, case: SuiteCase, fit: JobOfferFit, j: int, offers: int
+    grid: SignalGrid,
+    case: SuiteCase,
+    fit: JobOfferFit,
+    moves: tuple[FloatArray, FloatArray],
+    j: int,
+    offers: int,
 ) -> HazardJob:
-    """Job `j` of `case` as `hazard_bound` sees it (module docstring)."""
+    """Job `j` of `case` as `hazard_bound` sees it (module docstring); `moves` is
+    `move_matrices` of the grid's offers."""
     job: JobSpec = case.jobs[j]
     tick_h = units.hours(grid.tick_s)
-    first = min(
-        grid.n_ticks - 1, max(0, math.ceil((job.start.timestamp() - grid.start_s) / grid.tick_s))
-    )
+    first = min(grid.tick_of(job.start), grid.n_ticks - 1)
     ticks = int((job.deadline.timestamp() - (grid.start_s + first * grid.tick_s)) // grid.tick_s)
     rate = fit.rate[j]
     with warnings.catch_warnings():
@@ -75,7 +79,7 @@ def hazard_job(
     chosen = [o for o in spots if rate[o] >= need][: max(1, offers - 2)]
     chosen += [o for o in spots if o not in chosen][: offers - len(chosen)]
     chosen.sort(key=lambda o: per_progress[o])
-    egress_pg, transfer_pg = move_matrices(grid.offers, case.settings)
+    egress_pg, transfer_pg = moves
     if not chosen:  # no spot offer: one that is never worth taking
         chosen = [od]
     pick = np.ix_(chosen, chosen)
@@ -95,18 +99,19 @@ def hazard_job(
 
 
 def case_bounds(
-    case: SuiteCase, *, offers: int = 6, samples: int = 150, seed: int = 0
+    case: SuiteCase, offers: int = 6, samples: int = 150, seed: int = 0
 ) -> list[JobBound]:
     """`hazard_bound` for every job of one case, on the suite's own hazard."""
     grid = case_grid(case)
     fit = JobOfferFit.build(case.jobs, grid.offers)
+    moves = move_matrices(grid.offers, case.settings)
     hazard = case_hazard(case)
     return [
         JobBound(
             case.window,
             job.id,
             hazard_bound(
-                hazard_job(grid, case, fit, j, offers), hazard, samples=samples, seed=seed
+                hazard_job(grid, case, fit, moves, j, offers), hazard, samples=samples, seed=seed
             ),
         )
         for j, job in enumerate(case.jobs)
@@ -128,35 +133,23 @@ def carbon_year_bounds(
     suite = SUITES["carbon-year"](data_dir, options)
     first = suite.cases[0].setting
     indices = [i for i, c in enumerate(suite.cases) if c.setting == first]
-    done: dict[int, list[JobBound]] = {}
-    if workers <= 1:
-        for i in indices:
-            done[i] = case_bounds(suite.cases[i], offers=offers, samples=samples)
-            if progress is not None:
-                progress(len(done), len(indices))
-    else:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(
-            max_workers=min(workers, len(indices)), mp_context=context
-        ) as pool:
-            futures = {
-                pool.submit(_worker, data_dir, options, i, offers, samples): i for i in indices
-            }
-            for future in as_completed(futures):
-                done[futures[future]] = future.result()
-                if progress is not None:
-                    progress(len(done), len(indices))
-    return [b for i in indices for b in done[i]]
+    def done(_: int, count: int) -> None:
+        if progress is not None:
+            progress(count, len(indices))
 
-
-def _worker(
-    data_dir: Path, options: dict[str, Any], index: int, offers: int, samples: int
-) -> list[JobBound]:
-    suite = SUITES["carbon-year"](data_dir, options)
-    return case_bounds(suite.cases[index], offers=offers, samples=samples)
+    out = map_cases(
+        "carbon-year",
+        data_dir,
+        options,
+        suite,
+        indices,
+        case_bounds,
+        (offers, samples),
+        workers,
+        done,
+    )
+    return [b for i in indices for b in out[i]]
 
 
 def window_rows(bounds: list[JobBound]) -> list[dict[str, Any]]:

@@ -346,6 +346,14 @@ def _add_bench_commands(sub: Any) -> None:
         help="carbon-year: the seeded spot hazard's rate of loss (default 0.1; 0: always up)",
     )
     bp.add_argument(
+        "--oracle-from",
+        type=Path,
+        default=None,
+        metavar="RESULTS_JSON",
+        help="read the oracle's rows from an earlier run's results.json of the same suite and "
+        "options instead of running it (policy variants in seconds)",
+    )
+    bp.add_argument(
         "--workers",
         type=int,
         default=1,
@@ -771,6 +779,7 @@ def _bench_policies(args: argparse.Namespace) -> int:
             overrides,
             progress=step,
             workers=args.workers,
+            oracle_from=args.oracle_from,
         )
     paths = write_suite_outputs(result, args.out)
     if args.json:

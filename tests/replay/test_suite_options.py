@@ -219,3 +219,48 @@ def test_cli_sweep_and_timeline(
     assert main([*base, "--deadline-ratio", "fast"]) == 2
     assert "deadline_ratio" in capsys.readouterr().err
     assert not (tmp_path / "results.json").exists()  # bad input writes nothing
+
+
+def test_oracle_from_an_earlier_run_gives_the_same_ratios(
+    shared_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    options = {"start_ticks": "311,622", "deadline_ratio": "1.2"}
+    full = run_suite("skynomad-h100", shared_data, ["heliotrope", "spot-failover"], options)
+    first = run_suite("skynomad-h100", shared_data, ["spot-failover"], options)
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(first.to_json()))
+    reused = run_suite("skynomad-h100", shared_data, ["heliotrope"], options, oracle_from=path)
+    assert reused.policies == (ORACLE, "heliotrope")
+    assert "oracle read from" in reused.description
+    assert [(w.window, w.policy) for w in reused.windows] == [
+        ("t311", ORACLE),
+        ("t311", "heliotrope"),
+        ("t622", ORACLE),
+        ("t622", "heliotrope"),
+    ]
+    rows = {(w.window, w.policy): w for w in full.windows}
+    for w in reused.windows:
+        assert w.objective_usd == pytest.approx(rows[(w.window, w.policy)].objective_usd)
+        assert w.regret == pytest.approx(rows[(w.window, w.policy)].regret, abs=1e-6)
+        assert w.trivial == rows[(w.window, w.policy)].trivial
+    mine, theirs = reused.policy("heliotrope"), full.policy("heliotrope")
+    assert mine.regret == pytest.approx(theirs.regret, abs=1e-6)
+    assert mine.nontrivial_windows == theirs.nontrivial_windows
+    assert mine.worst_window == theirs.worst_window
+
+    # Another setting's results are refused by name, and the CLI writes nothing.
+    with pytest.raises(InputError, match="--oracle-from"):
+        run_suite(
+            "skynomad-h100", shared_data, ["heliotrope"], {"start_ticks": "311"}, oracle_from=path
+        )
+    with pytest.raises(InputError, match="policies"):
+        run_suite("skynomad-h100", shared_data, [], options, oracle_from=path)
+    out = tmp_path / "out"
+    args = ["bench", "policies", "--suite", "skynomad-h100", "--data", str(shared_data)]
+    args += ["--policies", "heliotrope", "--start-ticks", "311", "--out", str(out)]
+    assert main([*args, "--oracle-from", str(path)]) == 2
+    assert "--oracle-from" in capsys.readouterr().err
+    assert not out.exists()
+    (tmp_path / "bad.json").write_text("{")
+    assert main([*args, "--oracle-from", str(tmp_path / "bad.json")]) == 2
+    assert "a suite's results.json" in capsys.readouterr().err

@@ -73,6 +73,7 @@ class JobOfferFit:
     checkpoint_size_gb: FloatArray
     budget_usd: FloatArray  # inf where the job has no budget
     carbon_usd_per_tonne: FloatArray  # the job's own carbon price, NaN: the fleet's
+    checkpoint_interval_h: FloatArray  # 0: every step is checkpointed (a preemption loses none)
 
     @staticmethod
     def build(jobs: Sequence[JobSpec], offers: Sequence[Offer]) -> JobOfferFit:
@@ -118,6 +119,9 @@ class JobOfferFit:
                     for job in jobs
                 ],
                 dtype=np.float64,
+            ),
+            checkpoint_interval_h=np.array(
+                [job.checkpoint_interval_h for job in jobs], dtype=np.float64
             ),
         )
 

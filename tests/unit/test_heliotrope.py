@@ -520,3 +520,19 @@ def test_a_spot_offer_holding_more_than_its_reported_capacity_does_not_stall_the
     targets = [i.offer for i in decision.intents.values()]
     assert 1 not in targets
     assert targets.count(3) == 1  # one free slot there: one job takes it
+
+
+def test_work_a_preemption_takes_back_counts_in_the_deadline_pressure() -> None:
+    """The cheapest spot offer (3) is down now and its runs last about an hour. With 13 h
+    left for 8 h of work a job that checkpoints continuously still waits for it; one that
+    checkpoints hourly loses half an hour of work a preemption, about one an hour there, so
+    it has less slack than it seems and takes the next cheapest spot (offer 1) now. Without
+    a history (no lifetime learned) the two are the same."""
+    runs = ([5.0] * 4 + [0.0] * 2) * 6 + [5.0] * 4 + [0.0]
+    world = World(spot_capacity={3: 0.0}, now_h=32 - 13.0)
+    hourly = World(spot_capacity={3: 0.0}, now_h=32 - 13.0, jobs=[job(checkpoint_interval_h=1.0)])
+    assert _target(Heliotrope(), _with_spot_history(world.snapshot(), {3: runs})) == KEEP
+    assert _target(Heliotrope(), _with_spot_history(hourly.snapshot(), {3: runs})) == 1
+    off = Heliotrope(preemption_loss=False)
+    assert _target(off, _with_spot_history(hourly.snapshot(), {3: runs})) == KEEP
+    assert _target(Heliotrope(), hourly.snapshot()) == _target(Heliotrope(), world.snapshot())

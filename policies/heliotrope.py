@@ -206,24 +206,30 @@ class Heliotrope:
         d_fast, fresh_net = self._fallback(mk, pl)
         need_h = np.where(mk.r_fast_pos, remaining / r_fast, np.inf)
         need_low = np.where(mk.r_low_pos, remaining / mk.r_min, need_h)
+        spare = np.maximum(time_left - d_fast, 1e-9)
+
+        def valued(need: FloatArray) -> FloatArray:
+            f = np.clip(need / spare, 0.0, 1.0)
+            v: FloatArray = c_low + mk.spread * np.maximum(
+                f**self.pressure_exponent, self.value_floor
+            )
+            return v
+
         if self.preemption_loss and jobs.checkpointed:
             # A preemption takes back the work since the last checkpoint, half an interval on
             # average, once per expected lifetime of the spot offer the job runs on: that much
             # more work to fit before the deadline. The offer: the steadiest spot offer whose
             # price per unit of progress is within the value the job puts on progress without
             # the loss (a cheap offer that flickers is one it would not run on for long).
-            f0 = np.clip(need_low / np.maximum(time_left - d_fast, 1e-9), 0.0, 1.0)
-            v0 = c_low + mk.spread * np.maximum(f0**self.pressure_exponent, self.value_floor)
             sc = self._spot_columns(snapshot, spot)
-            ok = usable[:, sc] & (per_progress[:, sc] <= v0[:, None])
+            ok = usable[:, sc] & (per_progress[:, sc] <= valued(need_low)[:, None])
             life = np.max(np.where(ok, lifetime[sc], 0.0), axis=1, initial=0.0)
             life = np.where(life > 0, life, lifetime[cheap])
             lost = np.where(
                 np.isfinite(life), 0.5 * jobs.checkpoint_h / np.maximum(life, tick_h), 0.0
             )
             need_low = need_low * (1.0 + lost)
-        f = np.clip(need_low / np.maximum(time_left - d_fast, 1e-9), 0.0, 1.0)
-        value = c_low + mk.spread * np.maximum(f**self.pressure_exponent, self.value_floor)
+        value = valued(need_low)
         # The floor must make the cheapest spot worth its cold start, also with little work
         # left: finishing there costs ``hourly * finish_h / remaining`` per unit of progress,
         # and a value below that would idle the job for all its slack (then the safety net

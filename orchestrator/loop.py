@@ -424,10 +424,6 @@ class Controller:
         offer = int(f.offer[j])
         lost = f.progress_gpu_h[j] - f.checkpointed_gpu_h[j]
         f.progress_gpu_h[j] = f.checkpointed_gpu_h[j]
-        if f.checkpointed_gpu_h[j] <= 0.0:
-            # Preempted before its first checkpoint: there is none to copy, the job starts
-            # over wherever it goes next (no egress, no transfer), as the live driver does.
-            f.checkpoint_offer[j] = -1
         f.preemptions[j] += 1
         f.preempted_offer[j] = offer
         self._release(j)

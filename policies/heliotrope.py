@@ -222,7 +222,7 @@ class Heliotrope:
             # more work to fit before the deadline. The offer: the steadiest spot offer whose
             # price per unit of progress is within the value the job puts on progress without
             # the loss (a cheap offer that flickers is one it would not run on for long).
-            sc = self._spot_columns(snapshot, spot)
+            sc = self._columns(snapshot, spot)[0]
             ok = usable[:, sc] & (per_progress[:, sc] <= valued(need_low)[:, None])
             life = np.max(np.where(ok, lifetime[sc], 0.0), axis=1, initial=0.0)
             life = np.where(life > 0, life, lifetime[cheap])
@@ -525,7 +525,7 @@ class Heliotrope:
             market: _Market = prev[3]
             return market
         # Spot prices move more often than on-demand ones: the on-demand part may stand.
-        ods = self._on_demand_columns(snapshot, spot)
+        ods = self._columns(snapshot, spot)[1]
         od_key = (price[ods].tobytes(), None if carbon is None else carbon[ods].tobytes())
         on_demand = prev[3] if prev is not None and prev[4] == od_key else None
         market = _Market.of(
@@ -534,18 +534,12 @@ class Heliotrope:
         self._memo["market"] = (jobs, spot, key, market, od_key)
         return market
 
-    def _spot_columns(self, snapshot: Snapshot, spot: BoolArray) -> IntArray:
-        key = ("spot columns", id(snapshot.offers))
+    def _columns(self, snapshot: Snapshot, spot: BoolArray) -> tuple[IntArray, IntArray]:
+        """The spot offers' columns and the on-demand ones."""
+        key = ("columns", id(snapshot.offers))
         if key not in self._memo:
-            self._memo[key] = np.flatnonzero(spot)
-        result: IntArray = self._memo[key]
-        return result
-
-    def _on_demand_columns(self, snapshot: Snapshot, spot: BoolArray) -> IntArray:
-        key = ("on-demand", id(snapshot.offers))
-        if key not in self._memo:
-            self._memo[key] = np.flatnonzero(~spot)
-        result: IntArray = self._memo[key]
+            self._memo[key] = (np.flatnonzero(spot), np.flatnonzero(~spot))
+        result: tuple[IntArray, IntArray] = self._memo[key]
         return result
 
     def _placed(self, snapshot: Snapshot, jobs: _Jobs, spot: BoolArray) -> _Placed:

@@ -32,6 +32,49 @@ class WindowResult:
     # little.
     trivial: bool = False
 
+    def to_json(self) -> dict[str, Any]:
+        """The row as results.json's `windows` hold it (`from_json` reads it back)."""
+        return {
+            "setting": self.setting,
+            "window": self.window,
+            "policy": self.policy,
+            "jobs": self.jobs,
+            "usd": rounded(self.usd, 4),
+            "kg_co2": rounded(self.kg_co2, 4),
+            "finishing_tick_usd_dropped": rounded(self.finishing_tick_usd, 4),
+            "objective_usd": rounded(self.objective_usd, 4),
+            "deadlines_met": self.deadlines_met,
+            "finished": self.finished,
+            "preemptions": self.preemptions,
+            "migrations": self.migrations,
+            "launches": self.launches,
+            "regret": rounded(self.regret, 6),
+            "trivial": self.trivial,
+        }
+
+    @staticmethod
+    def from_json(row: Mapping[str, Any]) -> WindowResult:
+        """A row of results.json's `windows`; KeyError, TypeError or ValueError where it is
+        not one."""
+        regret = row["regret"]
+        return WindowResult(
+            setting=str(row["setting"]),
+            window=str(row["window"]),
+            policy=str(row["policy"]),
+            jobs=int(row["jobs"]),
+            usd=float(row["usd"]),
+            kg_co2=float(row["kg_co2"]),
+            finishing_tick_usd=float(row["finishing_tick_usd_dropped"]),
+            objective_usd=float(row["objective_usd"]),
+            deadlines_met=int(row["deadlines_met"]),
+            finished=int(row["finished"]),
+            preemptions=int(row["preemptions"]),
+            migrations=int(row["migrations"]),
+            launches=int(row["launches"]),
+            regret=None if regret is None else float(regret),
+            trivial=bool(row["trivial"]),
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class PolicySummary:
@@ -103,26 +146,7 @@ class SuiteResult:
             "policies": list(self.policies),
             "summary": summary(self.summary),
             "by_setting": summary(self.by_setting),
-            "windows": [
-                {
-                    "setting": w.setting,
-                    "window": w.window,
-                    "policy": w.policy,
-                    "jobs": w.jobs,
-                    "usd": rounded(w.usd, 4),
-                    "kg_co2": rounded(w.kg_co2, 4),
-                    "finishing_tick_usd_dropped": rounded(w.finishing_tick_usd, 4),
-                    "objective_usd": rounded(w.objective_usd, 4),
-                    "deadlines_met": w.deadlines_met,
-                    "finished": w.finished,
-                    "preemptions": w.preemptions,
-                    "migrations": w.migrations,
-                    "launches": w.launches,
-                    "regret": rounded(w.regret, 6),
-                    "trivial": w.trivial,
-                }
-                for w in self.windows
-            ],
+            "windows": [w.to_json() for w in self.windows],
             "anchors": {s: dict(a) for s, a in self.anchors.items()},
             "elapsed_s": round(self.elapsed_s, 3),
         }

@@ -110,7 +110,11 @@ def stored_oracle(path: Path, suite: Suite) -> dict[tuple[str, str], WindowResul
     fix = "run the suite without --oracle-from once, then pass its results.json"
     try:
         data = json.loads(path.read_text())
-        rows = {(w["setting"], w["window"]): w for w in data["windows"] if w["policy"] == ORACLE}
+        rows = {
+            (w.setting, w.window): w
+            for w in map(WindowResult.from_json, data["windows"])
+            if w.policy == ORACLE
+        }
         same = (
             data["suite"] == suite.name
             and data["description"].split("; oracle read from ")[0] == suite.description
@@ -133,23 +137,7 @@ def stored_oracle(path: Path, suite: Suite) -> dict[tuple[str, str], WindowResul
             raise InputError(
                 where, field, f"an oracle row for {case.setting} {case.window}", fix=fix
             )
-        out[(case.setting, case.window)] = WindowResult(
-            setting=w["setting"],
-            window=w["window"],
-            policy=ORACLE,
-            jobs=int(w["jobs"]),
-            usd=float(w["usd"]),
-            kg_co2=float(w["kg_co2"]),
-            finishing_tick_usd=float(w["finishing_tick_usd_dropped"]),
-            objective_usd=float(w["objective_usd"]),
-            deadlines_met=int(w["deadlines_met"]),
-            finished=int(w["finished"]),
-            preemptions=int(w["preemptions"]),
-            migrations=int(w["migrations"]),
-            launches=int(w["launches"]),
-            regret=0.0,
-            trivial=bool(w["trivial"]),
-        )
+        out[(case.setting, case.window)] = w
     return out
 
 

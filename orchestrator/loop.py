@@ -424,6 +424,14 @@ class Controller:
         offer = int(f.offer[j])
         lost = f.progress_gpu_h[j] - f.checkpointed_gpu_h[j]
         f.progress_gpu_h[j] = f.checkpointed_gpu_h[j]
+        if f.checkpointed_gpu_h[j] <= 0.0 and self.mover is None:
+            # Preempted before its first checkpoint where the controller's model is the only
+            # record of checkpoints (no mover keeps them in a store): there is none to copy,
+            # and the job starts over wherever it goes next (no egress, no migration). Where
+            # a mover keeps them, the store says, and the mover starts the job over when it
+            # holds nothing (`live.driver`'s `_start_over`): a job may have written one the
+            # model has not counted yet.
+            f.checkpoint_offer[j] = -1
         f.preemptions[j] += 1
         f.preempted_offer[j] = offer
         self._release(j)

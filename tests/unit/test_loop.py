@@ -122,6 +122,36 @@ def test_preemption_loses_work_since_last_checkpoint() -> None:
     assert r.runs[0].fleet.phase[0] == Phase.DONE
 
 
+@pytest.mark.parametrize(("up_h", "copied"), [(1.0, False), (3.0, True)])
+def test_a_preemption_before_the_first_checkpoint_leaves_nothing_to_copy(
+    up_h: float, copied: bool
+) -> None:
+    """AWS spot for `up_h` hours, then on-demand on GCP; checkpoints every 2 h (the first at
+    13/6 h). Preempted at 1 h, the job kept nothing: it starts over on GCP, no checkpoint to
+    copy (no egress, no migration). Preempted at 3 h, its checkpoint is copied from AWS."""
+
+    def policy(s: Snapshot, j: int) -> int:
+        if s.spot_capacity[AWS_SPOT] > 0 or s.fleet.offer[j] == AWS_SPOT:
+            return AWS_SPOT
+        return GCP_OD
+
+    r = replay(
+        Scripted(policy),
+        [job(checkpoint_interval_h=2.0)],
+        spot_pattern=((0.0, 1.0), (up_h, 0.0)),
+    )
+    f = r.runs[0].fleet
+    assert f.preemptions[0] == 1 and f.phase[0] == Phase.DONE
+    src = Location("aws", "us-east-1", "us-east-1a")
+    dst = Location("gcp", "europe-west4", "europe-west4-a")
+    egress = 10.0 * catalog.egress_usd_per_gb(src, dst)
+    assert egress > 0
+    assert f.egress_usd[0] == pytest.approx(egress if copied else 0.0)
+    assert f.migrations[0] == (1 if copied else 0)
+    pre = next(e for e in r.runs[0].events if e.kind is EventKind.PREEMPTED)
+    assert (pre.data["progress_gpu_h"] > 0) == copied
+
+
 def test_move_checkpoints_pays_egress_and_transfer() -> None:
     def policy(s: Snapshot, j: int) -> int:
         return AWS_OD if s.now_s < T0.timestamp() + 2 * 3600 else GCP_OD

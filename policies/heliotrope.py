@@ -26,10 +26,11 @@ per hour of going (or staying) there for the expected stay S:
   the steadiest spot offer it would run on) as work still to do.
 
 Survival learned online (`policies.spot_lifetime.LifetimeTracker`, from each offer's own
-history up to now; issue 14). Three rules, each measured on every suite and off by
-default: none wins across them (docs/policies.md has the numbers).
+history up to now; issue 14). Three rules, each measured on every suite; the first is on
+by default, the other two win on some suites and lose on others (docs/policies.md has the
+numbers).
 
-- Young runs die young (`young_run_h`). Spot capacity flickers: most runs last a tick or
+- Young runs die young (`young_run_h`, 0.5 h). Spot capacity flickers: most runs last a tick or
   two, the ones that last, last long (median 1-4 ticks, mean 76-88 on the SkyNomad zones). A
   launch into a run younger than `young_run_h` dies young with the offer's learned share q
   of young deaths: it bills about its start-up and makes no progress, else it stays S.
@@ -110,9 +111,12 @@ class Heliotrope:
     # carbon-year window, where 20 jobs wait for the same returning slots.
     wait_for_spot: bool = False
     outage_prior_h: float = 1.0
-    # Measured, not kept (docs/policies.md, issue 14): young runs (0.5 h) and the move-back
-    # charge gain on the skynomad-h100 sweeps and lose on cbl-v100 and carbon-year.
-    young_run_h: float = 0.0  # 0: one constant hazard per offer (no young runs)
+    # Young runs die young (0.5 h, set from the SkyNomad zones' run lengths): equal or better
+    # at every point of every suite once a preemption before the first checkpoint leaves
+    # nothing to copy (docs/policies.md); 0: one constant hazard per offer.
+    young_run_h: float = 0.5
+    # Measured, not kept (docs/policies.md, issue 14): the move-back charge gains on the
+    # skynomad-h100 sweeps and loses on cbl-v100 and carbon-year.
     return_aware: bool = False
     # Deadline pressure counts the work preemptions take back: half a checkpoint interval per
     # preemption, one per expected lifetime of the steadiest spot offer the job would run on
@@ -248,13 +252,20 @@ class Heliotrope:
 
         # A launch into a young run dies young with chance q (it bills about its start-up and
         # makes no progress), else it stays: value and hours are the mixture of the two.
-        live: FloatArray | None = None  # the chance a launch lives past its young phase
+        # Only the columns of offers in a young run change (few: most runs are old).
         hours = stay
-        if young is not None and young.any():
-            q = np.broadcast_to(young[None, :], stay.shape).copy()
-            q[hj, hc] = 0.0  # where it runs, it has started
+        yc = np.flatnonzero(young) if young is not None else np.zeros(0, dtype=np.int64)
+        live: FloatArray | None = None  # over `yc`: the chance a launch lives past it
+        if young is not None and yc.size:
+            q = np.broadcast_to(young[yc][None, :], (stay.shape[0], yc.size)).copy()
+            at = np.full(n_o, -1)
+            at[yc] = np.arange(yc.size)
+            held = at[hc] >= 0
+            q[hj[held], at[hc[held]]] = 0.0  # where it runs, it has started
             live = 1.0 - q
-            hours = live * stay + q * np.minimum(np.maximum(startup, tick_h), stay)
+            s_y = stay[:, yc]
+            hours = stay.copy()
+            hours[:, yc] = live * s_y + q * np.minimum(np.maximum(startup[:, yc], tick_h), s_y)
         move_cost = egress
         if self.return_aware and outage is not None:
             # The cheapest spot option is down: once it is back (in `outage` hours) a job
@@ -279,7 +290,9 @@ class Heliotrope:
                 move_cost = egress.copy()
                 move_cost[away] += np.where(np.isfinite(after), after, 0.0)
         gained = np.maximum(stay - startup, 0.0)
-        progress = rate * gained if live is None else live * rate * gained
+        progress = rate * gained
+        if live is not None:
+            progress[:, yc] = live * rate[:, yc] * gained[:, yc]
         utility = (value[:, None] * progress - hourly * hours - move_cost) / hours
         utility[~(feasible & np.isfinite(utility))] = -np.inf
 

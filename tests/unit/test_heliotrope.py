@@ -343,8 +343,10 @@ FLICKER = (
 def test_a_zone_just_back_from_flickering_is_a_young_run() -> None:
     snap = _with_spot_history(World().snapshot(), {3: FLICKER})
     young = Heliotrope(**POLICY, young_run_h=0.5)  # type: ignore[arg-type]
+    constant = Heliotrope(**POLICY, young_run_h=0.0)  # type: ignore[arg-type]
     assert _target(young, snap) == 1  # the steady one: the young run likely dies
-    assert _target(helio(), snap) == 3  # the default, one hazard per offer: the cheap one
+    assert _target(helio(), snap) == 1  # young runs are the default
+    assert _target(constant, snap) == 3  # one hazard per offer: the cheap one
 
 
 def test_lifetime_tracker_learns_young_deaths_and_outages() -> None:
@@ -369,11 +371,12 @@ def test_lifetime_tracker_learns_young_deaths_and_outages() -> None:
 def test_an_idle_job_waits_for_the_cheap_zone_that_comes_back_soon() -> None:
     """Offer 3 (8 $/h) is down now; its outages last one tick. With 2 h of slack and the
     waiting option the job waits for it rather than launch at once on offer 1 (10 $/h);
-    without (the default) it launches on offer 1."""
+    without (the default) it launches on offer 1. One hazard per offer (no young runs: a
+    zone back from an outage would be a young run, with its own chance of dying young)."""
     outages = ([5.0] * 20 + [0.0]) * 3 + [5.0] * 20 + [0.0]
     snap = _with_spot_history(World(now_h=32 - 10.5).snapshot(), {3: outages})
-    assert _target(Heliotrope(wait_for_spot=True), snap) == KEEP
-    assert _target(Heliotrope(), snap) == 1  # the default: waiting is not an option
+    assert _target(Heliotrope(wait_for_spot=True, young_run_h=0.0), snap) == KEEP
+    assert _target(Heliotrope(young_run_h=0.0), snap) == 1  # waiting is not an option
 
 
 def test_a_jobs_own_carbon_price_moves_only_that_job() -> None:

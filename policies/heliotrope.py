@@ -44,8 +44,10 @@ numbers).
   back (egress and a cold start) or the price difference for the rest of its stay,
   whichever is less.
 
-A running job moves only when the best option beats staying by `hysteresis` (relative) and
-by `move_margin` of what it pays an hour, and pauses only where staying loses at least
+A running job moves only when the best option beats staying by `move_margin` of what it
+pays an hour (and by `hysteresis` of the utility, 0 by default: the value of progress inflates
+the utility near a deadline, and a relative margin then keeps a job where it pays 15 % more),
+and pauses only where staying loses at least
 `pause_loss` of what it pays an hour (its progress is worth less than half its price): a
 pause or a move throws away the start-up it paid, and the value of progress moves from
 tick to tick, so a utility near zero is no reason to act.
@@ -101,9 +103,11 @@ class Heliotrope:
     pressure_exponent: float = 8.0
     value_floor: float = 0.03
     safety_margin_ticks: float = 2.0
-    # 0.2 until young runs were on; 0.1 is equal or better on every suite point since (the
-    # built-in scenario +0.4 %; 0.05 and 0.3 worse; docs/policies.md).
-    hysteresis: float = 0.1
+    # Relative to the utility, which the value of progress inflates near a deadline: 0.2 until
+    # young runs were on, then 0.1; 0 since (a move needs `move_margin` of what the job pays):
+    # equal or better at every skynomad-h100 and cbl-v100 point, ratios 1.1 and 1.2 within
+    # 1.03; carbon-year within its noise (docs/policies.md).
+    hysteresis: float = 0.0
     lifetime_lookback_h: float = 168.0
     lifetime_prior_h: float = 2.0
     lifetime_halflife_h: float = 6.0

@@ -539,3 +539,25 @@ def test_work_a_preemption_takes_back_counts_in_the_deadline_pressure() -> None:
     off = Heliotrope(preemption_loss=False)
     assert _target(off, _with_spot_history(hourly.snapshot(), {3: runs})) == KEEP
     assert _target(Heliotrope(), hourly.snapshot()) == _target(Heliotrope(), world.snapshot())
+
+
+@pytest.mark.parametrize("now_h", [8.0, 22.0])
+def test_a_running_job_moves_to_a_spot_offer_15_percent_cheaper_also_under_pressure(
+    now_h: float,
+) -> None:
+    """Running on offer 1 (10 $/h), offer 3 (same GPUs) at 8.5 $/h, both up for 20 h: worth
+    the move's cold start and egress with lots of slack (8 h in) and near the deadline (22 h
+    in, 10 h left for 8 h of work), where the value of progress is high. A hysteresis
+    relative to the utility (0.1, the default until it was measured at 0) grows with that
+    value and keeps the job where it pays 15 % more; 10 % cheaper (9 $/h) is not worth it."""
+    history = {1: [5.0] * 80, 3: [5.0] * 80}
+
+    def target(price: float, policy: Heliotrope) -> Expected:
+        world = World(now_h=now_h, phase=Phase.RUNNING, offer=1, usd_per_hour={3: price})
+        return _target(policy, _with_spot_history(world.snapshot(), history))
+
+    assert Heliotrope().hysteresis == 0.0
+    assert target(8.5, Heliotrope()) == 3
+    assert target(9.0, Heliotrope()) == KEEP
+    relative = Heliotrope(hysteresis=0.1)
+    assert target(8.5, relative) == (3 if now_h < 20 else KEEP)

@@ -342,10 +342,9 @@ FLICKER = (
 
 def test_a_zone_just_back_from_flickering_is_a_young_run() -> None:
     snap = _with_spot_history(World().snapshot(), {3: FLICKER})
-    young = Heliotrope(**POLICY, young_run_h=0.5)  # type: ignore[arg-type]
     constant = Heliotrope(**POLICY, young_run_h=0.0)  # type: ignore[arg-type]
-    assert _target(young, snap) == 1  # the steady one: the young run likely dies
-    assert _target(helio(), snap) == 1  # young runs are the default
+    assert helio().young_run_h == 0.5  # young runs are the default
+    assert _target(helio(), snap) == 1  # the steady one: the young run likely dies
     assert _target(constant, snap) == 3  # one hazard per offer: the cheap one
 
 
@@ -541,9 +540,9 @@ def test_work_a_preemption_takes_back_counts_in_the_deadline_pressure() -> None:
     assert _target(Heliotrope(), hourly.snapshot()) == _target(Heliotrope(), world.snapshot())
 
 
-@pytest.mark.parametrize("now_h", [8.0, 22.0])
+@pytest.mark.parametrize(("now_h", "with_relative_margin"), [(8.0, 3), (22.0, KEEP)])
 def test_a_running_job_moves_to_a_spot_offer_15_percent_cheaper_also_under_pressure(
-    now_h: float,
+    now_h: float, with_relative_margin: Expected
 ) -> None:
     """Running on offer 1 (10 $/h), offer 3 (same GPUs) at 8.5 $/h, both up for 20 h: worth
     the move's cold start and egress with lots of slack (8 h in) and near the deadline (22 h
@@ -559,5 +558,4 @@ def test_a_running_job_moves_to_a_spot_offer_15_percent_cheaper_also_under_press
     assert Heliotrope().hysteresis == 0.0
     assert target(8.5, Heliotrope()) == 3
     assert target(9.0, Heliotrope()) == KEEP
-    relative = Heliotrope(hysteresis=0.1)
-    assert target(8.5, relative) == (3 if now_h < 20 else KEEP)
+    assert target(8.5, Heliotrope(hysteresis=0.1)) == with_relative_margin

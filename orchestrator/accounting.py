@@ -69,7 +69,7 @@ def accrue(
 
     With `model_progress` off (live jobs report their own progress), only dollars, energy
     and carbon accrue; progress, checkpoints and completion come from the provider."""
-    jobs = np.flatnonzero(fleet.offer >= 0)
+    jobs = (fleet.offer >= 0).nonzero()[0]  # np.flatnonzero, cheaper
     if jobs.size == 0 or t1_s <= t0_s:
         return jobs[:0]
     offers = fleet.offer[jobs]
@@ -78,8 +78,9 @@ def accrue(
     run_s = t1_s - run_from
     rate = fit.rate[jobs, offers]
     remaining = work_gpu_h[jobs] - fleet.progress_gpu_h[jobs]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        need_s = np.where(rate > 0, units.seconds(remaining / rate), np.inf)
+    # Divided where rate > 0 only (cheaper than np.where under an errstate): no rate, no finish.
+    need_h = np.divide(remaining, rate, out=np.full(rate.shape, np.inf), where=rate > 0)
+    need_s = units.seconds(need_h)
     finishing = (need_s <= run_s + 1e-9) & model_progress
     used_run_s = np.where(finishing, need_s, run_s)
     billed_s = np.where(finishing & (not bill_final_tick), (run_from - t0_s) + need_s, dt_s)

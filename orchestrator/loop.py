@@ -525,7 +525,7 @@ class Controller:
             minlength=len(g.offers),
         )
         capacity = np.where(self._spot, g.spot_capacity[k] - used, np.inf)
-        capacity.flags.writeable = False
+        capacity.setflags(write=False)
         return Snapshot(
             now=now,
             now_s=now_s,

@@ -186,7 +186,7 @@ _FLEET_FIELDS = tuple(FleetState.__dataclass_fields__)
 
 def _read_only_copy(a: np.ndarray) -> np.ndarray:
     c = a.copy()
-    c.flags.writeable = False
+    c.setflags(write=False)
     return c
 
 

@@ -160,7 +160,7 @@ class Heliotrope:
         spot = self._spot_mask(snapshot)
         # Free slots: unknown is none, and fewer than none (the fleet holds more than the
         # signal reports) is none too; a negative count would read as a slot taken twice.
-        capacity = np.where(snapshot.spot_capacity > 0.0, snapshot.spot_capacity, 0.0)
+        capacity = np.fmax(snapshot.spot_capacity, 0.0)  # fmax: NaN is 0
 
         lifetime = np.full(n_o, np.inf)
         outage: FloatArray | None = None
@@ -220,7 +220,7 @@ class Heliotrope:
         spare = np.maximum(time_left - d_fast, 1e-9)
 
         def valued(need: FloatArray) -> FloatArray:
-            f = np.clip(need / spare, 0.0, 1.0)
+            f = np.minimum(np.maximum(need / spare, 0.0), 1.0)  # np.clip, cheaper
             v: FloatArray = c_low + mk.spread * np.maximum(
                 f**self.pressure_exponent, self.value_floor
             )
@@ -232,9 +232,9 @@ class Heliotrope:
             # more work to fit before the deadline. The offer: the steadiest spot offer whose
             # price per unit of progress is within the value the job puts on progress without
             # the loss (a cheap offer that flickers is one it would not run on for long).
-            sc = self._columns(snapshot, spot)[0]
-            ok = usable[:, sc] & (per_progress[:, sc] <= valued(need_low)[:, None])
-            life = np.max(np.where(ok, lifetime[sc], 0.0), axis=1, initial=0.0)
+            ok = mk.usable_spot & (mk.per_progress_spot <= valued(need_low)[:, None])
+            life_s = lifetime[self._columns(snapshot, spot)[0]]
+            life = np.maximum.reduce(np.where(ok, life_s, 0.0), axis=1, initial=0.0)
             life = np.where(life > 0, life, lifetime[cheap])
             lost = np.where(
                 np.isfinite(life), 0.5 * jobs.checkpoint_h / np.maximum(life, tick_h), 0.0
@@ -248,9 +248,7 @@ class Heliotrope:
         # Over the spot offers the job can run on (elsewhere finish_h is inf, and inf / inf
         # a NaN that would win the minimum).
         got = np.maximum(finish_h - startup, 0.0)
-        effective = np.where(
-            spot[None, :] & usable & (got > 0), per_progress * finish_h / got, np.inf
-        )
+        effective = np.where(mk.spot_usable & (got > 0), per_progress * finish_h / got, np.inf)
         e_low = effective.min(axis=1)
         short = np.isfinite(e_low) & (value < e_low) & mk.od_finite
         value = np.where(short, e_low + mk.spread * self.value_floor, value)
@@ -260,10 +258,10 @@ class Heliotrope:
         # makes no progress), else it stays: value and hours are the mixture of the two.
         # Only the columns of offers in a young run change (few: most runs are old).
         hours = stay
-        yc = np.flatnonzero(young) if young is not None else np.zeros(0, dtype=np.int64)
+        yc = young.nonzero()[0] if young is not None else np.zeros(0, dtype=np.int64)
         live: FloatArray | None = None  # over `yc`: the chance a launch lives past it
         if young is not None and yc.size:
-            q = np.broadcast_to(young[yc][None, :], (stay.shape[0], yc.size)).copy()
+            q = np.repeat(young[yc][None, :], stay.shape[0], axis=0)
             at = np.full(n_o, -1)
             at[yc] = np.arange(yc.size)
             held = at[hc] >= 0
@@ -326,7 +324,7 @@ class Heliotrope:
             doomed[hj, hc] = False
             utility[doomed] = -np.inf
         chosen: dict[int, Intent] = {}
-        caught = np.flatnonzero(net)  # the net's choice, for the jobs it catches
+        caught = net.nonzero()[0]  # the net's choice, for the jobs it catches
         if caught.size:
             fin, t_left = finish_h[caught], time_left[caught]
             in_time = od[caught] & (fin <= t_left[:, None])
@@ -476,11 +474,9 @@ class Heliotrope:
             if nd.any():
                 # A job's choice stands while its option still has the slots it needs after
                 # the takes of the jobs before it, whether it goes there or not (a pause is
-                # chosen against that option too).
-                total = np.bincount(b, weights=t, minlength=n_o)
-                most = np.zeros(n_o)
-                np.maximum.at(most, b, nd)
-                tight = np.flatnonzero((most > 0) & (total + most > free))
+                # chosen against that option too). Takes are at most needs: an option whose
+                # needs all fit holds every choice made against it.
+                tight = (np.bincount(b, weights=nd, minlength=n_o) > free).nonzero()[0]
                 if tight.size:  # where does the run break?
                     on = b[:, None] == tight[None, :]
                     taken = np.cumsum(np.where(on, t[:, None], 0), axis=0)
@@ -505,7 +501,7 @@ class Heliotrope:
                 u[gone] = ug
                 best[gone] = np.argmax(ug, axis=1)
                 go[gone], pause[gone], need[gone], take[gone] = choose(gone)
-        acts = np.flatnonzero(go | pause)
+        acts = (go | pause).nonzero()[0]
         return [
             (r, o if g else None)
             for r, o, g in zip(
@@ -523,7 +519,7 @@ class Heliotrope:
         if memo is not None and memo[0] is fit and memo[1] == cpt and memo[2] == phase:
             jobs: _Jobs | None = memo[3]
             return jobs
-        js = np.flatnonzero((fleet.phase >= _FIRST_ACTIVE) & (fleet.phase <= _LAST_ACTIVE))
+        js = ((fleet.phase >= _FIRST_ACTIVE) & (fleet.phase <= _LAST_ACTIVE)).nonzero()[0]
         if js.size == 0:
             jobs = None
         elif memo is not None and memo[0] is fit and memo[1] == cpt and memo[4] == js.tobytes():
@@ -544,11 +540,11 @@ class Heliotrope:
             market: _Market = prev[3]
             return market
         # Spot prices move more often than on-demand ones: the on-demand part may stand.
-        ods = self._columns(snapshot, spot)[1]
+        spots, ods = self._columns(snapshot, spot)
         od_key = (price[ods].tobytes(), None if carbon is None else carbon[ods].tobytes())
         on_demand = prev[3] if prev is not None and prev[4] == od_key else None
         market = _Market.of(
-            jobs, snapshot.fit, price, spot, carbon, self.net_price_factor, on_demand
+            jobs, snapshot.fit, price, spot, carbon, self.net_price_factor, on_demand, spots
         )
         self._memo["market"] = (jobs, spot, key, market, od_key)
         return market
@@ -621,7 +617,7 @@ class Heliotrope:
 
 def _frozen(*arrays: np.ndarray) -> None:
     for a in arrays:
-        a.flags.writeable = False
+        a.setflags(write=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -696,6 +692,9 @@ class _Market:
     r_net: FloatArray
     r_net_pos: BoolArray
     fastest: IntArray
+    spot_usable: BoolArray  # usable & spot
+    usable_spot: BoolArray  # `usable` and `per_progress` over the spot columns only
+    per_progress_spot: FloatArray
 
     @staticmethod
     def of(
@@ -706,10 +705,13 @@ class _Market:
         carbon: FloatArray | None,
         net_price_factor: float,
         on_demand: _Market | None = None,
+        spot_columns: IntArray | None = None,
     ) -> _Market:
         """`on_demand`: a market of the same jobs whose on-demand prices (and carbon) were
-        the same: what depends on the on-demand columns only is taken from it."""
+        the same: what depends on the on-demand columns only is taken from it.
+        `spot_columns`: ``np.flatnonzero(spot)``, where the caller has it."""
         rows, rate, inst = jobs.rows, jobs.rate, jobs.inst
+        sc = np.flatnonzero(spot) if spot_columns is None else spot_columns
         priced = np.isfinite(price)
         hourly = price[None, :] * inst
         if carbon is not None:
@@ -732,7 +734,7 @@ class _Market:
             fastest_od = od & (rate >= r_fast[:, None])
             r_net_pos = r_net > 0
             fastest = np.argmax(np.where(od, tie, -np.inf), axis=1)
-            od.flags.writeable = False
+            od.setflags(write=False)
         else:
             m = on_demand
             od, c_od, r_fast, net_ix, r_net = m.od, m.c_od, m.r_fast, m.net_ix, m.r_net
@@ -763,6 +765,9 @@ class _Market:
             r_net=r_net,
             r_net_pos=r_net_pos,
             fastest=fastest,
+            spot_usable=spot[None, :] & usable,
+            usable_spot=usable[:, sc],
+            per_progress_spot=per_progress[:, sc],
         )
         _frozen(market.hourly, market.per_progress, market.usable)
         return market

@@ -20,7 +20,7 @@ class SignalHistory:
     def _rows(self, matrix: FloatArray, lookback: int) -> FloatArray:
         lo = max(0, self.tick + 1 - lookback)
         view = matrix[lo : self.tick + 1]
-        view.flags.writeable = False
+        view.setflags(write=False)
         return view
 
     def usd_per_hour(self, lookback: int) -> FloatArray:

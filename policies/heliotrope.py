@@ -162,11 +162,12 @@ class Heliotrope:
         # signal reports) is none too; a negative count would read as a slot taken twice.
         capacity = np.fmax(snapshot.spot_capacity, 0.0)  # fmax: NaN is 0
 
-        lifetime = np.full(n_o, np.inf)
         outage: FloatArray | None = None
         young: FloatArray | None = None  # per offer: the chance a launch now dies young
         carbon = None
-        if snapshot.history is not None:
+        if snapshot.history is None:  # no history: no offer ever ends
+            lifetime = np.full(n_o, np.inf)
+        else:
             tracker = self._lifetimes(tick_h)
             lifetime = np.where(spot, tracker(snapshot.history), np.inf)
             outage = tracker.outage_h
@@ -255,21 +256,15 @@ class Heliotrope:
         value = np.where(np.isfinite(value), value, 0.0)
 
         # A launch into a young run dies young with chance q (it bills about its start-up and
-        # makes no progress), else it stays: value and hours are the mixture of the two.
-        # Only the columns of offers in a young run change (few: most runs are old).
+        # makes no progress), else it stays: value and hours are the mixture of the two
+        # (where q is 0, the mixture is the stay itself, to the bit).
         hours = stay
-        yc = young.nonzero()[0] if young is not None else np.zeros(0, dtype=np.int64)
-        live: FloatArray | None = None  # over `yc`: the chance a launch lives past it
-        if young is not None and yc.size:
-            q = np.repeat(young[yc][None, :], stay.shape[0], axis=0)
-            at = np.full(n_o, -1)
-            at[yc] = np.arange(yc.size)
-            held = at[hc] >= 0
-            q[hj[held], at[hc[held]]] = 0.0  # where it runs, it has started
+        live: FloatArray | None = None  # the chance a launch lives past its young run
+        if young is not None and young.any():
+            q = np.repeat(young[None, :], stay.shape[0], axis=0)
+            q[hj, hc] = 0.0  # where it runs, it has started
             live = 1.0 - q
-            s_y = stay[:, yc]
-            hours = stay.copy()
-            hours[:, yc] = live * s_y + q * np.minimum(np.maximum(startup[:, yc], tick_h), s_y)
+            hours = live * stay + q * np.minimum(np.maximum(startup, tick_h), stay)
         move_cost = egress
         if self.return_aware and outage is not None:
             # The cheapest spot option is down: once it is back (in `outage` hours) a job
@@ -294,9 +289,7 @@ class Heliotrope:
                 move_cost = egress.copy()
                 move_cost[away] += np.where(np.isfinite(after), after, 0.0)
         gained = np.maximum(stay - startup, 0.0)
-        progress = rate * gained
-        if live is not None:
-            progress[:, yc] = live * rate[:, yc] * gained[:, yc]
+        progress = rate * gained if live is None else live * rate * gained
         utility = (value[:, None] * progress - hourly * hours - move_cost) / hours
         utility[~(feasible & np.isfinite(utility))] = -np.inf
 
@@ -574,14 +567,16 @@ class Heliotrope:
     def _fallback(self, market: _Market, placed: _Placed) -> tuple[FloatArray, FloatArray]:
         """Per job: the cold start and transfer of a fresh launch on the fastest on-demand
         offer, and on the safety net's offer."""
+        # Both come from the on-demand part of the market, which outlives spot price moves.
+        od_part = market.fastest_od
         memo = self._memo.get("fallback")
-        if memo is not None and memo[0] is market and memo[1] is placed:
+        if memo is not None and memo[0] is od_part and memo[1] is placed:
             result: tuple[FloatArray, FloatArray] = memo[2]
             return result
         fresh = placed.fresh_startup
-        d_fast = np.min(np.where(market.fastest_od, fresh, np.inf), axis=1)
+        d_fast = np.min(np.where(od_part, fresh, np.inf), axis=1)
         result = (d_fast, fresh[market.rows, market.net_ix])
-        self._memo["fallback"] = (market, placed, result)
+        self._memo["fallback"] = (od_part, placed, result)
         return result
 
     # -- cached per offer set -----------------------------------------------------------------

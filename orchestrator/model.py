@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import IntEnum, StrEnum
+from operator import attrgetter
 
 import numpy as np
 import numpy.typing as npt
@@ -178,16 +179,13 @@ class FleetState:
         )
 
     def frozen_copy(self) -> FleetState:
-        return FleetState(*map(_read_only_copy, map(self.__getattribute__, _FLEET_FIELDS)))
+        copies = [a.copy() for a in _fleet_arrays(self)]
+        for c in copies:
+            c.setflags(write=False)
+        return FleetState(*copies)
 
 
-_FLEET_FIELDS = tuple(FleetState.__dataclass_fields__)
-
-
-def _read_only_copy(a: np.ndarray) -> np.ndarray:
-    c = a.copy()
-    c.setflags(write=False)
-    return c
+_fleet_arrays = attrgetter(*FleetState.__dataclass_fields__)  # every field, in order
 
 
 @dataclass(frozen=True, slots=True)

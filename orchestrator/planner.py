@@ -41,16 +41,18 @@ def plan(
     fleet = snapshot.fleet
     actions: list[Action] = []
     refused: list[tuple[int, str]] = []
+    for j in ((fleet.phase == _DONE) & (fleet.offer >= 0)).nonzero()[0].tolist():
+        actions.append(_act(_TERMINATE, snapshot, j, int(fleet.offer[j]), tick, "finished"))
+    intents = decision.intents
+    if not intents:
+        return actions, refused
     # Per-job and per-offer numbers as Python lists: the loop below reads them per intent.
     phases: list[int] = fleet.phase.tolist()
     offers: list[int] = fleet.offer.tolist()
-    for j in np.flatnonzero((fleet.phase == _DONE) & (fleet.offer >= 0)).tolist():
-        actions.append(_act(_TERMINATE, snapshot, j, offers[j], tick, "finished"))
     free: list[float] = snapshot.spot_capacity.tolist()
     priced: list[bool] = (~np.isnan(snapshot.usd_per_hour)).tolist()
     fit = snapshot.fit
     n_offers = len(snapshot.offers)
-    intents = decision.intents
     for j in sorted(intents):
         intent = intents[j]
         current = offers[j]

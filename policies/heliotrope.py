@@ -319,20 +319,25 @@ class Heliotrope:
         chosen: dict[int, Intent] = {}
         caught = net.nonzero()[0]  # the net's choice, for the jobs it catches
         if caught.size:
-            fin, t_left = finish_h[caught], time_left[caught]
-            in_time = od[caught] & (fin <= t_left[:, None])
-            net_choice = np.argmin(np.where(in_time, per_progress[caught], np.inf), axis=1)
-            net_choice = np.where(in_time.any(axis=1), net_choice, mk.fastest[caught])
-            # On on-demand already, the net stays where it finishes in time, or (late anyway)
-            # where no other on-demand offer finishes sooner, its cold start counted: a late
-            # job moved between equally fast machines only loses another cold start.
+            # On on-demand already, the net stays where it finishes in time (most ticks, every
+            # job it caught), or (late anyway) where no other on-demand offer finishes sooner,
+            # its cold start counted: a late job moved between equally fast machines only
+            # loses another cold start.
             c = cur_c[caught]
+            fin, t_left = finish_h[caught], time_left[caught]
             here_h = fin[np.arange(caught.size), c]
-            soonest = np.min(np.where(od[caught], fin, np.inf), axis=1)
-            on_od_in_time = holding[caught] & ~spot[c] & ((here_h <= t_left) | (here_h <= soonest))
-            acts = ~on_od_in_time & (net_choice != current[caught])
-            for i, o in zip(caught[acts].tolist(), net_choice[acts].tolist(), strict=True):
-                chosen[i] = Intent(o, f"safety net: slack {slack[i]:.2f} h")
+            on_od = holding[caught] & ~spot[c]
+            look = ~(on_od & (here_h <= t_left))
+            if look.any():
+                caught, c, fin, t_left = caught[look], c[look], fin[look], t_left[look]
+                here_h, on_od = here_h[look], on_od[look]
+                in_time = od[caught] & (fin <= t_left[:, None])
+                net_choice = np.argmin(np.where(in_time, per_progress[caught], np.inf), axis=1)
+                net_choice = np.where(in_time.any(axis=1), net_choice, mk.fastest[caught])
+                soonest = np.min(np.where(od[caught], fin, np.inf), axis=1)
+                acts = ~(on_od & (here_h <= soonest)) & (net_choice != current[caught])
+                for i, o in zip(caught[acts].tolist(), net_choice[acts].tolist(), strict=True):
+                    chosen[i] = Intent(o, f"safety net: slack {slack[i]:.2f} h")
 
         # Waiting for a spot offer that is down now: the same utility, per hour of the wait
         # and the stay that follows (`outage` hours expected, from the offer's own history).

@@ -172,8 +172,10 @@ class SimProvider:
     def poll_events(self) -> list[ProviderEvent]:
         now_s = self._clock.now().timestamp()
         tick = self._tick(now_s)
-        for k in [k for k, held in self._spot_held.items() if held]:
-            capacity = self._grid.spot_capacity[tick, k]
+        offers = [k for k, held in self._spot_held.items() if held]
+        row = self._grid.spot_capacity[tick].tolist() if offers else []  # Python floats
+        for k in offers:
+            capacity = row[k]
             held = self._spot_held[k]
             while held and not self._held(k) <= capacity:
                 victim = held[-1]  # the newest gang goes first

@@ -41,7 +41,7 @@ def jobs_in(snapshot: Snapshot, *phases: Phase) -> IntArray:
     mask = phase == int(phases[0])
     for p in phases[1:]:
         mask |= phase == int(p)
-    return np.flatnonzero(mask).astype(np.int64)
+    return mask.nonzero()[0].astype(np.int64, copy=False)  # np.flatnonzero, cheaper
 
 
 def priced_offers(snapshot: Snapshot, mask: BoolArray) -> IntArray:
@@ -103,10 +103,10 @@ def candidates(
     price = snapshot.usd_per_hour[cols]
     ok = sub.allowed & np.isfinite(price)[None, :]
     capacity = snapshot.spot_capacity[cols]
-    if not np.all(capacity == np.inf):
+    if not (capacity == np.inf).all():
         ok &= np.where(np.isnan(capacity), 0.0, capacity)[None, :] >= instances
-    with np.errstate(divide="ignore", invalid="ignore"):
-        cost = np.where(ok, price[None, :] * instances / rate, np.inf)
+    # Divided where launchable only (cheaper than np.where under an errstate).
+    cost = np.divide(price[None, :] * instances, rate, out=np.full(ok.shape, np.inf), where=ok)
     return Candidates(cols, rate, ok, cost)
 
 

@@ -31,9 +31,17 @@ def reference_workload_s() -> float:
 
 
 def best_of(n: int, fn: Callable[[], object]) -> float:
-    times = []
+    return best_wall_and_cpu(n, fn)[0]
+
+
+def best_wall_and_cpu(n: int, fn: Callable[[], object]) -> tuple[float, float]:
+    """The best wall time and the best CPU time of this process (`time.process_time`) over
+    `n` runs: on a shared virtual machine the CPU time leaves out the time the machine was
+    given to others, which wall time counts."""
+    walls, cpus = [], []
     for _ in range(n):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
+        walls.append(time.perf_counter() - t)
+        cpus.append(time.process_time() - c)
+    return min(walls), min(cpus)

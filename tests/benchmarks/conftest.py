@@ -36,8 +36,8 @@ def best_of(n: int, fn: Callable[[], object]) -> float:
 
 def best_wall_and_cpu(n: int, fn: Callable[[], object]) -> tuple[float, float]:
     """The best wall time and the best CPU time of this process (`time.process_time`) over
-    `n` runs: on a shared virtual machine the CPU time leaves out the time the machine was
-    given to others, which wall time counts."""
+    `n` runs: the CPU time leaves out the time the process waited for a core, which wall
+    time counts."""
     walls, cpus = [], []
     for _ in range(n):
         t, c = time.perf_counter(), time.process_time()

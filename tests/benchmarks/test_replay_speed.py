@@ -1,12 +1,12 @@
 """Replay speed: 100 jobs x 30 days at 10-minute ticks x 40 offers (issue #2).
 
-Prints job-ticks per second (wall, and CPU time of the process beside it: on a shared
-virtual machine the CPU time leaves out the time the machine gave to others) and peak
-memory per policy, and each time as a ratio to the
-on-demand replay and to a reference workload measured in the same run, the ticks the
-replay ran (it stops when the last job is done, so a policy whose last job finishes later
-runs more of them for the same job-ticks) and the time per tick, and a digest of
-every event and final fleet number: a speed-up must leave each policy's digest as it was.
+Prints job-ticks per second (wall, and by the process's CPU time beside it, which leaves
+out the time it waited for a core but not a neighbour's load on the caches) and peak
+memory per policy, and each time as a ratio to the on-demand replay and to a reference
+workload measured in the same run, the ticks the replay ran (it stops when the last job is
+done, so a policy whose last job finishes later runs more of them for the same job-ticks)
+and the time per tick, and a digest of every event and final fleet number: a speed-up must
+leave each policy's digest as it was.
 Target: >= 200,000 job-ticks/s on a 2-core machine. `HELIOTROPE_BENCH_POLICIES=a,b` picks
 the policies (on-demand first gives the ratios their base).
 """

@@ -79,7 +79,7 @@ def accrue(
     rate = fit.rate[jobs, offers]
     remaining = work_gpu_h[jobs] - fleet.progress_gpu_h[jobs]
     # Divided where rate > 0 only (cheaper than np.where under an errstate): no rate, no finish.
-    need_h = np.divide(remaining, rate, out=np.full(rate.shape, np.inf), where=rate > 0)
+    need_h: FloatArray = np.divide(remaining, rate, out=np.full(rate.shape, np.inf), where=rate > 0)
     need_s = units.seconds(need_h)
     finishing = (need_s <= run_s + 1e-9) & model_progress
     used_run_s = np.where(finishing, need_s, run_s)

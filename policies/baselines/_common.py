@@ -41,7 +41,8 @@ def jobs_in(snapshot: Snapshot, *phases: Phase) -> IntArray:
     mask = phase == int(phases[0])
     for p in phases[1:]:
         mask |= phase == int(p)
-    return mask.nonzero()[0].astype(np.int64, copy=False)  # np.flatnonzero, cheaper
+    js: IntArray = mask.nonzero()[0].astype(np.int64, copy=False)  # np.flatnonzero, cheaper
+    return js
 
 
 def priced_offers(snapshot: Snapshot, mask: BoolArray) -> IntArray:

@@ -94,8 +94,9 @@ class SimProvider:
         self._instances: dict[InstanceId, InstanceInfo] = {}
         self._count: dict[InstanceId, int] = {}
         self._by_request: dict[str, LaunchOutcome] = {}
-        # offer -> live spot instances, oldest first, and how many instances they hold
-        self._spot_held: dict[int, list[InstanceId]] = {}
+        # offer -> live spot instances, oldest first (a dict: an end removes in O(1)), and
+        # how many instances they hold
+        self._spot_held: dict[int, dict[InstanceId, None]] = {}
         self._spot_count: dict[int, int] = {}
         self._events: list[ProviderEvent] = []
         self._seq = 0
@@ -156,7 +157,7 @@ class SimProvider:
         )
         self._count[instance_id] = spec.count
         if offer.market is Market.SPOT:
-            self._spot_held.setdefault(k, []).append(instance_id)
+            self._spot_held.setdefault(k, {})[instance_id] = None
             self._spot_count[k] = self._held(k) + spec.count
         outcome = LaunchOutcome(instance_id, ready_at_s=ready_at_s)
         self._by_request[request_id] = outcome
@@ -178,7 +179,7 @@ class SimProvider:
             capacity = row[k]
             held = self._spot_held[k]
             while held and not self._held(k) <= capacity:
-                victim = held[-1]  # the newest gang goes first
+                victim = next(reversed(held))  # the newest gang goes first
                 info = self._instances[victim]
                 self._end(victim, InstanceState.PREEMPTED)
                 self._events.append(
@@ -212,5 +213,5 @@ class SimProvider:
         k = self._offer_index[info.offer_id]
         held = self._spot_held.get(k)
         if held and instance_id in held:
-            held.remove(instance_id)
+            del held[instance_id]
             self._spot_count[k] -= self._count[instance_id]

@@ -233,7 +233,7 @@ class Heliotrope:
             # more work to fit before the deadline. The offer: the steadiest spot offer whose
             # price per unit of progress is within the value the job puts on progress without
             # the loss (a cheap offer that flickers is one it would not run on for long).
-            ok = mk.usable_spot & (mk.per_progress_spot <= valued(need_low)[:, None])
+            ok = mk.usable_sc & (mk.per_progress_sc <= valued(need_low)[:, None])
             life_s = lifetime[self._columns(snapshot, spot)[0]]
             life = np.maximum.reduce(np.where(ok, life_s, 0.0), axis=1, initial=0.0)
             life = np.where(life > 0, life, lifetime[cheap])
@@ -542,7 +542,7 @@ class Heliotrope:
         od_key = (price[ods].tobytes(), None if carbon is None else carbon[ods].tobytes())
         on_demand = prev[3] if prev is not None and prev[4] == od_key else None
         market = _Market.of(
-            jobs, snapshot.fit, price, spot, carbon, self.net_price_factor, on_demand, spots
+            jobs, snapshot.fit, price, spot, carbon, self.net_price_factor, spots, on_demand
         )
         self._memo["market"] = (jobs, spot, key, market, od_key)
         return market
@@ -692,9 +692,9 @@ class _Market:
     r_net: FloatArray
     r_net_pos: BoolArray
     fastest: IntArray
-    spot_usable: BoolArray  # usable & spot
-    usable_spot: BoolArray  # `usable` and `per_progress` over the spot columns only
-    per_progress_spot: FloatArray
+    spot_usable: BoolArray  # usable & spot, every column
+    usable_sc: BoolArray  # `usable` and `per_progress` on the spot columns only (`_columns`)
+    per_progress_sc: FloatArray
 
     @staticmethod
     def of(
@@ -704,14 +704,13 @@ class _Market:
         spot: BoolArray,
         carbon: FloatArray | None,
         net_price_factor: float,
+        spot_columns: IntArray,
         on_demand: _Market | None = None,
-        spot_columns: IntArray | None = None,
     ) -> _Market:
         """`on_demand`: a market of the same jobs whose on-demand prices (and carbon) were
         the same: what depends on the on-demand columns only is taken from it.
-        `spot_columns`: ``np.flatnonzero(spot)``, where the caller has it."""
+        `spot_columns`: ``np.flatnonzero(spot)``."""
         rows, rate, inst = jobs.rows, jobs.rate, jobs.inst
-        sc = np.flatnonzero(spot) if spot_columns is None else spot_columns
         priced = np.isfinite(price)
         hourly = price[None, :] * inst
         if carbon is not None:
@@ -766,8 +765,8 @@ class _Market:
             r_net_pos=r_net_pos,
             fastest=fastest,
             spot_usable=spot[None, :] & usable,
-            usable_spot=usable[:, sc],
-            per_progress_spot=per_progress[:, sc],
+            usable_sc=usable[:, spot_columns],
+            per_progress_sc=per_progress[:, spot_columns],
         )
         _frozen(market.hourly, market.per_progress, market.usable)
         return market

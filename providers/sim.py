@@ -173,9 +173,9 @@ class SimProvider:
     def poll_events(self) -> list[ProviderEvent]:
         now_s = self._clock.now().timestamp()
         tick = self._tick(now_s)
-        offers = [k for k, held in self._spot_held.items() if held]
-        row = self._grid.spot_capacity[tick].tolist() if offers else []  # Python floats
-        for k in offers:
+        held_offers = [k for k, held in self._spot_held.items() if held]
+        row = self._grid.spot_capacity[tick].tolist() if held_offers else []  # Python floats
+        for k in held_offers:
             capacity = row[k]
             held = self._spot_held[k]
             while held and not self._held(k) <= capacity:

@@ -137,6 +137,7 @@ class Controller:
         self.instance_of: list[InstanceId | None] = [None] * len(self.jobs)
         self._index = {job.id: j for j, job in enumerate(self.jobs)}
         self._offer_ix = {o.id: k for k, o in enumerate(self.offers)}
+        self._offer_ids = [o.id for o in self.offers]
         self._work = np.array([job.work_gpu_hours for job in self.jobs])
         self._ckpt_s = np.array([units.seconds(job.checkpoint_interval_h) for job in self.jobs])
         self._start_s = np.array([job.start.timestamp() for job in self.jobs])
@@ -283,6 +284,7 @@ class Controller:
         cheapest = np.argsort(np.where(usable, equiv, np.inf), axis=1)[:, :4].tolist()
         signals = _SignalValues.of(snapshot)
         fleet = snapshot.fleet
+        offer_ids = self._offer_ids
         for (i, o, j), equiv_j, usable_j, order in zip(
             picked, equiv.tolist(), usable.tolist(), cheapest, strict=True
         ):
@@ -304,10 +306,10 @@ class Controller:
                     f" | price {b.describe(o, 'price')}; capacity "
                     f"{b.describe(o, 'capacity')}; carbon {b.describe(o, 'carbon')}"
                 )
-            others = [k for k in order if usable_j[k]]
+            others = [k for k in order if usable_j[k]][:3]
             if others:
                 detail += " | cheapest per hour: " + ", ".join(
-                    f"{snapshot.offers[k].id} {equiv_j[k]:.2f}" for k in others[:3]
+                    [f"{offer_ids[k]} {equiv_j[k]:.2f}" for k in others]
                 )
             out[i] = Event(
                 event.time_s,

@@ -69,6 +69,7 @@ from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
+from numpy.lib.stride_tricks import as_strided
 
 from orchestrator import units
 from orchestrator.costs import move_cost, objective_usd
@@ -742,15 +743,21 @@ class _Band:
 
 
 def _band_take(band: _Band, levels: IntArray, step: IntArray | None, pad: int) -> FloatArray:
-    """Row r of `band` at ``levels + step[r]`` (every row at `levels` when `step` is None)."""
-    rows, stride = band.values.shape
+    """Row r of `band` at ``levels + step[r]`` (every row at `levels` when `step` is None;
+    with `step`, `levels` is a run of consecutive levels)."""
+    values = band.values
+    rows, stride = values.shape
     if band.width == 0:
         return np.full((rows, len(levels)), np.inf)
     if step is None:
-        out: FloatArray = band.values[:, levels + (pad - band.lo)]
+        out: FloatArray = values[:, levels + (pad - band.lo)]
         return out
-    base = np.arange(rows, dtype=np.int64) * stride + (pad - band.lo) + step
-    taken: FloatArray = np.take(band.values, base[:, None] + levels[None, :])
+    # Each row's levels are one contiguous window of that row: pick the windows from a
+    # strided view (a copy of rows, not a gather through a [rows, levels] index array).
+    n = len(levels)
+    s_row, s_col = values.strides
+    windows = as_strided(values, (rows, stride - n + 1, n), (s_row, s_col, s_col), writeable=False)
+    taken: FloatArray = windows[np.arange(rows), int(levels[0]) + (pad - band.lo) + step]
     return taken
 
 
@@ -833,7 +840,18 @@ def _backward_forward(  # noqa: PLR0912, PLR0915 - the DP kernel, whole (docstri
         if m.size:
             mem_tab[ell] = np.concatenate([m, np.full(width_m - m.size, m[0])])
     regular = all(m.size == width_m for m in members)
-    groups = _location_groups(egress, cls)
+    # Per group: its rows, and of them the checkpoint locations (not the no-checkpoint row)
+    # and those with offers of their own.
+    groups = [
+        (
+            np.array(rows, dtype=np.int64),
+            g_egress,
+            g_cls,
+            np.array([r for r in rows if r < n_loc], dtype=np.int64),
+            np.array([r for r in rows if r < n_loc and has[r]], dtype=np.int64),
+        )
+        for rows, g_egress, g_cls in _location_groups(egress, cls)
+    ]
     ell_all = np.arange(n_loc)
 
     max_hold = max(lc.ticks for lc in launches)
@@ -859,7 +877,7 @@ def _backward_forward(  # noqa: PLR0912, PLR0915 - the DP kernel, whole (docstri
     ) -> None:
         """Overwrite the finishing levels of `out` (band [lo, hi)) with the finishing cost:
         `base` plus the finishing tick billed from `offset_s` into it."""
-        for o in np.flatnonzero(first < hi).tolist():
+        for o in (first < hi).nonzero()[0].tolist():  # np.flatnonzero, cheaper per call
             a = max(int(first[o]), lo)
             ns = need_s[o, a:hi]
             bill = tick_h if pb.bill_final_tick else units.hours(offset_s + ns)
@@ -924,29 +942,32 @@ def _backward_forward(  # noqa: PLR0912, PLR0915 - the DP kernel, whole (docstri
         # there takes the best of the others instead, then compares with its own region.
         z_min = np.full((n_loc + 1, width), np.inf)
         z_arg = np.zeros((n_loc + 1, width), dtype=np.int64)
-        for rows, g_egress, g_cls in groups:
+        # All rows of a group at once: the best and the second best per column (the best
+        # with its own row left out is the second best where the row's own column won).
+        span = np.arange(width)
+        for rows, g_egress, g_cls, own_rows, has_rows in groups:
             cand = best_loc[g_cls, ell_all] + g_egress[:, None]  # [L, width]
             cand[~has] = np.inf
             a1 = np.argmin(cand, axis=0)
-            b1 = np.take_along_axis(cand, a1[None, :], axis=0)[0]
-            for row in rows:
-                z_row, a_row = z_min[row], z_arg[row]
-                z_row[:] = b1
-                a_row[:] = a1
-                if row >= n_loc:
-                    continue
-                own = np.flatnonzero(a1 == row)
-                if own.size:
-                    sub = cand[:, own]
-                    sub[row] = np.inf
-                    a2 = np.argmin(sub, axis=0)
-                    z_row[own] = sub[a2, np.arange(own.size)]
-                    a_row[own] = a2
-                if has[row]:
-                    mine = best_loc[cls[row, row], row] + egress[row, row]
-                    better = mine <= z_row
-                    np.copyto(z_row, mine, where=better)
-                    np.copyto(a_row, row, where=better)
+            b1 = cand[a1, span]
+            z_min[rows] = b1
+            z_arg[rows] = a1
+            if own_rows.size:
+                own = a1[None, :] == own_rows[:, None]  # [rows, width]
+                if own.any():
+                    cand[a1, span] = np.inf
+                    a2 = np.argmin(cand, axis=0)
+                    b2 = cand[a2, span]
+                    z_min[own_rows] = np.where(own, b2, b1)
+                    z_arg[own_rows] = np.where(own, a2, a1)
+            if has_rows.size:
+                mine = (
+                    best_loc[cls[has_rows, has_rows], has_rows]
+                    + egress[has_rows, has_rows][:, None]
+                )
+                better = mine <= z_min[has_rows]
+                z_min[has_rows] = np.where(better, mine, z_min[has_rows])
+                z_arg[has_rows] = np.where(better, has_rows[:, None], z_arg[has_rows])
         wait = _band_take(n_band.get(k + 1, empty_n), pv, None, pad)
         # Ties (to rounding): launch now rather than later, keep rather than move.
         go = np.isfinite(z_min) & (z_min <= wait + _TIE * np.abs(wait))

@@ -21,7 +21,12 @@ from orchestrator.loop import Controller, EventLog, LoopOptions
 from orchestrator.model import CostSettings, Event, FleetState, JobSpec, Market, Offer
 from orchestrator.signals.grid import SignalGrid
 from orchestrator.signals.traces import Trace
-from orchestrator.signals.view import Samples, grid_from_samples, list_priors
+from orchestrator.signals.view import (
+    DEFAULT_LOOKBACK_S,
+    Samples,
+    grid_from_samples,
+    list_priors,
+)
 from policies.base import Policy
 from policies.oracle import Hindsight, Oracle
 from providers.sim import SimProvider, realize_spot
@@ -69,6 +74,7 @@ def build_grid(
     *,
     samples: Samples | None = None,
     spot_capacity: float = 4.0,
+    history_s: float = DEFAULT_LOOKBACK_S,
 ) -> SignalGrid:
     """The realized world for these jobs: offers some job may use, spot gaps filled.
 
@@ -76,7 +82,9 @@ def build_grid(
     tick's row is what the live controller knew at that instant, by the live view's rule
     (`signals.view.grid_from_samples`: counted from observation, max ages, priors where
     nothing counts, `spot_capacity` instances assumed where capacity is unknown), so a
-    replay of a live period decides on what the live policy saw."""
+    replay of a live period decides on what the live policy saw. That includes the
+    history a live frame carries: the grid begins `history_s` (whole ticks) before the
+    window, and `history_ticks` says how many rows come before it (replay from there)."""
     start, end = replay_window(jobs, tick_s)
 
     def usable(offer: Offer) -> bool:
@@ -87,12 +95,22 @@ def build_grid(
         return grid_from_samples(
             samples,
             grid.offers,
-            start.timestamp(),
+            start.timestamp() - history_ticks(history_s, tick_s) * tick_s,
             end.timestamp(),
             tick_s=tick_s,
             priors=list_priors(grid.offers, spot_capacity),
         )
     return realize_spot(grid, seed)
+
+
+def history_ticks(history_s: float, tick_s: int) -> int:
+    """Whole ticks of history before a replay's window (`build_grid` with samples)."""
+    return max(0, int(history_s // tick_s))
+
+
+def first_tick(jobs: Sequence[JobSpec], grid: SignalGrid) -> int:
+    """The grid's tick where `jobs`' replay window begins (0 unless history precedes it)."""
+    return max(0, grid.tick_of(replay_window(jobs, grid.tick_s)[0]))
 
 
 def check_home_regions(jobs: Sequence[JobSpec], grid: SignalGrid) -> None:
@@ -141,38 +159,44 @@ def run_policy(
     options: LoopOptions,
     progress: ProgressFn | None = None,
     observe: Callable[[int, FleetState], None] | None = None,
+    start_tick: int = 0,
 ) -> PolicyRun:
-    """Run `policy` over every tick of `grid` until all jobs are done; `observe(k, fleet)`
-    sees the fleet after each tick k (read it, do not keep it: it changes)."""
+    """Run `policy` over the ticks of `grid` from `start_tick` (the rows before it are
+    history only) until all jobs are done; `observe(k, fleet)` sees the fleet after each
+    tick k (read it, do not keep it: it changes)."""
     if isinstance(policy, Oracle) and policy.hindsight is None:
         policy = policy.with_hindsight(Hindsight.of(grid))  # the oracle sees the realized grid
-    clock = FakeClock(grid.start)
+    n = grid.n_ticks
+    if not 0 <= start_tick < n:
+        raise ValueError(f"start_tick must be in [0, {n}), got {start_tick}")
+    clock = FakeClock(grid.time_of(start_tick))
     provider = SimProvider(grid, clock, cluster=options.cluster)
     log = EventLog()
     controller = Controller(jobs, grid, provider, policy, log, options)
-    n = grid.n_ticks
-    times = np.empty(n + 1)
-    usd = np.empty(n + 1)
-    kg = np.empty(n + 1)
-    last = 0
-    every = max(1, n // 200)
-    for k in range(n):
+    ran = n - start_tick
+    times = np.empty(ran + 1)
+    usd = np.empty(ran + 1)
+    kg = np.empty(ran + 1)
+    last = 0  # ticks run, less one
+    every = max(1, ran // 200)
+    for i in range(ran):
+        k = start_tick + i
         now = grid.time_of(k)
         clock.set(now)
         controller.tick(now)
         if observe is not None:
             observe(k, controller.fleet)
-        times[k], usd[k], kg[k] = (
+        times[i], usd[i], kg[i] = (
             now.timestamp(),
             controller.fleet.usd.sum(),
             controller.fleet.kg_co2.sum(),
         )
-        last = k
-        if progress is not None and k % every == 0:
-            progress(policy.name, k, n)
+        last = i
+        if progress is not None and i % every == 0:
+            progress(policy.name, i, ran)
         if controller.all_done:
             break
-    end = grid.time_of(min(last + 1, n))
+    end = grid.time_of(min(start_tick + last + 1, n))
     clock.set(end)
     controller.finish(end)
     times[last + 1], usd[last + 1], kg[last + 1] = (
@@ -181,7 +205,7 @@ def run_policy(
         controller.fleet.kg_co2.sum(),
     )
     if progress is not None:
-        progress(policy.name, n, n)
+        progress(policy.name, ran, ran)
     return PolicyRun(
         policy=policy.name,
         fleet=controller.fleet,
@@ -200,10 +224,14 @@ def run_policies(
     *,
     options: LoopOptions,
     progress: ProgressFn | None = None,
+    start_tick: int = 0,
 ) -> tuple[PolicyRun, ...]:
     """Each policy over the same jobs on the same grid, one after the other, each on a
     fresh simulated provider and clock (`run_policy`)."""
-    return tuple(run_policy(p, jobs, grid, options=options, progress=progress) for p in policies)
+    return tuple(
+        run_policy(p, jobs, grid, options=options, progress=progress, start_tick=start_tick)
+        for p in policies
+    )
 
 
 def run_replay(
@@ -226,11 +254,12 @@ def run_replay(
         )
     grid = build_grid(trace, jobs, tick_s, seed, samples=samples)
     check_home_regions(jobs, grid)
+    start_tick = first_tick(jobs, grid)  # after the history rows of a replay of samples
     config = {
         "tick_s": tick_s,
         "seed": seed,
         "carbon_usd_per_tonne": carbon_usd_per_tonne,
-        "start": grid.start.isoformat(),
+        "start": grid.time_of(start_tick).isoformat(),
         "end": grid.time_of(grid.n_ticks).isoformat(),
         "offers": len(grid.offers),
         "jobs": len(jobs),
@@ -244,6 +273,7 @@ def run_replay(
         settings=settings,
         progress=progress,
         config=config,
+        start_tick=start_tick,
     )
 
 
@@ -257,9 +287,10 @@ def replay_on_grid(
     settings: CostSettings | None = None,
     progress: ProgressFn | None = None,
     config: Mapping[str, object] | None = None,
+    start_tick: int = 0,
 ) -> Replay:
-    """Every policy over `grid` for `jobs`. The replay's config is `config`, else the
-    grid's tick, start and end."""
+    """Every policy over `grid` for `jobs`, from `start_tick` (`run_policy`). The replay's
+    config is `config`, else the grid's tick, start and end."""
     settings = dataclasses.replace(
         settings or CostSettings(), carbon_usd_per_tonne=carbon_usd_per_tonne
     )
@@ -268,14 +299,16 @@ def replay_on_grid(
         jobs=tuple(jobs),
         grid=grid,
         feasible=feasible_jobs(jobs, grid),
-        runs=run_policies(policies, jobs, grid, options=options, progress=progress),
+        runs=run_policies(
+            policies, jobs, grid, options=options, progress=progress, start_tick=start_tick
+        ),
         carbon_usd_per_tonne=carbon_usd_per_tonne,
         seed=seed,
         config=dict(config)
         if config is not None
         else {
             "tick_s": grid.tick_s,
-            "start": grid.start.isoformat(),
+            "start": grid.time_of(start_tick).isoformat(),
             "end": grid.time_of(grid.n_ticks).isoformat(),
         },
     )

@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 #: The source name of what the controller observes itself (a refused spot launch, a
 #: preemption): written to the store as spot-availability samples, read back here.
 OBSERVED_SOURCE: Final = "heliotrope-observed"
+# How far back a live frame's rows reach (the world's `lookback_h` defaults to the same),
+# and so how much history before its window a replay of polled samples gives the policy.
+DEFAULT_LOOKBACK_S: Final = 7 * 86400.0
 
 #: The signals of a frame, each with its own max age (seconds after observation).
 SIGNALS: Final = ("price", "capacity", "carbon", "carbon_marginal", "curtailment", "power_price")
@@ -534,7 +537,7 @@ class StoreSignalView:
         tick_s: int,
         priors: Priors,
         max_ages: MaxAges | None = None,
-        lookback_s: float = 7 * 86400.0,
+        lookback_s: float = DEFAULT_LOOKBACK_S,
     ) -> None:
         if tick_s <= 0:
             raise ValueError("tick_s must be positive")

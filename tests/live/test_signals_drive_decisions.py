@@ -46,6 +46,7 @@ from tests.signals.server import (
 
 CLUSTER = "signals"
 TICK_S = 600
+LOOKBACK_S = 6 * 3600.0  # the live view's history (a replay of its samples gets the same)
 ZONES = {"gcp": "NL", "aws": "US-MIDA-PJM"}
 
 
@@ -155,7 +156,7 @@ def make_run(
     store.submit([job])
     cloud = (cloud_type or BootingSim)(grid, clock, cluster=CLUSTER)
     view = StoreSignalView(
-        store, offers, tick_s=TICK_S, priors=list_priors(offers, 4.0), lookback_s=6 * 3600.0
+        store, offers, tick_s=TICK_S, priors=list_priors(offers, 4.0), lookback_s=LOOKBACK_S
     )
     root = f"memory://signals-{uuid.uuid4().hex[:8]}"
     live = LiveController(
@@ -509,10 +510,10 @@ def test_a_curtailment_window_opening_elsewhere_moves_the_job(server: FixtureSer
 
 def test_a_replay_of_the_polled_samples_places_the_job_as_the_live_controller_did() -> None:
     """The live run's samples, replayed by `grid_from_samples` through the replay runner,
-    give the same placements (the policy keeps no history here; see docs/design.md for what
-    differs when it does)."""
+    give the same placements (the next test: a policy that reads the history before the
+    job's start)."""
     from orchestrator.replay.runner import build_grid as replay_grid
-    from orchestrator.replay.runner import run_policy
+    from orchestrator.replay.runner import first_tick, run_policy
 
     run = make_run("spot-failover", markets=(Market.SPOT,), reclaim_spot=True)
     aws = next(o for o in run.offers if o.cloud == "aws")
@@ -533,10 +534,14 @@ def test_a_replay_of_the_polled_samples_places_the_job_as_the_live_controller_di
 
     jobs = run.store.load()[0].jobs
     samples = run.store.observed_samples(0, 2e9)
-    grid = replay_grid(tiny_trace(), jobs, TICK_S, 0, samples=samples)
+    grid = replay_grid(tiny_trace(), jobs, TICK_S, 0, samples=samples, history_s=LOOKBACK_S)
     grid = grid.select([k for k, o in enumerate(grid.offers) if o.market is Market.SPOT])
     replayed = run_policy(
-        make_policy("spot-failover"), jobs, grid, options=LoopOptions(cluster="replay")
+        make_policy("spot-failover"),
+        jobs,
+        grid,
+        options=LoopOptions(cluster="replay"),
+        start_tick=first_tick(jobs, grid),
     )
     again = [
         (e.time_s, e.offer_id)
@@ -549,6 +554,87 @@ def test_a_replay_of_the_polled_samples_places_the_job_as_the_live_controller_di
     # immediate (its transfer is part of the cold start) while a live one takes the
     # migration machine's ticks (checkpoint, copy, verify, launch, restore).
     assert [o for _, o in again[: len(live)]] == [o for _, o in live], (live, again)
+
+
+def test_a_replay_of_the_polled_samples_sees_the_history_the_live_policy_saw() -> None:
+    """Six hours before the job starts, the polled placement scores show the cheaper aws
+    spot offer flickering (available every other tick). Live, heliotrope reads that history
+    in its frame and starts on gcp spot; the replay of the same samples gives it the same
+    history before the window and starts it there too. Replayed without the history, it
+    takes the flickering offer."""
+    from orchestrator.replay.runner import build_grid as replay_grid
+    from orchestrator.replay.runner import first_tick, run_policy
+
+    run = make_run("heliotrope", deadline_h=48.0)
+    aws = next(o for o in run.offers if o.cloud == "aws" and o.market is Market.SPOT)
+    gcp = next(o for o in run.offers if o.cloud == "gcp" and o.market is Market.SPOT)
+
+    def poll_at(when: datetime, aws_up: bool) -> None:
+        run.store.append_samples(
+            [
+                SignalSample(
+                    time=when,
+                    key=price_key(o.cloud, o.region, "", o.instance_type, o.market.value),
+                    kind=SignalKind.PRICE,
+                    value=0.9 if o is aws else 1.0,
+                    unit="usd_per_hour",
+                    source="aws-spot-price" if o is aws else "gcp-billing",
+                    observed_at=when,
+                    valid_until=when + timedelta(hours=2),
+                )
+                for o in (aws, gcp)
+            ]
+            + [
+                SignalSample(
+                    time=when,
+                    key=spot_key(aws.cloud, aws.region, aws.zone, aws.instance_type),
+                    kind=SignalKind.SPOT_AVAILABILITY,
+                    value=9 if aws_up else 1,  # placement scores: likely / unlikely
+                    unit="placement_score",
+                    source="aws-placement-score",
+                    observed_at=when,
+                    valid_until=when + timedelta(hours=1),
+                )
+            ]
+        )
+
+    start = run.clock.now()
+    for i in range(36, 0, -1):  # the six hours before the job's start
+        poll_at(start - timedelta(seconds=i * TICK_S), aws_up=i % 2 == 0)
+    for i in range(8):
+        if i:
+            run.clock.advance(TICK_S)
+        poll_at(run.clock.now(), aws_up=i % 2 == 0)
+        run.live.tick()
+    until_s = run.clock.now().timestamp()
+    live = [
+        (e.time_s, e.offer_id)
+        for e in run.store.history("j0")
+        if e.kind in (EventKind.LAUNCHED, EventKind.PREEMPTED)
+    ]
+    assert live and live[0] == (start.timestamp(), gcp.id), live
+
+    jobs = run.store.load()[0].jobs
+    samples = run.store.observed_samples(0, 2e9)
+
+    def replayed(history_s: float) -> list[tuple[float, str]]:
+        grid = replay_grid(tiny_trace(), jobs, TICK_S, 0, samples=samples, history_s=history_s)
+        assert grid.start == start - timedelta(seconds=history_s)
+        got = run_policy(
+            make_policy("heliotrope"),
+            jobs,
+            grid,
+            options=LoopOptions(cluster="replay"),
+            start_tick=first_tick(jobs, grid),
+        )
+        return [
+            (e.time_s, e.offer_id)
+            for e in got.events
+            if e.kind in (EventKind.LAUNCHED, EventKind.PREEMPTED) and e.time_s <= until_s
+        ]
+
+    assert replayed(LOOKBACK_S) == live
+    assert replayed(0.0)[0] == (start.timestamp(), aws.id)
 
 
 def test_signals_of_places_the_world_does_not_use_never_make_it_stale() -> None:

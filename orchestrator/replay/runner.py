@@ -84,7 +84,7 @@ def build_grid(
     nothing counts, `spot_capacity` instances assumed where capacity is unknown), so a
     replay of a live period decides on what the live policy saw. That includes the
     history a live frame carries: the grid begins `history_s` (whole ticks) before the
-    window, and `history_ticks` says how many rows come before it (replay from there)."""
+    window, and the replay runs from `first_tick` (a trace's grid has no such rows)."""
     start, end = replay_window(jobs, tick_s)
 
     def usable(offer: Offer) -> bool:

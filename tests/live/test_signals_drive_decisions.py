@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -24,7 +24,15 @@ from orchestrator.checkpoints import CheckpointStore
 from orchestrator.clock import FakeClock
 from orchestrator.live.controller import LiveController
 from orchestrator.loop import LoopOptions
-from orchestrator.model import CostSettings, EventKind, JobSpec, Market, Offer, SignalKind
+from orchestrator.model import (
+    CostSettings,
+    Event,
+    EventKind,
+    JobSpec,
+    Market,
+    Offer,
+    SignalKind,
+)
 from orchestrator.replay.runner import build_grid
 from orchestrator.signals.poll import poll
 from orchestrator.signals.sources.keys import price_key, spot_key
@@ -508,13 +516,43 @@ def test_a_curtailment_window_opening_elsewhere_moves_the_job(server: FixtureSer
     ]
 
 
+def placements(events: Iterable[Event]) -> list[tuple[float, str]]:
+    """(time, offer) of each launch and preemption."""
+    return [
+        (e.time_s, e.offer_id)
+        for e in events
+        if e.kind in (EventKind.LAUNCHED, EventKind.PREEMPTED)
+    ]
+
+
+def replay_samples(
+    run: Run, policy: str, *, history_s: float = LOOKBACK_S, spot_only: bool = False
+) -> tuple[list[tuple[float, str]], datetime]:
+    """The placements of `policy` replayed on the live run's polled samples, through the
+    replay runner (`build_grid` with `history_s` of history, from the window's first tick),
+    and the replay grid's first row."""
+    from orchestrator.replay.runner import build_grid as replay_grid
+    from orchestrator.replay.runner import first_tick, run_policy
+
+    jobs = run.store.load()[0].jobs
+    samples = run.store.observed_samples(0, 2e9)
+    grid = replay_grid(tiny_trace(), jobs, TICK_S, 0, samples=samples, history_s=history_s)
+    if spot_only:
+        grid = grid.select([k for k, o in enumerate(grid.offers) if o.market is Market.SPOT])
+    replayed = run_policy(
+        make_policy(policy),
+        jobs,
+        grid,
+        options=LoopOptions(cluster="replay"),
+        start_tick=first_tick(jobs, grid),
+    )
+    return placements(replayed.events), grid.start
+
+
 def test_a_replay_of_the_polled_samples_places_the_job_as_the_live_controller_did() -> None:
     """The live run's samples, replayed by `grid_from_samples` through the replay runner,
     give the same placements (the next test: a policy that reads the history before the
     job's start)."""
-    from orchestrator.replay.runner import build_grid as replay_grid
-    from orchestrator.replay.runner import first_tick, run_policy
-
     run = make_run("spot-failover", markets=(Market.SPOT,), reclaim_spot=True)
     aws = next(o for o in run.offers if o.cloud == "aws")
     for i in range(18):
@@ -525,29 +563,10 @@ def test_a_replay_of_the_polled_samples_places_the_job_as_the_live_controller_di
         run.live.tick()
         if i == 0:
             checkpoint(run, aws, 5)
-    live = [
-        (e.time_s, e.offer_id)
-        for e in run.store.history("j0")
-        if e.kind in (EventKind.LAUNCHED, EventKind.PREEMPTED)
-    ]
+    live = placements(run.store.history("j0"))
     assert len(live) >= 3, live
 
-    jobs = run.store.load()[0].jobs
-    samples = run.store.observed_samples(0, 2e9)
-    grid = replay_grid(tiny_trace(), jobs, TICK_S, 0, samples=samples, history_s=LOOKBACK_S)
-    grid = grid.select([k for k, o in enumerate(grid.offers) if o.market is Market.SPOT])
-    replayed = run_policy(
-        make_policy("spot-failover"),
-        jobs,
-        grid,
-        options=LoopOptions(cluster="replay"),
-        start_tick=first_tick(jobs, grid),
-    )
-    again = [
-        (e.time_s, e.offer_id)
-        for e in replayed.events
-        if e.kind in (EventKind.LAUNCHED, EventKind.PREEMPTED)
-    ]
+    again, _ = replay_samples(run, "spot-failover", spot_only=True)
     # The same placements, in the same order. Their times differ by design: the simulated
     # cloud reclaims a spot instance during the tick before the row that shows no capacity
     # (live, the controller learns it at the tick it is polled), and a replayed move is
@@ -562,9 +581,6 @@ def test_a_replay_of_the_polled_samples_sees_the_history_the_live_policy_saw() -
     in its frame and starts on gcp spot; the replay of the same samples gives it the same
     history before the window and starts it there too. Replayed without the history, it
     takes the flickering offer."""
-    from orchestrator.replay.runner import build_grid as replay_grid
-    from orchestrator.replay.runner import first_tick, run_policy
-
     run = make_run("heliotrope", deadline_h=48.0)
     aws = next(o for o in run.offers if o.cloud == "aws" and o.market is Market.SPOT)
     gcp = next(o for o in run.offers if o.cloud == "gcp" and o.market is Market.SPOT)
@@ -607,34 +623,14 @@ def test_a_replay_of_the_polled_samples_sees_the_history_the_live_policy_saw() -
         poll_at(run.clock.now(), aws_up=i % 2 == 0)
         run.live.tick()
     until_s = run.clock.now().timestamp()
-    live = [
-        (e.time_s, e.offer_id)
-        for e in run.store.history("j0")
-        if e.kind in (EventKind.LAUNCHED, EventKind.PREEMPTED)
-    ]
+    live = placements(run.store.history("j0"))
     assert live and live[0] == (start.timestamp(), gcp.id), live
 
-    jobs = run.store.load()[0].jobs
-    samples = run.store.observed_samples(0, 2e9)
-
-    def replayed(history_s: float) -> list[tuple[float, str]]:
-        grid = replay_grid(tiny_trace(), jobs, TICK_S, 0, samples=samples, history_s=history_s)
-        assert grid.start == start - timedelta(seconds=history_s)
-        got = run_policy(
-            make_policy("heliotrope"),
-            jobs,
-            grid,
-            options=LoopOptions(cluster="replay"),
-            start_tick=first_tick(jobs, grid),
-        )
-        return [
-            (e.time_s, e.offer_id)
-            for e in got.events
-            if e.kind in (EventKind.LAUNCHED, EventKind.PREEMPTED) and e.time_s <= until_s
-        ]
-
-    assert replayed(LOOKBACK_S) == live
-    assert replayed(0.0)[0] == (start.timestamp(), aws.id)
+    replayed, first_row = replay_samples(run, "heliotrope")
+    assert first_row == start - timedelta(seconds=LOOKBACK_S)  # the live frame's history
+    assert [p for p in replayed if p[0] <= until_s] == live
+    without, _ = replay_samples(run, "heliotrope", history_s=0.0)
+    assert without[0] == (start.timestamp(), aws.id)
 
 
 def test_signals_of_places_the_world_does_not_use_never_make_it_stale() -> None:

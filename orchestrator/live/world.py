@@ -53,6 +53,7 @@ from orchestrator.model import CostSettings, Offer
 from orchestrator.signals.events import GridEvent, apply_events
 from orchestrator.signals.grid import SignalGrid
 from orchestrator.signals.view import (
+    DEFAULT_LOOKBACK_S,
     GridView,
     MaxAges,
     Priors,
@@ -106,7 +107,9 @@ class LiveSettings(BaseModel):
     max_age: MaxAgeSettings = Field(default_factory=MaxAgeSettings)
     capacity_backoff_s: float = Field(default=1800.0, ge=0, allow_inf_nan=False)
     spot_capacity: float = Field(default=4.0, ge=0, allow_inf_nan=False)
-    lookback_h: float = Field(default=168.0, gt=0, le=24 * 60, allow_inf_nan=False)
+    lookback_h: float = Field(
+        default=units.hours(DEFAULT_LOOKBACK_S), gt=0, le=24 * 60, allow_inf_nan=False
+    )
     capacity: int = Field(default=4, ge=1)
     emulate_startup: bool = False
     cluster: str = Field(default="heliotrope-local", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")

@@ -85,6 +85,8 @@ def build_grid(
     replay of a live period decides on what the live policy saw. That includes the
     history a live frame carries: the grid begins `history_s` (whole ticks) before the
     window, and the replay runs from `first_tick` (a trace's grid has no such rows)."""
+    if not history_s >= 0:
+        raise ValueError(f"history_s must be >= 0 seconds, got {history_s}")
     start, end = replay_window(jobs, tick_s)
 
     def usable(offer: Offer) -> bool:
@@ -95,17 +97,12 @@ def build_grid(
         return grid_from_samples(
             samples,
             grid.offers,
-            start.timestamp() - history_ticks(history_s, tick_s) * tick_s,
+            start.timestamp() - (history_s // tick_s) * tick_s,
             end.timestamp(),
             tick_s=tick_s,
             priors=list_priors(grid.offers, spot_capacity),
         )
     return realize_spot(grid, seed)
-
-
-def history_ticks(history_s: float, tick_s: int) -> int:
-    """Whole ticks of history before a replay's window (`build_grid` with samples)."""
-    return max(0, int(history_s // tick_s))
 
 
 def first_tick(jobs: Sequence[JobSpec], grid: SignalGrid) -> int:

@@ -42,8 +42,8 @@ if TYPE_CHECKING:
 #: The source name of what the controller observes itself (a refused spot launch, a
 #: preemption): written to the store as spot-availability samples, read back here.
 OBSERVED_SOURCE: Final = "heliotrope-observed"
-# How far back a live frame's rows reach (the world's `lookback_h` defaults to the same),
-# and so how much history before its window a replay of polled samples gives the policy.
+# How far back a live frame's rows reach (the world's `lookback_h` default), and so how much
+# history before its window a replay of polled samples gives the policy.
 DEFAULT_LOOKBACK_S: Final = 7 * 86400.0
 
 #: The signals of a frame, each with its own max age (seconds after observation).

@@ -52,7 +52,21 @@ SKYNOMAD_ZONES: Final = (
     "asia-southeast1-b",
     "asia-south2-b",
 )
+#: The artifact's other 7 zones: the same windows on availability the defaults never saw.
+SKYNOMAD_OTHER_ZONES: Final = (
+    "asia-southeast1-c",
+    "us-central1-b",
+    "us-central1-c",
+    "us-east4-a",
+    "us-east4-b",
+    "us-east5-a",
+    "us-west1-b",
+)
 SKYNOMAD_STARTS: Final = (0, 311, 622, 933, 1244, 1556)
+#: Window starts heliotrope's defaults were not tuned on (issue 14: does it generalize?):
+#: every 50 ticks from 25. The same trace and zones, so the windows share hours with the
+#: default ones; what differs is where each job begins (which zones are up, how long for).
+SKYNOMAD_OFFSET_STARTS: Final = tuple(range(25, 1776, 50))
 SKYNOMAD_TICK_S: Final = 600
 SKYNOMAD_DEADLINE_TICKS: Final = 311
 SKYNOMAD_INSTANCE: Final = "a3-highgpu-8g"

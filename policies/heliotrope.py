@@ -35,7 +35,8 @@ numbers).
   launch into a run younger than `young_run_h` dies young with the offer's learned share q
   of young deaths: it bills about its start-up and makes no progress, else it stays S.
   Value and hours are that mixture: ``u = ((1-q) V progress - cost (q t_fail + (1-q) S)
-  - egress) / (q t_fail + (1-q) S)``.
+  - egress) / (q t_fail + (1-q) S)``. Measured and off by default (`mature_stays`): S of
+  a spot offer from the runs that outlived their youth only, the young deaths being q's.
 - Waiting is an option (`wait_for_spot`). An idle job may wait for a spot offer that is
   down now, valued by the same utility per hour of the expected outage (learned like the
   lifetimes) plus the stay that follows; it launches elsewhere only if that beats waiting.
@@ -136,6 +137,12 @@ class Heliotrope:
     # 17 % fewer launches, J 0.5-1 point lower; docs/policies.md).
     pause_loss: float = 0.5
     move_margin: float = 0.05
+    # With young runs on, a launch stays the rest of its youth and then as long as the
+    # offer's runs that outlived theirs did (`LifetimeTracker.mature_h`): the young deaths
+    # are the mixture's, not counted twice. Measured, not kept (docs/policies.md, "Off the
+    # tuned windows"): skynomad ratio 1.3 and cbl-v100 22 h / 0.2 h meet the target, the
+    # big checkpoints, cbl at 4 h and carbon-year (-1.3 points) lose.
+    mature_stays: bool = False
     _memo: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __call__(self, snapshot: Snapshot) -> Decision:
@@ -170,6 +177,11 @@ class Heliotrope:
         else:
             tracker = self._lifetimes(tick_h)
             lifetime = np.where(spot, tracker(snapshot.history), np.inf)
+            if self.young_run_h > 0 and self.mature_stays:
+                # The rest of its youth, then a mature run's stay (a launch that dies young
+                # is the mixture's other branch, below).
+                youth = np.maximum(self.young_run_h - tracker.age_h, 0.0)
+                lifetime = np.where(spot, tracker.mature_h + youth, np.inf)
             outage = tracker.outage_h
             if self.young_run_h > 0:
                 young = np.where(

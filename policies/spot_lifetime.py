@@ -24,7 +24,8 @@ import numpy as np
 
 from orchestrator.model import BoolArray, FloatArray
 
-# Rows of `LifetimeTracker._sums`: uptime, ends, downtime, returns, young ends.
+# Rows of `LifetimeTracker._sums`: uptime, ends, downtime, returns, young ends, uptime past
+# youth.
 _NUMERATORS = np.array([2, 4, 0])  # downtime, young ends, uptime
 _DENOMINATORS = np.array([3, 3, 1])  # returns, returns, ends
 
@@ -76,7 +77,10 @@ class LifetimeTracker:
     - `age_h`: how long the offer has been available (0: down);
     - `young_death`: the share of its runs that ended within `young_h` of starting (a prior
       of one run in two): spot capacity flickers, so a run that has just begun is likely
-      to end at once, and one that has lasted is likely to last (a decreasing hazard).
+      to end at once, and one that has lasted is likely to last (a decreasing hazard);
+    - `mature_h`: the expected lifetime of a run past its youth, the same estimate over the
+      runs' uptime after `young_h` and the ends of the runs that outlived it (the same
+      prior): how long a launch that does not die young stays.
     """
 
     tick_h: float
@@ -88,6 +92,7 @@ class LifetimeTracker:
     outage_h: FloatArray = field(default_factory=lambda: np.zeros(0), repr=False)
     age_h: FloatArray = field(default_factory=lambda: np.zeros(0), repr=False)
     young_death: FloatArray = field(default_factory=lambda: np.zeros(0), repr=False)
+    mature_h: FloatArray = field(default_factory=lambda: np.zeros(0), repr=False)
     _grid: Any = field(default=None, repr=False)
     _tick: int = -1
     _sums: FloatArray = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
@@ -104,7 +109,7 @@ class LifetimeTracker:
             self._step(np.greater(history.spot_capacity(1)[-1], 0))
         else:
             rows = np.greater(history.spot_capacity(self.lookback), 0)
-            self._sums = np.zeros((5, rows.shape[1]))
+            self._sums = np.zeros((6, rows.shape[1]))
             self._up = rows[0]
             self._age = np.zeros(rows.shape[1])
             for row in rows:
@@ -118,6 +123,8 @@ class LifetimeTracker:
         priors = self._priors[1]
         ratio = (self._sums[_NUMERATORS] + priors) / (self._sums[_DENOMINATORS] + 1.0)
         self.outage_h, self.young_death = ratio[0], ratio[1]
+        # (uptime past youth + prior) / (ends - young ends + 1)
+        self.mature_h = (self._sums[5] + self.prior_hours) / (self._sums[1] - self._sums[4] + 1.0)
         self.age_h = self._age * self.tick_h
         result: FloatArray = ratio[2]
         return result
@@ -126,13 +133,14 @@ class LifetimeTracker:
         """Weighted sums move on by one row (`now`: available per offer).
 
         Each offer adds one of a few fixed columns (uptime, end, downtime, return, young
-        end), chosen by (up before, up now, young before): one table look-up."""
+        end, uptime past youth), chosen by (up before, up now, young before): one table
+        look-up."""
         decay = 0.5 ** (self.tick_h / self.halflife_h) if self.halflife_h > 0 else 1.0
         table, young_age = self._table()
         # A run younger than `young_h` (age * tick_h <= young_h + 1e-9) is one of at most
         # `young_age` ticks; wherever an offer was up its age is >= 1, so with
-        # `young_age` 0 no end is young.
-        young: Any = 0 if young_age < 1 else (self._age <= young_age).view(np.int8)
+        # `young_age` 0 no end is young (and only an age unknown, the first row's, is).
+        young = (self._age <= young_age).view(np.int8)
         self._sums *= decay
         self._sums += table[:, self._up.view(np.int8), now.view(np.int8), young]
         age = self._age + 1.0
@@ -146,12 +154,13 @@ class LifetimeTracker:
         key = (self.tick_h, self.young_h)
         if self._columns is None or self._columns[0] != key:
             t = self.tick_h
-            table = np.zeros((5, 2, 2, 2))
-            table[:, 0, 0] = np.array([0.0, 0.0, t, 0.0, 0.0])[:, None]  # still down
-            table[:, 0, 1] = np.array([t, 0.0, 0.0, 1.0, 0.0])[:, None]  # back
-            table[:, 1, 0, 0] = [0.0, 1.0, t, 0.0, 0.0]  # a run ends
-            table[:, 1, 0, 1] = [0.0, 1.0, t, 0.0, 1.0]  # a young run ends
-            table[:, 1, 1] = np.array([t, 0.0, 0.0, 0.0, 0.0])[:, None]  # still up
+            table = np.zeros((6, 2, 2, 2))
+            table[:, 0, 0] = np.array([0.0, 0.0, t, 0.0, 0.0, 0.0])[:, None]  # still down
+            table[:, 0, 1] = np.array([t, 0.0, 0.0, 1.0, 0.0, 0.0])[:, None]  # back
+            table[:, 1, 0, 0] = [0.0, 1.0, t, 0.0, 0.0, 0.0]  # a run ends
+            table[:, 1, 0, 1] = [0.0, 1.0, t, 0.0, 1.0, 0.0]  # a young run ends
+            table[:, 1, 1] = np.array([t, 0.0, 0.0, 0.0, 0.0, 0.0])[:, None]  # still up
+            table[5, 1, 1, 0] = t  # still up, past its youth
             young_age = -1
             while (young_age + 1) * self.tick_h <= self.young_h + 1e-9:
                 young_age += 1

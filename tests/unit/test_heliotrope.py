@@ -338,14 +338,47 @@ FLICKER = (
     + [5.0] * 30
     + [0.0, 0.0, 5.0, 0.0, 0.0, 5.0]
 )
+# The same zone flickering on and on: eight runs of one tick since its long run ended.
+FLICKER_ON = [5.0] * 40 + [0.0, 0.0, 5.0] * 8
 
 
 def test_a_zone_just_back_from_flickering_is_a_young_run() -> None:
+    """Offer 3 is back this tick: a young run, and half its runs died young. Its stay,
+    over all its runs, is short: the steady offer wins. With one hazard per offer, the cheap
+    one does. With `mature_stays` (off by default), a launch that lives stays as long as
+    the runs that outlived their youth (30 ticks): at 8 $/h against 10 the try is worth a
+    cold start, unless nearly every run dies young."""
     snap = _with_spot_history(World().snapshot(), {3: FLICKER})
     constant = Heliotrope(**POLICY, young_run_h=0.0)  # type: ignore[arg-type]
     assert helio().young_run_h == 0.5  # young runs are the default
     assert _target(helio(), snap) == 1  # the steady one: the young run likely dies
     assert _target(constant, snap) == 3  # one hazard per offer: the cheap one
+    mature = Heliotrope(**POLICY, mature_stays=True)  # type: ignore[arg-type]
+    assert _target(mature, snap) == 3
+    flickering = _with_spot_history(World().snapshot(), {3: FLICKER_ON})
+    assert _target(mature, flickering) == 1
+
+
+def test_a_run_that_outlived_its_youth_stays_as_long_as_such_runs_did() -> None:
+    """`mature_h` leaves the young deaths to the young-death share: over FLICKER's rows
+    (two runs of 30 ticks and three of one tick ended, one of one tick now) it is the long
+    runs' stay, well above the lifetime over all runs."""
+    from orchestrator.signals.history import SignalHistory
+    from policies.spot_lifetime import LifetimeTracker
+
+    capacity = np.array(FLICKER)[:, None]
+
+    class Grid:
+        spot_capacity = capacity
+
+    tracker = LifetimeTracker(0.25, prior_hours=2.0, halflife_h=1e9, lookback=1000, young_h=0.5)
+    overall = tracker(SignalHistory(Grid(), len(FLICKER) - 1))  # type: ignore[arg-type]
+    # Young: up to 2 ticks (0.5 h). Uptime past youth: the two long runs' ticks after their
+    # third, 27 each, 0.25 h a tick; their two ends are the ends past youth; the three
+    # short runs' ends are young ones.
+    assert tracker.mature_h[0] == pytest.approx((2 * 27 * 0.25 + 2.0) / (2 + 1))
+    assert overall[0] == pytest.approx(((30 + 1 + 1 + 30 + 1 + 1) * 0.25 + 2.0) / (5 + 1))
+    assert tracker.young_death[0] == pytest.approx((3 + 0.5) / (5 + 1))  # 5 returns, now's too
 
 
 def test_lifetime_tracker_learns_young_deaths_and_outages() -> None:

@@ -139,7 +139,8 @@ class LifetimeTracker:
         table, young_age = self._table()
         # A run younger than `young_h` (age * tick_h <= young_h + 1e-9) is one of at most
         # `young_age` ticks; wherever an offer was up its age is >= 1, so with
-        # `young_age` 0 no end is young (and only an age unknown, the first row's, is).
+        # `young_age` 0 no end is young. Age 0 while up is the first row's (its run's
+        # start unknown): young, so its tick is not counted past youth.
         young = (self._age <= young_age).view(np.int8)
         self._sums *= decay
         self._sums += table[:, self._up.view(np.int8), now.view(np.int8), young]

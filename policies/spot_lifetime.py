@@ -78,9 +78,9 @@ class LifetimeTracker:
     - `young_death`: the share of its runs that ended within `young_h` of starting (a prior
       of one run in two): spot capacity flickers, so a run that has just begun is likely
       to end at once, and one that has lasted is likely to last (a decreasing hazard);
-    - `mature_h`: the expected lifetime of a run past its youth, the same estimate over the
-      runs' uptime after `young_h` and the ends of the runs that outlived it (the same
-      prior): how long a launch that does not die young stays.
+    - `mature_h` (computed when read): the expected lifetime of a run past its youth, the
+      same estimate over the runs' uptime after `young_h` and the ends of the runs that
+      outlived it (the same prior): how long a launch that does not die young stays.
     """
 
     tick_h: float
@@ -92,7 +92,6 @@ class LifetimeTracker:
     outage_h: FloatArray = field(default_factory=lambda: np.zeros(0), repr=False)
     age_h: FloatArray = field(default_factory=lambda: np.zeros(0), repr=False)
     young_death: FloatArray = field(default_factory=lambda: np.zeros(0), repr=False)
-    mature_h: FloatArray = field(default_factory=lambda: np.zeros(0), repr=False)
     _grid: Any = field(default=None, repr=False)
     _tick: int = -1
     _sums: FloatArray = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
@@ -123,10 +122,16 @@ class LifetimeTracker:
         priors = self._priors[1]
         ratio = (self._sums[_NUMERATORS] + priors) / (self._sums[_DENOMINATORS] + 1.0)
         self.outage_h, self.young_death = ratio[0], ratio[1]
-        # (uptime past youth + prior) / (ends - young ends + 1)
-        self.mature_h = (self._sums[5] + self.prior_hours) / (self._sums[1] - self._sums[4] + 1.0)
         self.age_h = self._age * self.tick_h
         result: FloatArray = ratio[2]
+        return result
+
+    @property
+    def mature_h(self) -> FloatArray:
+        """(uptime past youth + prior) / (ends - young ends + 1), as of the last call."""
+        result: FloatArray = (self._sums[5] + self.prior_hours) / (
+            self._sums[1] - self._sums[4] + 1.0
+        )
         return result
 
     def _step(self, now: BoolArray) -> None:

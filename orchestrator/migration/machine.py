@@ -72,6 +72,10 @@ step, from 0, and is reset on every phase change; a retry needs `attempt + 1 < m
 | rollback instance lost                   |                | else to go; then FAILED        |
 | rollback launch QUOTA / AUTH / INVALID   | ROLLING_BACK   | FAILED at once                 |
 | rollback not finished in time            | ROLLING_BACK   | FAILED, naming what is left    |
+| rollback instance ended after writing a  | ROLLING_BACK   | FAILED, the job safe: it ran   |
+| checkpoint newer than the one it         |                | at the source, and what became |
+| restored (or the job finished) before it |                | of it is the loop's; no        |
+| was seen running                         |                | relaunch                       |
 
 Rolling back stops whatever the migration started at the destination and gives the job an
 instance at the source: the original one if it is still alive (the job never stopped), else
@@ -554,7 +558,12 @@ def _rolling_back(m: Migration, obs: Observation, now_s: float, limits: Limits) 
         actions.append(_launch_src(m))
     elif not safe_on:
         state = obs.rollback_state
-        if state in _GONE or (obs.launch_error is not None and state not in _LIVE):
+        if obs.rollback_instance_id and (obs.job_finished or _ran_at_src(m, obs)):
+            # The rollback instance restored and ran (it may have finished, or ended since,
+            # before this controller saw it running): the job is safe, and what became of
+            # that instance is the loop's, as after RUNNING. Relaunching would start it twice.
+            safe_on = obs.rollback_instance_id
+        elif state in _GONE or (obs.launch_error is not None and state not in _LIVE):
             why = (
                 f"rollback launch at {m.src_offer_id} refused: {obs.launch_error}"
                 if obs.launch_error is not None
@@ -569,7 +578,7 @@ def _rolling_back(m: Migration, obs: Observation, now_s: float, limits: Limits) 
                 f"(checkpoint kept: {kept})"
             )
             return _to(replace(m, error=why), _P.FAILED, now_s), actions
-        if state is None:
+        elif state is None:
             actions.append(_launch_src(m))  # until the instance shows up
         elif state is InstanceState.RUNNING and obs.rollback_instance_id:
             safe_on = obs.rollback_instance_id
@@ -649,6 +658,14 @@ def _ran_at_dst(m: Migration, obs: Observation) -> bool:
     checkpoint newer than the one moved, which only an instance restored from the moved one
     can have written (one instance per job)."""
     ck = _verified(obs.dst_checkpoint)
+    return ck is not None and m.checkpoint_step >= 0 and ck.step > m.checkpoint_step
+
+
+def _ran_at_src(m: Migration, obs: Observation) -> bool:
+    """The rollback's relaunch restored and made progress at the source: its store holds a
+    verified checkpoint newer than the one the relaunch restores, which is fixed once the
+    original instance is gone (`_decide_relaunch`), so only the relaunch can have written it."""
+    ck = _verified(obs.src_checkpoint)
     return ck is not None and m.checkpoint_step >= 0 and ck.step > m.checkpoint_step
 
 

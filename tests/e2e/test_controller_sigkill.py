@@ -354,7 +354,8 @@ def test_controller_sigkilled_after_each_transition(
     assert len(finished) == 1, history
     assert finished[0].offer_id.split(":")[1].startswith(where), finished
     assert loaded.rows[JOB].phase == Phase.DONE
-    assert home.launched() == sorted([src, src if rolls_back else dst])
+    said = [f"{e.kind.value}: {e.detail}" for e in history]
+    assert home.launched() == sorted([src, src if rolls_back else dst]), said
 
     ckpts = home.checkpoints(where)
     ref = ckpts.latest(JOB)

@@ -197,3 +197,33 @@ def test_takeover_in_rollback_finds_the_rollback_instance(backend: Backend) -> N
     assert "not seen" not in closed, closed  # B found R: the job is safe on it
     assert list(w.live()) == [r]
     assert b.controller is not None and b.controller.instance_of[0] == r
+
+
+def test_a_rollback_instance_that_ran_and_ended_unseen_is_not_launched_again(
+    backend: Backend,
+) -> None:
+    """The relaunch at the source restores, runs and ends (it finished, say) between two
+    ticks, never seen running: the move fails with the job safe where it ran, and the
+    machine does not launch it a second time (the job would run twice from one checkpoint)."""
+    w = make_world(backend)
+    a, src, _ = start_move(w)
+    for _ in range(6):  # A: RESTORING, then the restore times out and it rolls back
+        w.tick(a)
+        if migration(a.store).phase is MigrationPhase.ROLLING_BACK:
+            break
+    m = migration(a.store)
+    assert m.phase is MigrationPhase.ROLLING_BACK and m.checkpoint_step == 7
+    (r,) = [i for i, info in w.live().items() if info.offer_id == src.id]
+    # R restored step 7, wrote step 9 and ended, all before the next tick.
+    CheckpointStore(w.store_uri(src)).write(
+        "j0", 9, {"model.bin": b"weights+2"}, now_s=w.clock.now().timestamp()
+    )
+    w.cloud.terminate([r], request_id="ended")
+    closed = drive_to_end(w, a)
+    assert "rolling_back -> failed" in closed, closed
+    relaunches = [
+        e
+        for e in a.store.history("j0")
+        if e.kind is EventKind.LAUNCHED and "rolling_back" in e.detail
+    ]
+    assert [e.instance_id for e in relaunches] == [r], relaunches

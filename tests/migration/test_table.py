@@ -46,6 +46,7 @@ TORN = replace(FRESH, verified=False)  # sizes or sha256 do not match the manife
 COPY = CheckpointSeen("gs://dst/job/ckpt-15", 15, T + 5, verified=True)
 STALE_COPY = CheckpointSeen("gs://dst/job/ckpt-10", 10, T - 600, verified=True)  # older move
 RAN = CheckpointSeen("gs://dst/job/ckpt-20", 20, T + 60, verified=True)  # written after restore
+SRC_RAN = CheckpointSeen("s3://src/job/ckpt-20", 20, T + 60, verified=True)  # by a relaunch
 BOOTING, RUNNING = InstanceState.BOOTING, InstanceState.RUNNING
 PREEMPTED, TERMINATED = InstanceState.PREEMPTED, InstanceState.TERMINATED
 
@@ -545,6 +546,44 @@ CASES = [
         attempt=1,
     ),
     Case(
+        "rollback instance ended after running (finished unseen): failed, job safe, no relaunch",
+        mig(P.ROLLING_BACK, **RB),
+        seen(rollback_instance_id="src-1", rollback_state=TERMINATED, src_checkpoint=SRC_RAN),
+        30,
+        P.FAILED,
+        (),
+    ),
+    Case(
+        "rollback instance preempted after running: failed, the loop re-plans",
+        mig(P.ROLLING_BACK, **RB),
+        seen(rollback_instance_id="src-1", rollback_state=PREEMPTED, src_checkpoint=SRC_RAN),
+        30,
+        P.FAILED,
+        (),
+    ),
+    Case(
+        "the job finished on the rollback instance: failed, job safe, no relaunch",
+        mig(P.ROLLING_BACK, **RB),
+        seen(
+            rollback_instance_id="src-1",
+            rollback_state=TERMINATED,
+            src_checkpoint=FRESH,
+            job_finished=True,
+        ),
+        30,
+        P.FAILED,
+        (),
+    ),
+    Case(
+        "rollback instance ended with no newer checkpoint: retry",
+        mig(P.ROLLING_BACK, **RB),
+        seen(rollback_instance_id="src-1", rollback_state=TERMINATED, src_checkpoint=FRESH),
+        30,
+        P.ROLLING_BACK,
+        (Launch,),
+        attempt=1,
+    ),
+    Case(
         "rollback launch over quota: failed, the job holds no instance",
         mig(P.ROLLING_BACK, **RB),
         seen(launch_error=FailureKind.QUOTA),
@@ -646,6 +685,16 @@ def test_failed_records_where_the_job_runs_and_why() -> None:
     assert "capacity" in m.error
     stuck, _ = advance(mig(P.ROLLING_BACK, **RB), seen(launch_error=FailureKind.AUTH), T, LIMITS)
     assert "holds no instance" in stuck.error and FRESH.uri in stuck.error
+
+
+def test_a_rollback_instance_that_ran_stays_the_jobs() -> None:
+    """A relaunch that restored, ran and ended between two observations is where the job
+    ran: the failed migration names it, and no second relaunch is asked for."""
+    m, [launch] = advance(mig(P.PROVISIONING), seen(launch_error=FailureKind.CAPACITY), T, LIMITS)
+    assert isinstance(launch, Launch) and launch.checkpoint_uri == FRESH.uri
+    gone = seen(rollback_instance_id="src-1", rollback_state=TERMINATED, src_checkpoint=SRC_RAN)
+    m, actions = advance(m, gone, T + 10, LIMITS)
+    assert (m.phase, m.src_instance_id, actions) == (P.FAILED, "src-1", [])
 
 
 def test_rollback_checkpoint_is_fixed_once_decided() -> None:

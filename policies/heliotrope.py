@@ -52,6 +52,13 @@ and pauses only where staying loses at least
 `pause_loss` of what it pays an hour (its progress is worth less than half its price): a
 pause or a move throws away the start-up it paid, and the value of progress moves from
 tick to tick, so a utility near zero is no reason to act.
+An idle job whose cheapest spot option is down, in the region its checkpoint lies in, waits
+for it instead of moving the checkpoint (`wait_at_checkpoint`) while, after the option's
+expected outage, the job could still finish there, or move and finish elsewhere, before the
+deadline with the safety net's margin, and moving would cost more to finish (egress, then
+the rest of the work at the option's price). The utility per hour cannot see that: a long
+stay elsewhere amortizes the egress to nothing, and a wait counts as lost time even where
+the slack it takes would be left over at the end.
 Safety net (as Can't Be Late): when the slack ``time left - startup - work / r_net`` is
 below `safety_margin_ticks` ticks, the job goes to, and stays on, the cheapest on-demand
 offer that still finishes in time, and no option is taken whose start-up would leave less
@@ -118,6 +125,10 @@ class Heliotrope:
     # carbon-year window, where 20 jobs wait for the same returning slots.
     wait_for_spot: bool = False
     outage_prior_h: float = 1.0
+    # An idle job waits for its cheapest spot option where its checkpoint lies when finishing
+    # there after the expected outage costs less than moving the checkpoint, and fits the
+    # deadline (docs/policies.md, "Waiting where the checkpoint lies").
+    wait_at_checkpoint: bool = True
     # Young runs die young (0.5 h, set from the SkyNomad zones' run lengths): equal or better
     # at every point of every suite once a preemption before the first checkpoint leaves
     # nothing to copy (docs/policies.md); 0: one constant hazard per offer.
@@ -328,6 +339,35 @@ class Heliotrope:
             doomed = (startup > 0) & (slack[:, None] - startup <= self.safety_margin_ticks * tick_h)
             doomed[hj, hc] = False
             utility[doomed] = -np.inf
+        if self.wait_at_checkpoint and outage is not None and pl.idle.size:
+            # Waiting where the checkpoint lies: an idle job whose cheapest spot option is
+            # down, in the region its checkpoint is in, takes no option that moves the
+            # checkpoint and costs more to finish there (egress, then the rest of the work
+            # at its price) than at the cheapest option once it is back (its expected
+            # outage), while after that wait it could still finish there, or elsewhere,
+            # before the deadline with the net's margin. The utility per hour lets a long
+            # stay elsewhere amortize the egress, and prices the wait as lost time even
+            # where the slack would be left over at the end (docs/policies.md, "Waiting
+            # where the checkpoint lies").
+            ii = pl.idle
+            h = cheap[ii]
+            waits = spot[h] & usable[ii, h] & (capacity[h] < inst[ii, h]) & (egress[ii, h] <= 0)
+            away = np.isfinite(utility[ii]) & (egress[ii] > 0.0)  # what the wait forgoes
+            run_h = fresh_startup[ii] + remaining[ii, None] / rate[ii]
+            # After the expected outage the job must still finish there, or, should it not
+            # be back, go elsewhere (its start-up includes the checkpoint's transfer).
+            alt_h = np.min(np.where(away, run_h, np.inf), axis=1, initial=np.inf)
+            after_h = np.maximum(
+                run_h[np.arange(ii.size), h], np.where(away.any(axis=1), alt_h, 0.0)
+            )
+            waits &= outage[h] + after_h + self.safety_margin_ticks * tick_h <= time_left[ii]
+            if waits.any():
+                there = per_progress[ii, h] * remaining[ii]
+                elsewhere = per_progress[ii] * remaining[ii, None] + egress[ii]
+                dearer = waits[:, None] & away & (elsewhere > there[:, None])
+                sub = utility[ii]  # a copy
+                sub[dearer] = -np.inf
+                utility[ii] = sub
         chosen: dict[int, Intent] = {}
         caught = net.nonzero()[0]  # the net's choice, for the jobs it catches
         if caught.size:

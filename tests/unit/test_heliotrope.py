@@ -411,6 +411,39 @@ def test_an_idle_job_waits_for_the_cheap_zone_that_comes_back_soon() -> None:
     assert _target(Heliotrope(young_run_h=0.0), snap) == 1  # waiting is not an option
 
 
+def _checkpointed_at(world: World, checkpoint: int, spot_rows: dict[int, list[float]]) -> Snapshot:
+    """An idle job with progress whose checkpoint lies at offer `checkpoint`."""
+    snap = _with_spot_history(world.snapshot(), spot_rows)
+    fleet = dataclasses.replace(snap.fleet, checkpoint_offer=np.array([checkpoint]))
+    return dataclasses.replace(snap, fleet=fleet)
+
+
+# Offer 3 (us-west-2 spot, 8 $/h, the cheapest) is down now after runs of 20 ticks and
+# outages of one; offer 1 (us-east-1 spot, 10 $/h) is up. 6 h of work are left.
+BACK_SOON = ([5.0] * 20 + [0.0]) * 6 + [5.0] * 20 + [0.0]
+
+
+@pytest.mark.parametrize(
+    ("hours_left", "checkpoint", "expected"),
+    [
+        (8.0, 3, KEEP),  # waits where its checkpoint lies: there is time for the outage
+        (7.6, 3, 1),  # no time to wait out the expected outage too: moves
+        (8.0, 1, 1),  # its checkpoint lies in offer 1's region: nothing to wait there for
+    ],
+)
+def test_an_idle_job_waits_where_its_checkpoint_lies_while_the_wait_fits(
+    hours_left: float, checkpoint: int, expected: Expected
+) -> None:
+    """Offer 1 would cost the egress and 2 $/h more to the end. Offer 3's outages are
+    expected to last 0.70 h (one tick each, and the 1 h prior): with it, the cold start
+    (0.5 h), 6 h of work and the net's margin (two ticks, 0.5 h) take 7.7 h."""
+    world = World(now_h=32 - hours_left, progress=16.0)
+    snap = _checkpointed_at(world, checkpoint, {3: BACK_SOON})
+    assert _target(Heliotrope(), snap) == expected
+    # Without the rule the utility per hour relaunches in the dearer zone at once.
+    assert _target(Heliotrope(wait_at_checkpoint=False), snap) == 1
+
+
 def test_a_jobs_own_carbon_price_moves_only_that_job() -> None:
     """Two identical jobs; one says `carbon_usd_per_tonne: 50000` in the jobs file (the
     fleet's price is 0). Only that one pays for the cleaner, dearer zone."""

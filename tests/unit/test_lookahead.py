@@ -41,9 +41,12 @@ WORLD = World(now_h=32 - 8.0, progress=16.0)  # 6 h of work left, 1.5 h of slack
 
 def test_an_idle_job_waits_for_the_cheap_zone_that_returns_soon() -> None:
     snap = _preempted(WORLD, {3: RETURNS_SOON}, checkpoint=3)
-    assert _target(Heliotrope(), snap) == 1  # the fast rule relaunches in the dear zone
+    # The utility alone relaunches in the dear zone; the lookahead overrides it.
+    assert _target(Heliotrope(wait_at_checkpoint=False), snap) == 1
     decision = HeliotropeLookahead()(snap)
     assert 0 not in decision.intents  # waits: every sampled outage lasts a tick
+    # Heliotrope's own rule waits here too: the checkpoint lies in offer 3's region.
+    assert _target(Heliotrope(), snap) == KEEP
 
 
 def test_a_zone_that_stays_down_is_not_waited_for() -> None:
@@ -85,7 +88,9 @@ def test_the_mean_rule_prices_each_first_action_on_every_future() -> None:
 
 def test_no_samples_is_heliotrope() -> None:
     snap = _preempted(WORLD, {3: RETURNS_SOON}, checkpoint=3)
-    assert HeliotropeLookahead(lookahead_samples=0)(snap) == Heliotrope()(snap)
+    # The lookahead keeps heliotrope's wait where the checkpoint lies off: it decides waits.
+    plain = Heliotrope(wait_at_checkpoint=False)
+    assert HeliotropeLookahead(lookahead_samples=0)(snap) == plain(snap)
 
 
 def test_the_safety_net_is_never_overridden() -> None:

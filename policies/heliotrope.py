@@ -180,7 +180,8 @@ class Heliotrope:
         # signal reports) is none too; a negative count would read as a slot taken twice.
         capacity = np.fmax(snapshot.spot_capacity, 0.0)  # fmax: NaN is 0
 
-        outage: FloatArray | None = None
+        outage: FloatArray | None = None  # per offer: its expected outage
+        down: BoolArray | None = None  # per offer: in an outage now (not just full)
         young: FloatArray | None = None  # per offer: the chance a launch now dies young
         carbon = None
         if snapshot.history is None:  # no history: no offer ever ends
@@ -194,6 +195,7 @@ class Heliotrope:
                 youth = np.maximum(self.young_run_h - tracker.age_h, 0.0)
                 lifetime = np.where(spot, tracker.mature_h + youth, np.inf)
             outage = tracker.outage_h
+            down = spot & (tracker.age_h <= 0.0)
             if self.young_run_h > 0:
                 young = np.where(
                     spot & (tracker.age_h < self.young_run_h), tracker.young_death, 0.0
@@ -339,7 +341,7 @@ class Heliotrope:
             doomed = (startup > 0) & (slack[:, None] - startup <= self.safety_margin_ticks * tick_h)
             doomed[hj, hc] = False
             utility[doomed] = -np.inf
-        if self.wait_at_checkpoint and outage is not None and pl.idle.size:
+        if self.wait_at_checkpoint and outage is not None and down is not None and pl.idle.size:
             # Waiting where the checkpoint lies: an idle job whose cheapest spot option is
             # down, in the region its checkpoint is in, takes no option that moves the
             # checkpoint and costs more to finish there (egress, then the rest of the work
@@ -351,7 +353,8 @@ class Heliotrope:
             # where the checkpoint lies").
             ii = pl.idle
             h = cheap[ii]
-            waits = spot[h] & usable[ii, h] & (capacity[h] < inst[ii, h]) & (egress[ii, h] <= 0)
+            # Down, not full: slots other jobs hold come back on no outage's clock.
+            waits = down[h] & usable[ii, h] & (capacity[h] < inst[ii, h]) & (egress[ii, h] <= 0)
             away = np.isfinite(utility[ii]) & (egress[ii] > 0.0)  # what the wait forgoes
             run_h = fresh_startup[ii] + remaining[ii, None] / rate[ii]
             # After the expected outage the job must still finish there, or, should it not

@@ -179,8 +179,9 @@ def test_takeover_in_provisioning_then_rollback_terminates_the_destination(
     assert "not seen" not in closed
 
 
-def test_takeover_in_rollback_finds_the_rollback_instance(backend: Backend) -> None:
-    w = make_world(backend)
+def roll_back(w: World) -> tuple[LiveController, Offer, Migration]:
+    """Controller A moves the job until the restore at the destination times out and the
+    move rolls back (relaunching at the source)."""
     a, src, _ = start_move(w)
     for _ in range(6):  # A: RESTORING, then the restore times out and it rolls back
         w.tick(a)
@@ -188,6 +189,12 @@ def test_takeover_in_rollback_finds_the_rollback_instance(backend: Backend) -> N
             break
     m = migration(a.store)
     assert m.phase is MigrationPhase.ROLLING_BACK and not m.src_instance_id
+    return a, src, m
+
+
+def test_takeover_in_rollback_finds_the_rollback_instance(backend: Backend) -> None:
+    w = make_world(backend)
+    _, src, _ = roll_back(w)
     (r,) = [i for i, info in w.live().items() if info.offer_id == src.id]
     # A dies; B takes over after the rollback's whole time has passed.
     w.clock.advance(LIMITS.rollback_timeout_s)
@@ -206,13 +213,8 @@ def test_a_rollback_instance_that_ran_and_ended_unseen_is_not_launched_again(
     ticks, never seen running: the move fails with the job safe where it ran, and the
     machine does not launch it a second time (the job would run twice from one checkpoint)."""
     w = make_world(backend)
-    a, src, _ = start_move(w)
-    for _ in range(6):  # A: RESTORING, then the restore times out and it rolls back
-        w.tick(a)
-        if migration(a.store).phase is MigrationPhase.ROLLING_BACK:
-            break
-    m = migration(a.store)
-    assert m.phase is MigrationPhase.ROLLING_BACK and m.checkpoint_step == 7
+    a, src, m = roll_back(w)
+    assert m.checkpoint_step == 7  # the relaunch restores the moved checkpoint
     (r,) = [i for i, info in w.live().items() if info.offer_id == src.id]
     # R restored step 7, wrote step 9 and ended, all before the next tick.
     CheckpointStore(w.store_uri(src)).write(

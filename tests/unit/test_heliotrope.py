@@ -444,6 +444,17 @@ def test_an_idle_job_waits_where_its_checkpoint_lies_while_the_wait_fits(
     assert _target(Heliotrope(wait_at_checkpoint=False), snap) == 1
 
 
+def test_a_cheapest_offer_full_of_other_jobs_is_not_waited_for() -> None:
+    """Offer 3 is up, but other jobs hold all its slots: no outage will end that, so the
+    job moves its checkpoint to offer 1 as without the rule."""
+    world = World(now_h=32 - 8.0, progress=16.0)
+    up_now = [*BACK_SOON[:-1], 5.0]
+    snap = _checkpointed_at(world, 3, {3: up_now})
+    full = np.where(np.arange(len(snap.offers)) == 3, 0.0, snap.spot_capacity)
+    snap = dataclasses.replace(snap, spot_capacity=full)
+    assert _target(Heliotrope(), snap) == 1
+
+
 def test_a_jobs_own_carbon_price_moves_only_that_job() -> None:
     """Two identical jobs; one says `carbon_usd_per_tonne: 50000` in the jobs file (the
     fleet's price is 0). Only that one pays for the cleaner, dearer zone."""

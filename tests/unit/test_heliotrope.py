@@ -411,8 +411,9 @@ def test_an_idle_job_waits_for_the_cheap_zone_that_comes_back_soon() -> None:
     assert _target(Heliotrope(young_run_h=0.0), snap) == 1  # waiting is not an option
 
 
-def _checkpointed_at(world: World, checkpoint: int, spot_rows: dict[int, list[float]]) -> Snapshot:
-    """An idle job with progress whose checkpoint lies at offer `checkpoint`."""
+def _preempted(world: World, spot_rows: dict[int, list[float]], checkpoint: int) -> Snapshot:
+    """An idle job with progress whose checkpoint lies at offer `checkpoint` (it was
+    preempted)."""
     snap = _with_spot_history(world.snapshot(), spot_rows)
     fleet = dataclasses.replace(snap.fleet, checkpoint_offer=np.array([checkpoint]))
     return dataclasses.replace(snap, fleet=fleet)
@@ -438,7 +439,7 @@ def test_an_idle_job_waits_where_its_checkpoint_lies_while_the_wait_fits(
     expected to last 0.70 h (one tick each, and the 1 h prior): with it, the cold start
     (0.5 h), 6 h of work and the net's margin (two ticks, 0.5 h) take 7.7 h."""
     world = World(now_h=32 - hours_left, progress=16.0)
-    snap = _checkpointed_at(world, checkpoint, {3: BACK_SOON})
+    snap = _preempted(world, {3: BACK_SOON}, checkpoint)
     assert _target(Heliotrope(), snap) == expected
     # Without the rule the utility per hour relaunches in the dearer zone at once.
     assert _target(Heliotrope(wait_at_checkpoint=False), snap) == 1
@@ -449,7 +450,7 @@ def test_a_cheapest_offer_full_of_other_jobs_is_not_waited_for() -> None:
     job moves its checkpoint to offer 1 as without the rule."""
     world = World(now_h=32 - 8.0, progress=16.0)
     up_now = [*BACK_SOON[:-1], 5.0]
-    snap = _checkpointed_at(world, 3, {3: up_now})
+    snap = _preempted(world, {3: up_now}, checkpoint=3)
     full = np.where(np.arange(len(snap.offers)) == 3, 0.0, snap.spot_capacity)
     snap = dataclasses.replace(snap, spot_capacity=full)
     assert _target(Heliotrope(), snap) == 1

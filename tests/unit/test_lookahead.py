@@ -6,36 +6,20 @@ ticks)."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 
 from orchestrator.errors import InputError
 from orchestrator.model import Phase
-from policies.base import Snapshot
 from policies.heliotrope import Heliotrope
 from policies.lookahead import HeliotropeLookahead, RunModel
 from policies.registry import make_policy
-from tests.unit.test_baselines import KEEP, PAUSE, Expected, World
-from tests.unit.test_heliotrope import _with_spot_history
-
-
-def _target(policy: Heliotrope, snapshot: Snapshot) -> Expected:
-    intent = policy(snapshot).intents.get(0)
-    return KEEP if intent is None else (PAUSE if intent.offer is None else intent.offer)
-
-
-def _preempted(world: World, spot_rows: dict[int, list[float]], checkpoint: int) -> Snapshot:
-    """An idle job with progress whose checkpoint lies at `checkpoint` (it was preempted)."""
-    snap = _with_spot_history(world.snapshot(), spot_rows)
-    fleet = dataclasses.replace(snap.fleet, checkpoint_offer=np.array([checkpoint]))
-    return dataclasses.replace(snap, fleet=fleet)
-
+from tests.unit.test_baselines import KEEP, World
+from tests.unit.test_heliotrope import BACK_SOON, _preempted, _target, _with_spot_history
 
 # Offer 3 (us-west-2 spot, 8 $/h) has runs of 20 ticks and outages of one tick; it is down
 # now (the job was just preempted there). Offer 1 (us-east-1 spot) is up all along at 10 $/h.
-RETURNS_SOON = ([5.0] * 20 + [0.0]) * 6 + [5.0] * 20 + [0.0]
+RETURNS_SOON = BACK_SOON
 WORLD = World(now_h=32 - 8.0, progress=16.0)  # 6 h of work left, 1.5 h of slack
 
 

@@ -342,35 +342,22 @@ class Heliotrope:
             doomed[hj, hc] = False
             utility[doomed] = -np.inf
         if self.wait_at_checkpoint and outage is not None and down is not None and pl.idle.size:
-            # Waiting where the checkpoint lies: an idle job whose cheapest spot option is
-            # down, in the region its checkpoint is in, takes no option that moves the
-            # checkpoint and costs more to finish there (egress, then the rest of the work
-            # at its price) than at the cheapest option once it is back (its expected
-            # outage), while after that wait it could still finish there, or elsewhere,
-            # before the deadline with the net's margin. The utility per hour lets a long
-            # stay elsewhere amortize the egress, and prices the wait as lost time even
-            # where the slack would be left over at the end (docs/policies.md, "Waiting
-            # where the checkpoint lies").
+            # Waiting where the checkpoint lies (module doc). Down, not full: slots other
+            # jobs hold come back on no outage's clock.
             ii = pl.idle
             h = cheap[ii]
-            # Down, not full: slots other jobs hold come back on no outage's clock.
             waits = down[h] & usable[ii, h] & (capacity[h] < inst[ii, h]) & (egress[ii, h] <= 0)
             away = np.isfinite(utility[ii]) & (egress[ii] > 0.0)  # what the wait forgoes
             run_h = fresh_startup[ii] + remaining[ii, None] / rate[ii]
-            # After the expected outage the job must still finish there, or, should it not
-            # be back, go elsewhere (its start-up includes the checkpoint's transfer).
+            # After the expected outage the job must still be able to finish there, and
+            # elsewhere should it not be back (that start-up includes the transfer).
             alt_h = np.min(np.where(away, run_h, np.inf), axis=1, initial=np.inf)
-            after_h = np.maximum(
-                run_h[np.arange(ii.size), h], np.where(away.any(axis=1), alt_h, 0.0)
-            )
+            after_h = np.maximum(run_h[np.arange(ii.size), h], alt_h)
             waits &= outage[h] + after_h + self.safety_margin_ticks * tick_h <= time_left[ii]
-            if waits.any():
-                there = per_progress[ii, h] * remaining[ii]
-                elsewhere = per_progress[ii] * remaining[ii, None] + egress[ii]
-                dearer = waits[:, None] & away & (elsewhere > there[:, None])
-                sub = utility[ii]  # a copy
-                sub[dearer] = -np.inf
-                utility[ii] = sub
+            there = per_progress[ii, h] * remaining[ii]
+            elsewhere = per_progress[ii] * remaining[ii, None] + egress[ii]
+            rows, cols = (waits[:, None] & away & (elsewhere > there[:, None])).nonzero()
+            utility[ii[rows], cols] = -np.inf
         chosen: dict[int, Intent] = {}
         caught = net.nonzero()[0]  # the net's choice, for the jobs it catches
         if caught.size:

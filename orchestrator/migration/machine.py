@@ -495,7 +495,7 @@ def _copying(m: Migration, obs: Observation, now_s: float, limits: Limits) -> Re
 
 
 def _provisioning(m: Migration, obs: Observation, now_s: float, limits: Limits) -> Result:
-    if obs.dst_instance_id and (obs.dst_state in _LIVE or _ran_at_dst(m, obs)):
+    if obs.dst_instance_id and (obs.dst_state in _LIVE or _ran_from(m, obs.dst_checkpoint)):
         return _to(replace(m, dst_instance_id=obs.dst_instance_id), _P.RESTORING, now_s), []
     if obs.dst_state in _GONE:
         return _roll_back(m, obs, now_s, f"destination instance {obs.dst_state} before it booted")
@@ -518,7 +518,9 @@ def _provisioning(m: Migration, obs: Observation, now_s: float, limits: Limits) 
 
 
 def _restoring(m: Migration, obs: Observation, now_s: float, limits: Limits) -> Result:
-    if (obs.dst_progress_after_restore and obs.dst_state in _LIVE) or _ran_at_dst(m, obs):
+    if (obs.dst_progress_after_restore and obs.dst_state in _LIVE) or _ran_from(
+        m, obs.dst_checkpoint
+    ):
         return _to(m, _P.RUNNING, now_s), []
     if obs.dst_state in _GONE:
         return _roll_back(m, obs, now_s, f"destination instance {obs.dst_state} while restoring")
@@ -558,7 +560,7 @@ def _rolling_back(m: Migration, obs: Observation, now_s: float, limits: Limits) 
         actions.append(_launch_src(m))
     elif not safe_on:
         state = obs.rollback_state
-        if obs.rollback_instance_id and (obs.job_finished or _ran_at_src(m, obs)):
+        if obs.rollback_instance_id and (obs.job_finished or _ran_from(m, obs.src_checkpoint)):
             # The rollback instance restored and ran (it may have finished, or ended since,
             # before this controller saw it running): the job is safe, and what became of
             # that instance is the loop's, as after RUNNING. Relaunching would start it twice.
@@ -653,19 +655,14 @@ def _verified(ck: CheckpointSeen | None) -> CheckpointSeen | None:
     return ck if ck is not None and ck.verified else None
 
 
-def _ran_at_dst(m: Migration, obs: Observation) -> bool:
-    """The job restored and made progress at the destination: its store holds a verified
-    checkpoint newer than the one moved, which only an instance restored from the moved one
-    can have written (one instance per job)."""
-    ck = _verified(obs.dst_checkpoint)
-    return ck is not None and m.checkpoint_step >= 0 and ck.step > m.checkpoint_step
-
-
-def _ran_at_src(m: Migration, obs: Observation) -> bool:
-    """The rollback's relaunch restored and made progress at the source: its store holds a
-    verified checkpoint newer than the one the relaunch restores, which is fixed once the
-    original instance is gone (`_decide_relaunch`), so only the relaunch can have written it."""
-    ck = _verified(obs.src_checkpoint)
+def _ran_from(m: Migration, seen: CheckpointSeen | None) -> bool:
+    """An instance restored from the migration's checkpoint made progress: the store it
+    writes to (`seen`, the newest there) holds a verified checkpoint newer than
+    `checkpoint_step`, which only that instance can have written (one instance per job).
+    At the destination the step is the one moved; at the source, for a rollback's
+    relaunch, the one it restores, fixed once the original instance is gone
+    (`_decide_relaunch`)."""
+    ck = _verified(seen)
     return ck is not None and m.checkpoint_step >= 0 and ck.step > m.checkpoint_step
 
 

@@ -425,20 +425,24 @@ BACK_SOON = ([5.0] * 20 + [0.0]) * 6 + [5.0] * 20 + [0.0]
 
 
 @pytest.mark.parametrize(
-    ("hours_left", "checkpoint", "expected"),
+    ("hours_left", "checkpoint", "size_gb", "expected"),
     [
-        (8.0, 3, KEEP),  # waits where its checkpoint lies: there is time for the outage
-        (7.6, 3, 1),  # no time to wait out the expected outage too: moves
-        (8.0, 1, 1),  # its checkpoint lies in offer 1's region: nothing to wait there for
+        (8.0, 3, 10.0, KEEP),  # waits where its checkpoint lies: there is time for the outage
+        (7.6, 3, 10.0, 1),  # no time to wait out the expected outage too: moves
+        (8.0, 1, 10.0, 1),  # its checkpoint lies in offer 1's region: nothing to wait for
+        # Time to wait and finish at offer 3, but, should it stay down, not to copy 300 GB
+        # to offer 1 and finish there after the wait: moves now.
+        (7.8, 3, 300.0, 1),
+        (7.8, 3, 10.0, KEEP),  # a small copy leaves that time
     ],
 )
 def test_an_idle_job_waits_where_its_checkpoint_lies_while_the_wait_fits(
-    hours_left: float, checkpoint: int, expected: Expected
+    hours_left: float, checkpoint: int, size_gb: float, expected: Expected
 ) -> None:
     """Offer 1 would cost the egress and 2 $/h more to the end. Offer 3's outages are
     expected to last 0.70 h (one tick each, and the 1 h prior): with it, the cold start
     (0.5 h), 6 h of work and the net's margin (two ticks, 0.5 h) take 7.7 h."""
-    world = World(now_h=32 - hours_left, progress=16.0)
+    world = World(now_h=32 - hours_left, progress=16.0, jobs=[job(checkpoint_size_gb=size_gb)])
     snap = _preempted(world, {3: BACK_SOON}, checkpoint)
     assert _target(Heliotrope(), snap) == expected
     # Without the rule the utility per hour relaunches in the dearer zone at once.

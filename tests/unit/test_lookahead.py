@@ -17,14 +17,13 @@ from policies.registry import make_policy
 from tests.unit.test_baselines import KEEP, World
 from tests.unit.test_heliotrope import BACK_SOON, _preempted, _target, _with_spot_history
 
-# Offer 3 (us-west-2 spot, 8 $/h) has runs of 20 ticks and outages of one tick; it is down
-# now (the job was just preempted there). Offer 1 (us-east-1 spot) is up all along at 10 $/h.
-RETURNS_SOON = BACK_SOON
+# BACK_SOON: offer 3 (us-west-2 spot, 8 $/h) has runs of 20 ticks and outages of one tick;
+# it is down now (the job was just preempted there). Offer 1 (us-east-1 spot, 10 $/h) is up.
 WORLD = World(now_h=32 - 8.0, progress=16.0)  # 6 h of work left, 1.5 h of slack
 
 
 def test_an_idle_job_waits_for_the_cheap_zone_that_returns_soon() -> None:
-    snap = _preempted(WORLD, {3: RETURNS_SOON}, checkpoint=3)
+    snap = _preempted(WORLD, {3: BACK_SOON}, checkpoint=3)
     # The utility alone relaunches in the dear zone; the lookahead overrides it.
     assert _target(Heliotrope(wait_at_checkpoint=False), snap) == 1
     decision = HeliotropeLookahead()(snap)
@@ -62,7 +61,7 @@ def test_the_same_snapshot_gives_the_same_votes_and_the_seed_changes_the_draws()
 def test_the_mean_rule_prices_each_first_action_on_every_future() -> None:
     """Waiting a tick for offer 3 (back next tick in every future, 8 $/h) costs less on
     average than launching now on offer 1 (10 $/h) or on-demand offer 2 (32 $/h)."""
-    snap = _preempted(WORLD, {3: RETURNS_SOON}, checkpoint=3)
+    snap = _preempted(WORLD, {3: BACK_SOON}, checkpoint=3)
     policy = HeliotropeLookahead(lookahead_rule="mean")
     q = policy._expected(policy._futures(snap, 0, policy._run_model(snap)), [-1, 1, 2, 3])
     assert q[3] == float("inf")  # down now: no launch there
@@ -71,7 +70,7 @@ def test_the_mean_rule_prices_each_first_action_on_every_future() -> None:
 
 
 def test_no_samples_is_heliotrope() -> None:
-    snap = _preempted(WORLD, {3: RETURNS_SOON}, checkpoint=3)
+    snap = _preempted(WORLD, {3: BACK_SOON}, checkpoint=3)
     # The lookahead keeps heliotrope's wait where the checkpoint lies off: it decides waits.
     plain = Heliotrope(wait_at_checkpoint=False)
     assert HeliotropeLookahead(lookahead_samples=0)(snap) == plain(snap)
@@ -80,13 +79,13 @@ def test_no_samples_is_heliotrope() -> None:
 def test_the_safety_net_is_never_overridden() -> None:
     """Slack below two ticks: heliotrope's net goes to on-demand; the lookahead leaves it."""
     world = World(now_h=32 - 6.8, progress=16.0, usd_per_hour={1: 14.0})
-    snap = _preempted(world, {3: RETURNS_SOON}, checkpoint=3)
+    snap = _preempted(world, {3: BACK_SOON}, checkpoint=3)
     intent = HeliotropeLookahead()(snap).intents[0]
     assert intent.reason.startswith("safety net")
 
 
 def test_a_job_that_never_ran_is_left_to_heliotrope() -> None:
-    snap = _with_spot_history(World(usd_per_hour={1: 14.0}).snapshot(), {3: RETURNS_SOON})
+    snap = _with_spot_history(World(usd_per_hour={1: 14.0}).snapshot(), {3: BACK_SOON})
     assert HeliotropeLookahead()(snap) == Heliotrope()(snap)
 
 
@@ -139,5 +138,5 @@ def test_registry_and_options() -> None:
 
 def test_a_running_job_is_not_a_decision_point() -> None:
     world = World(phase=Phase.RUNNING, offer=1, progress=16.0, usd_per_hour={3: 2.0})
-    snap = _preempted(world, {3: [*RETURNS_SOON[:-1], 5.0]}, checkpoint=1)
+    snap = _preempted(world, {3: [*BACK_SOON[:-1], 5.0]}, checkpoint=1)
     assert HeliotropeLookahead()(snap) == Heliotrope()(snap)

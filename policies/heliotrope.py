@@ -95,7 +95,7 @@ from orchestrator.model import (
 )
 from orchestrator.signals.forecast import forecast_mean
 from policies.base import Snapshot
-from policies.spot_lifetime import LifetimeTracker
+from policies.spot_lifetime import LifetimeTracker, outage_rest_quantile
 
 _FIRST_ACTIVE, _LAST_ACTIVE = int(Phase.WAITING), int(Phase.RUNNING)  # started, not done
 
@@ -129,6 +129,12 @@ class Heliotrope:
     # there after the expected outage costs less than moving the checkpoint, and fits the
     # deadline (docs/policies.md, "Waiting where the checkpoint lies").
     wait_at_checkpoint: bool = True
+    # The wait must fit the outage's rest at these odds as well as on average: the quantile
+    # of the rest of the outages that outlasted this one's age, its own offer's and (as
+    # `wait_pool` outages of its own) the others' (`policies.spot_lifetime`; 0: on average
+    # only). Measured: docs/policies.md, "The odds an outage ends in time".
+    wait_odds: float = 0.8
+    wait_pool: float = 3.0
     # Young runs die young (0.5 h, set from the SkyNomad zones' run lengths): equal or better
     # at every point of every suite once a preemption before the first checkpoint leaves
     # nothing to copy (docs/policies.md); 0: one constant hazard per offer.
@@ -353,10 +359,21 @@ class Heliotrope:
             # elsewhere should it not be back (that start-up includes the transfer).
             alt_h = np.min(np.where(away, run_h, np.inf), axis=1, initial=np.inf)
             after_h = np.maximum(run_h[np.arange(ii.size), h], alt_h)
-            waits &= outage[h] + after_h + self.safety_margin_ticks * tick_h <= time_left[ii]
             there = per_progress[ii, h] * remaining[ii]
             elsewhere = per_progress[ii] * remaining[ii, None] + egress[ii]
-            rows, cols = (waits[:, None] & away & (elsewhere > there[:, None])).nonzero()
+            veto = away & (elsewhere > there[:, None])
+            room = time_left[ii] - after_h - self.safety_margin_ticks * tick_h
+            waits &= veto.any(axis=1) & (outage[h] <= room)
+            if self.wait_odds > 0 and waits.any():
+                # ... and the rest of the outage at these odds (`wait_odds`), by the outages
+                # that outlasted this one's age.
+                seen = tracker.outages()
+                for c in np.unique(h[waits]).tolist():
+                    rest = outage_rest_quantile(
+                        seen, c, tracker.down_rows(c), self.wait_odds, self.wait_pool
+                    )
+                    waits[h == c] &= rest * tick_h <= room[h == c]
+            rows, cols = (waits[:, None] & veto).nonzero()
             utility[ii[rows], cols] = -np.inf
         chosen: dict[int, Intent] = {}
         caught = net.nonzero()[0]  # the net's choice, for the jobs it catches

@@ -8,6 +8,11 @@ Recent history counts more: each tick is weighted by ``0.5 ** (age / halflife)``
 that has been flickering for the last hours is expected to flicker on, whatever it did last
 week. A prior of one run of `prior_hours` keeps offers with little history sensible.
 
+How long an outage under way will last yet, at given odds, is read from the outages
+themselves instead (`outage_rest_quantile`): outages are heavy-tailed (on the SkyNomad H100
+zones, of those that lasted one tick half end at the next, of those that lasted twelve
+half last 42 more), which no single rate describes.
+
 `expected_lifetime_h` computes it from a block of rows; `LifetimeTracker` carries the two
 weighted sums from one tick to the next (one row of work per tick instead of a week of
 rows), and falls back to the block when it cannot (first call, another history, a skipped
@@ -22,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.model import BoolArray, FloatArray
+from orchestrator.model import BoolArray, FloatArray, IntArray
 
 # Rows of `LifetimeTracker._sums`: uptime, ends, downtime, returns, young ends, uptime past
 # youth.
@@ -81,6 +86,11 @@ class LifetimeTracker:
     - `mature_h` (computed when read): the expected lifetime of a run past its youth, the
       same estimate over the runs' uptime after `young_h` and the ends of the runs that
       outlived it (the same prior): how long a launch that does not die young stays.
+
+    And, when asked: `outages()`, every outage of the last `lookback` rows (its offer, its
+    length, whether it has ended), and `down_rows(offer)`, how long the offer's outage
+    under way has lasted: what `outage_rest_quantile` reads for the odds that an outage ends
+    in time.
     """
 
     tick_h: float
@@ -98,6 +108,14 @@ class LifetimeTracker:
     _up: BoolArray = field(default_factory=lambda: np.zeros(0, dtype=bool), repr=False)
     _age: FloatArray = field(default_factory=lambda: np.zeros(0), repr=False)
     _priors: tuple[tuple[float, float], FloatArray] | None = field(default=None, repr=False)
+    # Outages that ended (offer, first down row, length in rows): the latest as a list,
+    # the rest as columns of `_done`, in the order they ended; per offer, the first down row
+    # of the outage under way (-1: up, or down since before the rows seen). Rows count from
+    # the first row seen (`_rows`).
+    _outages: list[tuple[int, int, int]] = field(default_factory=list, repr=False)
+    _done: IntArray = field(default_factory=lambda: np.zeros((3, 0), dtype=np.int64), repr=False)
+    _down_since: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
+    _rows: int = 0
     _columns: tuple[tuple[float, float], FloatArray, int] | None = field(default=None, repr=False)
 
     def __call__(self, history: Any) -> FloatArray:
@@ -111,6 +129,9 @@ class LifetimeTracker:
             self._sums = np.zeros((6, rows.shape[1]))
             self._up = rows[0]
             self._age = np.zeros(rows.shape[1])
+            self._outages, self._rows = [], 0
+            self._done = np.zeros((3, 0), dtype=np.int64)
+            self._down_since = np.full(rows.shape[1], -1, dtype=np.int64)
             for row in rows:
                 self._step(row)
         self._grid, self._tick = grid, (tick if tick is not None else -1)
@@ -125,6 +146,32 @@ class LifetimeTracker:
         self.age_h = self._age * self.tick_h
         result: FloatArray = ratio[2]
         return result
+
+    def outages(self) -> tuple[IntArray, IntArray, BoolArray]:
+        """The outages of the last `lookback` rows, as of the last call: offer, length in
+        rows, and whether each has ended (else it goes on, its length so far). Outages that
+        began before those rows are left out (as when the tracker was rebuilt from them,
+        where their start is unknown)."""
+        first = max(self._rows - self.lookback + 1, 0)  # the oldest row that can start one
+        if self._outages:  # ended since the last look
+            self._done = np.concatenate([self._done, np.array(self._outages).T], axis=1)
+            self._outages = []
+        gone = self._done[1] < first  # begun before the window (kept in order of ending)
+        if gone.any():
+            self._done = self._done[:, ~gone]
+        going = np.flatnonzero(self._down_since >= first)
+        offer = np.concatenate([self._done[0], going])
+        length = np.concatenate([self._done[2], self._rows - self._down_since[going]])
+        ended = np.arange(offer.size) < self._done.shape[1]
+        return offer, length, ended
+
+    def down_rows(self, offer: int) -> int:
+        """How many rows offer `offer` has been down, as of the last call (0: up; down since
+        before the rows seen: all of them, up to `lookback`)."""
+        if self._up[offer]:
+            return 0
+        since = int(self._down_since[offer])
+        return self._rows - since if since >= 0 else min(self._rows, self.lookback)
 
     @property
     def mature_h(self) -> FloatArray:
@@ -152,6 +199,14 @@ class LifetimeTracker:
         age = self._age + 1.0
         age *= now  # 0 where down
         self._age = age
+        went, back = self._up & ~now, ~self._up & now
+        if back.any():  # outages that end (their length known only if their start is)
+            for o in np.flatnonzero(back & (self._down_since >= 0)).tolist():
+                start = int(self._down_since[o])
+                self._outages.append((o, start, self._rows - start))
+            self._down_since[back] = -1
+        self._down_since[went] = self._rows
+        self._rows += 1
         self._up = now
 
     def _table(self) -> tuple[FloatArray, int]:
@@ -174,3 +229,31 @@ class LifetimeTracker:
                     break
             self._columns = (key, table, young_age)
         return self._columns[1], self._columns[2]
+
+
+def outage_rest_quantile(
+    outages: tuple[IntArray, IntArray, BoolArray], offer: int, age: int, odds: float, pool: float
+) -> float:
+    """How long (in rows) offer `offer`'s outage, `age` rows old, will last yet, at `odds`:
+    the `odds` quantile of the rest of the `outages` (`LifetimeTracker.outages`) that
+    outlasted its age, a Kaplan-Meier estimate (outages still going on are censored). Its
+    own outages weigh one each; the other offers' weigh `pool` together. Where no outage
+    lasted that long, its age: an outage is expected to last as long again; where the
+    estimate never reaches `odds` (the longest rests censored), the longer of its age and
+    the longest rest seen."""
+    off, length, ended = outages
+    keep = (length > age) & ~((off == offer) & ~ended)  # its own under way is this one
+    off, rest, ended = off[keep], (length[keep] - age).astype(float), ended[keep]
+    if rest.size == 0:
+        return float(age)
+    own = off == offer
+    others = rest.size - int(own.sum())
+    weight = np.where(own, 1.0, pool / max(others, 1))
+    order = np.argsort(rest, kind="stable")
+    rest, ended, weight = rest[order], ended[order], weight[order]
+    at_risk = weight.sum() - np.concatenate([[0.0], np.cumsum(weight)[:-1]])
+    survival = np.cumprod(np.where(ended, 1.0 - weight / at_risk, 1.0))
+    reached = np.flatnonzero(ended & (survival <= 1.0 - odds + 1e-12))
+    if reached.size:
+        return float(rest[reached[0]])
+    return float(max(age, rest[-1]))  # beyond what was seen: at least its longest

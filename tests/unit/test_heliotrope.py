@@ -449,6 +449,23 @@ def test_an_idle_job_waits_where_its_checkpoint_lies_while_the_wait_fits(
     assert _target(Heliotrope(wait_at_checkpoint=False), snap) == 1
 
 
+# Offer 3's outages: two of 12 ticks (3 h), then three of 2 ticks; it went down this tick.
+MOSTLY_SHORT = ([5.0] * 20 + [0.0] * 12) * 2 + ([5.0] * 20 + [0.0] * 2) * 3 + [5.0] * 20 + [0.0]
+
+
+@pytest.mark.parametrize(("odds", "expected"), [(0.8, 1), (0.5, KEEP), (0.0, KEEP)])
+def test_the_wait_must_fit_the_outage_at_the_rules_odds(odds: float, expected: Expected) -> None:
+    """On average (recent outages weigh more) offer 3's outage is over in 0.95 h, within
+    the 1 h the job can spare (8 h left; cold start, 6 h of work and the net's margin take
+    7). But of its outages that outlasted one tick, two in five lasted 11 ticks more
+    (2.75 h): at the default odds (0.8) the wait does not fit, and the job moves its
+    checkpoint; at even odds (1 tick more), or on average only (0), it waits."""
+    assert Heliotrope().wait_odds == 0.8
+    world = World(now_h=32 - 8.0, progress=16.0, jobs=[job(checkpoint_size_gb=10.0)])
+    snap = _preempted(world, {3: MOSTLY_SHORT}, checkpoint=3)
+    assert _target(Heliotrope(wait_odds=odds), snap) == expected
+
+
 def test_a_cheapest_offer_full_of_other_jobs_is_not_waited_for() -> None:
     """Offer 3 is up, but other jobs hold all its slots: no outage will end that, so the
     job moves its checkpoint to offer 1 as without the rule."""

@@ -54,11 +54,14 @@ pause or a move throws away the start-up it paid, and the value of progress move
 tick to tick, so a utility near zero is no reason to act.
 An idle job whose cheapest spot option is down, in the region its checkpoint lies in, waits
 for it instead of moving the checkpoint (`wait_at_checkpoint`) while, after the option's
-expected outage, the job could still finish there, or move and finish elsewhere, before the
-deadline with the safety net's margin, and moving would cost more to finish (egress, then
-the rest of the work at the option's price). The utility per hour cannot see that: a long
-stay elsewhere amortizes the egress to nothing, and a wait counts as lost time even where
-the slack it takes would be left over at the end.
+expected outage, and after the outage's rest at `wait_odds` (0.8: the quantile of the rest
+of the outages that outlasted this one's age, `policies.spot_lifetime`), the job could
+still finish there, or move and finish elsewhere, before the deadline with the safety net's
+margin, and moving would cost more to finish (egress, then the rest of the work at the
+option's price). The utility per hour cannot see that: a long stay elsewhere amortizes
+the egress to nothing, and a wait counts as lost time even where the slack it takes would
+be left over at the end. The odds: outages are heavy-tailed, and a mean rate, which the
+many short ones set, expects the next to be short too.
 Safety net (as Can't Be Late): when the slack ``time left - startup - work / r_net`` is
 below `safety_margin_ticks` ticks, the job goes to, and stays on, the cheapest on-demand
 offer that still finishes in time, and no option is taken whose start-up would leave less

@@ -165,6 +165,14 @@ class Heliotrope:
     mature_stays: bool = False
     _memo: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.wait_odds <= 1.0:
+            raise ValueError(
+                f"wait_odds must be in [0, 1] (0: the mean outage only), got {self.wait_odds}"
+            )
+        if self.wait_pool < 0.0:
+            raise ValueError(f"wait_pool must be >= 0, got {self.wait_pool}")
+
     def __call__(self, snapshot: Snapshot) -> Decision:
         """One vectorized decision for every active job (the module docstring, in order:
         signals, start-up and egress, value of progress, young runs, utility, budgets,
@@ -189,8 +197,7 @@ class Heliotrope:
         # signal reports) is none too; a negative count would read as a slot taken twice.
         capacity = np.fmax(snapshot.spot_capacity, 0.0)  # fmax: NaN is 0
 
-        outage: FloatArray | None = None  # per offer: its expected outage
-        down: BoolArray | None = None  # per offer: in an outage now (not just full)
+        tracker: LifetimeTracker | None = None  # None: no history, no offer ever ends
         young: FloatArray | None = None  # per offer: the chance a launch now dies young
         carbon = None
         if snapshot.history is None:  # no history: no offer ever ends
@@ -203,8 +210,6 @@ class Heliotrope:
                 # is the mixture's other branch, below).
                 youth = np.maximum(self.young_run_h - tracker.age_h, 0.0)
                 lifetime = np.where(spot, tracker.mature_h + youth, np.inf)
-            outage = tracker.outage_h
-            down = spot & (tracker.age_h <= 0.0)
             if self.young_run_h > 0:
                 young = np.where(
                     spot & (tracker.age_h < self.young_run_h), tracker.young_death, 0.0
@@ -300,7 +305,7 @@ class Heliotrope:
             live = 1.0 - q
             hours = live * stay + q * np.minimum(np.maximum(startup, tick_h), stay)
         move_cost = egress
-        if self.return_aware and outage is not None:
+        if self.return_aware and tracker is not None:
             # The cheapest spot option is down: once it is back (in `outage` hours) a job
             # elsewhere either moves back (egress and a cold start) or pays the difference
             # for the rest of its stay, whichever is less. Charged to every other option.
@@ -316,7 +321,7 @@ class Heliotrope:
                 extra = (
                     np.maximum(per_progress[away] - per_progress[away, z][:, None], 0.0)
                     * rate[away]
-                    * np.maximum(stay[away] - outage[z][:, None], 0.0)
+                    * np.maximum(stay[away] - tracker.outage_h[z][:, None], 0.0)
                 )
                 after = np.minimum(back, extra)
                 after[np.arange(away.size), z] = 0.0
@@ -350,12 +355,18 @@ class Heliotrope:
             doomed = (startup > 0) & (slack[:, None] - startup <= self.safety_margin_ticks * tick_h)
             doomed[hj, hc] = False
             utility[doomed] = -np.inf
-        if self.wait_at_checkpoint and outage is not None and down is not None and pl.idle.size:
-            # Waiting where the checkpoint lies (module doc). Down, not full: slots other
-            # jobs hold come back on no outage's clock.
+        if self.wait_at_checkpoint and tracker is not None and pl.idle.size:
+            # Waiting where the checkpoint lies (module doc). Down (in an outage: up for no
+            # tick), not full: slots other jobs hold come back on no outage's clock.
             ii = pl.idle
             h = cheap[ii]
-            waits = down[h] & usable[ii, h] & (capacity[h] < inst[ii, h]) & (egress[ii, h] <= 0)
+            waits = (
+                spot[h]
+                & (tracker.age_h[h] <= 0.0)
+                & usable[ii, h]
+                & (capacity[h] < inst[ii, h])
+                & (egress[ii, h] <= 0)
+            )
             away = np.isfinite(utility[ii]) & (egress[ii] > 0.0)  # what the wait forgoes
             run_h = fresh_startup[ii] + remaining[ii, None] / rate[ii]
             # After the expected outage the job must still be able to finish there, and
@@ -366,16 +377,18 @@ class Heliotrope:
             elsewhere = per_progress[ii] * remaining[ii, None] + egress[ii]
             veto = away & (elsewhere > there[:, None])
             room = time_left[ii] - after_h - self.safety_margin_ticks * tick_h
-            waits &= veto.any(axis=1) & (outage[h] <= room)
+            waits &= veto.any(axis=1) & (tracker.outage_h[h] <= room)
             if self.wait_odds > 0 and waits.any():
                 # ... and the rest of the outage at these odds (`wait_odds`), by the outages
                 # that outlasted this one's age.
                 seen = tracker.outages()
+                longest = int(seen[1].max(initial=0))
                 for c in np.unique(h[waits]).tolist():
-                    rest = outage_rest_quantile(
-                        seen, c, tracker.down_rows(c), self.wait_odds, self.wait_pool
-                    )
-                    waits[h == c] &= rest * tick_h <= room[h == c]
+                    age, these = tracker.down_rows(c), waits & (h == c)
+                    if max(age, longest - age) * tick_h <= room[these].min():
+                        continue  # no rest it can read from these outages is longer
+                    rest = outage_rest_quantile(seen, c, age, self.wait_odds, self.wait_pool)
+                    waits[these] &= rest * tick_h <= room[these]
             rows, cols = (waits[:, None] & veto).nonzero()
             utility[ii[rows], cols] = -np.inf
         chosen: dict[int, Intent] = {}
@@ -405,11 +418,11 @@ class Heliotrope:
         # and the stay that follows (`outage` hours expected, from the offer's own history).
         wait_u: FloatArray | None = None  # None: no job waits (the same as -inf for all)
         idle = pl.idle  # a running job weighs staying against moving
-        if self.wait_for_spot and outage is not None and idle.size:
+        if self.wait_for_spot and tracker is not None and idle.size:
             wait_u = np.full(js.size, -np.inf)
             down = usable[idle] & spot[None, :] & (capacity[None, :] < inst[idle])
             fresh_finish = fresh_startup[idle] + remaining[idle, None] / rate[idle]
-            down &= outage[None, :] + fresh_finish <= time_left[idle, None]
+            down &= tracker.outage_h[None, :] + fresh_finish <= time_left[idle, None]
             if down.any():
                 back_in = fresh_startup[idle]
                 after = np.maximum(np.minimum(lifetime[None, :], fresh_finish), tick_h)
@@ -427,7 +440,9 @@ class Heliotrope:
                     * rate[idle]
                     * np.maximum(after - back_in, 0.0)
                 )
-                u_w = (gain - hourly[idle] * hours_w - egress[idle]) / (outage[None, :] + hours_w)
+                u_w = (gain - hourly[idle] * hours_w - egress[idle]) / (
+                    tracker.outage_h[None, :] + hours_w
+                )
                 wait_u[idle] = np.max(np.where(down & np.isfinite(u_w), u_w, -np.inf), axis=1)
 
         order = np.argsort(slack, kind="stable")

@@ -158,6 +158,7 @@ class HeliotropeLookahead(Heliotrope):
     wait_at_checkpoint: bool = False
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.lookahead_samples < 0:
             raise ValueError(f"lookahead_samples must be >= 0, got {self.lookahead_samples}")
         if not 0.0 <= self.lookahead_quorum < 1.0:

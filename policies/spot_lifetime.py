@@ -241,7 +241,8 @@ def outage_rest_quantile(
     own outages weigh one each; the other offers' weigh `pool` together. Where no outage
     lasted that long, its age: an outage is expected to last as long again; where the
     estimate never reaches `odds` (the longest rests censored), the longer of its age and
-    the longest rest seen."""
+    the longest rest seen. So never more than the longer of its age and the longest outage
+    less its age."""
     off, length, ended = outages
     keep = (length > age) & ~((off == offer) & ~ended)  # its own under way is this one
     off, rest, ended = off[keep], (length[keep] - age).astype(float), ended[keep]

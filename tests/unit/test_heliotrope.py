@@ -466,6 +466,17 @@ def test_the_wait_must_fit_the_outage_at_the_rules_odds(odds: float, expected: E
     assert _target(Heliotrope(wait_odds=odds), snap) == expected
 
 
+@pytest.mark.parametrize("option", ["wait_odds=1.5", "wait_odds=-0.1", "wait_pool=-1"])
+def test_odds_outside_zero_to_one_are_refused_by_name(option: str) -> None:
+    from orchestrator.errors import InputError
+    from policies.registry import make_policy
+
+    field = option.partition("=")[0]
+    for name in ("heliotrope", "heliotrope-lookahead"):
+        with pytest.raises(InputError, match=field):
+            make_policy(f"{name}|{option}")
+
+
 def test_a_cheapest_offer_full_of_other_jobs_is_not_waited_for() -> None:
     """Offer 3 is up, but other jobs hold all its slots: no outage will end that, so the
     job moves its checkpoint to offer 1 as without the rule."""

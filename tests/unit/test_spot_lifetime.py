@@ -157,9 +157,10 @@ def test_an_outage_longer_than_any_seen_is_expected_to_last_as_long_again() -> N
     assert outage_rest_quantile(_seen((0, 4, False)), 0, 4, 0.5, pool=3.0) == 4.0
 
 
-def test_the_rest_grows_with_the_odds() -> None:
+def test_the_rest_grows_with_the_odds_up_to_the_longest_outage() -> None:
     rng = np.random.default_rng(5)
     seen = (rng.integers(0, 4, 60), rng.integers(1, 40, 60), rng.random(60) < 0.8)
     for age in [0, 1, 5, 20]:
         rests = [outage_rest_quantile(seen, 0, age, q, pool=3.0) for q in np.linspace(0.05, 1, 20)]
         assert rests == sorted(rests)
+        assert rests[-1] <= max(age, seen[1].max() - age)  # the bound heliotrope skips on

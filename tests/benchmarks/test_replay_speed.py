@@ -2,8 +2,9 @@
 
 Prints job-ticks per second (wall, and by the process's CPU time beside it, which leaves
 out the time it waited for a core but not a neighbour's load on the caches) and peak
-memory per policy, and each time as a ratio to the on-demand replay and to a reference
-workload measured in the same run, the ticks the replay ran (it stops when the last job is
+memory per policy, and each time as a ratio to the on-demand replay, to a reference
+workload and to a workload of small numpy calls (what a fleet policy's tick is made of)
+measured in the same run, the ticks the replay ran (it stops when the last job is
 done, so a policy whose last job finishes later runs more of them for the same job-ticks)
 and the time per tick, and a digest of every event and final fleet number: a speed-up must
 leave each policy's digest as it was.
@@ -26,7 +27,12 @@ from orchestrator.model import JobSpec
 from orchestrator.replay.runner import PolicyRun, build_grid, run_policy
 from orchestrator.signals.scenario import generate
 from policies.registry import make_policy
-from tests.benchmarks.conftest import FLEET_POLICIES, best_wall_and_cpu, reference_workload_s
+from tests.benchmarks.conftest import (
+    FLEET_POLICIES,
+    best_wall_and_cpu,
+    reference_workload_s,
+    small_calls_workload_s,
+)
 
 pytestmark = pytest.mark.bench
 
@@ -73,10 +79,11 @@ def test_replay_job_ticks_per_second() -> None:
     n_ticks = min(grid.n_ticks, 30 * 144)
     grid = _truncate(grid, n_ticks)
     job_ticks = len(jobs) * n_ticks
-    ref = reference_workload_s()
+    ref, small = reference_workload_s(), small_calls_workload_s()
     print(
         f"\nreplay: {len(jobs)} jobs x {n_ticks} ticks x {len(grid.offers)} offers "
-        f"= {job_ticks:,} job-ticks; reference workload {ref:.3f} s"
+        f"= {job_ticks:,} job-ticks; reference workload {ref:.3f} s, small numpy calls "
+        f"{small:.3f} s"
     )
     base = None
     for name in bench_policies():
@@ -94,6 +101,7 @@ def test_replay_job_ticks_per_second() -> None:
             f"  {name:24s} {seconds:6.2f} s  {job_ticks / seconds:>10,.0f} job-ticks/s  "
             f"(CPU {cpu:5.2f} s, {job_ticks / cpu:>10,.0f})  "
             f"x{seconds / base:4.2f} of on-demand  x{seconds / ref:6.1f} of reference  "
+            f"x{seconds / small:5.1f} of small calls  "
             f"{ran} ticks run, {1000 * seconds / ran:.2f} ms each  "
             f"peak {peak / 2**20:6.1f} MiB  decisions {placements_digest(run)}"
         )

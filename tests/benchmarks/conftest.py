@@ -31,11 +31,11 @@ def reference_workload_s() -> float:
 
 
 def small_calls_workload_s() -> float:
-    """20,000 numpy calls on arrays of 100 jobs x 40 offers, the shape of a fleet policy's
-    tick (element-wise arithmetic, masks, row minima and maxima), timed now, the best of 3.
-    Machines differ far more in the cost of a small numpy call than in the matrix work of
-    `reference_workload_s` (one ran the replay 1.9x slower at the same reference), so the
-    replay benchmark prints its times against both."""
+    """About 30,000 numpy calls on arrays of 100 jobs x 40 offers, the stuff of a fleet
+    policy's tick (element-wise arithmetic, masks, row minima and maxima), timed now, the
+    best of 3. The matrix work of `reference_workload_s` measures another cost: one machine
+    ran the replay 1.9x slower at the same reference. So the replay benchmark prints its
+    times against both."""
     rng = np.random.default_rng(0)
     a, b = rng.random((100, 40)), rng.random((100, 40))
     best = float("inf")

@@ -80,6 +80,7 @@ through the zone's low intensity then.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -367,30 +368,32 @@ class Heliotrope:
                 & (capacity[h] < inst[ii, h])
                 & (egress[ii, h] <= 0)
             )
-            away = np.isfinite(utility[ii]) & (egress[ii] > 0.0)  # what the wait forgoes
-            run_h = fresh_startup[ii] + remaining[ii, None] / rate[ii]
-            # After the expected outage the job must still be able to finish there, and
-            # elsewhere should it not be back (that start-up includes the transfer).
-            alt_h = np.min(np.where(away, run_h, np.inf), axis=1, initial=np.inf)
-            after_h = np.maximum(run_h[np.arange(ii.size), h], alt_h)
-            there = per_progress[ii, h] * remaining[ii]
-            elsewhere = per_progress[ii] * remaining[ii, None] + egress[ii]
-            veto = away & (elsewhere > there[:, None])
-            room = time_left[ii] - after_h - self.safety_margin_ticks * tick_h
-            waits &= veto.any(axis=1) & (tracker.outage_h[h] <= room)
-            if self.wait_odds > 0 and waits.any():
-                # ... and the rest of the outage at these odds (`wait_odds`), by the outages
-                # that outlasted this one's age.
-                seen = tracker.outages()
-                longest = int(seen[1].max(initial=0))
-                for c in np.unique(h[waits]).tolist():
-                    age, these = tracker.down_rows(c), waits & (h == c)
-                    if max(age, longest - age) * tick_h <= room[these].min():
-                        continue  # no rest it can read from these outages is longer
-                    rest = outage_rest_quantile(seen, c, age, self.wait_odds, self.wait_pool)
-                    waits[these] &= rest * tick_h <= room[these]
-            rows, cols = (waits[:, None] & veto).nonzero()
-            utility[ii[rows], cols] = -np.inf
+            if waits.any():  # the rest for those jobs only
+                ii, h = ii[waits], h[waits]
+                away = np.isfinite(utility[ii]) & (egress[ii] > 0.0)  # what the wait forgoes
+                run_h = fresh_startup[ii] + remaining[ii, None] / rate[ii]
+                # After the expected outage the job must still be able to finish there, and
+                # elsewhere should it not be back (that start-up includes the transfer).
+                alt_h = np.min(np.where(away, run_h, np.inf), axis=1, initial=np.inf)
+                after_h = np.maximum(run_h[np.arange(ii.size), h], alt_h)
+                there = per_progress[ii, h] * remaining[ii]
+                elsewhere = per_progress[ii] * remaining[ii, None] + egress[ii]
+                veto = away & (elsewhere > there[:, None])
+                room = time_left[ii] - after_h - self.safety_margin_ticks * tick_h
+                waits = veto.any(axis=1) & (tracker.outage_h[h] <= room)
+                if self.wait_odds > 0 and waits.any():
+                    # ... and the rest of the outage at these odds (`wait_odds`), by the outages
+                    # that outlasted this one's age.
+                    seen = tracker.outages()
+                    longest = int(seen[1].max(initial=0))
+                    for c in np.unique(h[waits]).tolist():
+                        age, these = tracker.down_rows(c), waits & (h == c)
+                        if max(age, longest - age) * tick_h <= room[these].min():
+                            continue  # no rest it can read from these outages is longer
+                        rest = outage_rest_quantile(seen, c, age, self.wait_odds, self.wait_pool)
+                        waits[these] &= rest * tick_h <= room[these]
+                rows, cols = (waits[:, None] & veto).nonzero()
+                utility[ii[rows], cols] = -np.inf
         chosen: dict[int, Intent] = {}
         caught = net.nonzero()[0]  # the net's choice, for the jobs it catches
         if caught.size:
@@ -503,7 +506,7 @@ class Heliotrope:
         staying loses `pause_loss` of it (not given: no margin, and a pause at any loss).
         `masked`: `utility` is already -inf wherever a spot slot of `capacity` is short,
         except where a job runs (as `__call__` builds it), so the first pass, which sees all
-        of `capacity`, reads it as it is."""
+        of `capacity`, reads it as it is; and the call is inside `__call__`'s errstate."""
         n = queue.size
         if n == 0:
             return []
@@ -521,7 +524,7 @@ class Heliotrope:
         best = np.argmax(u, axis=1)
         stake = np.zeros(n) if paying is None else paying[queue]
         # -inf + inf: not clearly better, not worse; a NaN stake (price unknown): no pause.
-        with np.errstate(invalid="ignore"):
+        with nullcontext() if masked else np.errstate(invalid="ignore"):
             bar = cur_u + self.hysteresis * np.abs(cur_u) + 1e-9 + self.move_margin * stake
             loss = -self.pause_loss * stake
         stay_ok = h & priced[c]
@@ -551,7 +554,12 @@ class Heliotrope:
                 # the takes of the jobs before it, whether it goes there or not (a pause is
                 # chosen against that option too). Takes are at most needs: an option whose
                 # needs all fit holds every choice made against it.
-                tight = (np.bincount(b, weights=nd, minlength=n_o) > free).nonzero()[0]
+                # A choice breaks only after another job's take on the same option: every
+                # need fits the slots its own pass saw (utility is -inf where it did not).
+                tight = (
+                    (np.bincount(b, weights=nd, minlength=n_o) > free)
+                    & (np.bincount(b, weights=t, minlength=n_o) > 0)
+                ).nonzero()[0]
                 if tight.size:  # where does the run break?
                     on = b[:, None] == tight[None, :]
                     taken = np.cumsum(np.where(on, t[:, None], 0), axis=0)

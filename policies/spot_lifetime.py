@@ -194,9 +194,10 @@ class LifetimeTracker:
         # `young_age` ticks; wherever an offer was up its age is >= 1, so with
         # `young_age` 0 no end is young. Age 0 while up is the first row's (its run's
         # start unknown): young, so its tick is not counted past youth.
-        young = (self._age <= young_age).view(np.int8)
+        case = (self._age <= young_age).view(np.int8)  # column: up before, up now, young
+        case = case + 4 * self._up.view(np.int8) + 2 * now.view(np.int8)
         self._sums *= decay
-        self._sums += table[:, self._up.view(np.int8), now.view(np.int8), young]
+        self._sums += table[:, case]
         age = self._age + 1.0
         age *= now  # 0 where down
         self._age = age
@@ -211,8 +212,8 @@ class LifetimeTracker:
         self._up = now
 
     def _table(self) -> tuple[FloatArray, int]:
-        """[sum, up before, up now, young before] -> what the step adds; and the oldest age
-        (in ticks) that is young."""
+        """[sum, 4 up before + 2 up now + young before] -> what the step adds; and the oldest
+        age (in ticks) that is young."""
         key = (self.tick_h, self.young_h)
         if self._columns is None or self._columns[0] != key:
             t = self.tick_h
@@ -228,7 +229,7 @@ class LifetimeTracker:
                 young_age += 1
                 if young_age > 1_000_000:
                     break
-            self._columns = (key, table, young_age)
+            self._columns = (key, table.reshape(6, 8), young_age)
         return self._columns[1], self._columns[2]
 
 

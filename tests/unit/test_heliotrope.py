@@ -271,7 +271,9 @@ def test_serving_the_queue_at_once_equals_one_job_at_a_time(seed: int) -> None:
     rows = np.flatnonzero(holding)
     masked[rows, cur[rows]] = utility[rows, cur[rows]]
     args_m = (queue, masked, inst, spot, capacity, holding, cur, priced)
-    assert h._serve(*args_m, masked=True) == _serve_one_by_one(h, *args_m) == want
+    with np.errstate(invalid="ignore"):  # as the decision calls it
+        served = h._serve(*args_m, masked=True)
+    assert served == _serve_one_by_one(h, *args_m) == want
 
 
 def test_lifetime_tracker_carries_the_block_estimate_from_tick_to_tick() -> None:

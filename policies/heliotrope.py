@@ -384,11 +384,15 @@ class Heliotrope:
                 if self.wait_odds > 0 and waits.any():
                     # ... and the rest of the outage at these odds (`wait_odds`), by the outages
                     # that outlasted this one's age.
-                    seen = tracker.outages()
-                    longest = int(seen[1].max(initial=0))
+                    seen = None  # the outages, read where the bound on the longest is not enough
+                    longest = tracker.longest_outage_bound()
                     for c in np.unique(h[waits]).tolist():
                         age, these = tracker.down_rows(c), waits & (h == c)
-                        if max(age, longest - age) * tick_h <= room[these].min():
+                        fits = room[these].min()
+                        if seen is None and max(age, longest - age) * tick_h > fits:
+                            seen = tracker.outages()
+                            longest = int(seen[1].max(initial=0))
+                        if seen is None or max(age, longest - age) * tick_h <= fits:
                             continue  # no rest it can read from these outages is longer
                         rest = outage_rest_quantile(seen, c, age, self.wait_odds, self.wait_pool)
                         waits[these] &= rest * tick_h <= room[these]

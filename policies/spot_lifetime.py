@@ -91,7 +91,7 @@ class LifetimeTracker:
     And, when asked: `outages()`, every outage of the last `lookback` rows (its offer, its
     length, whether it has ended), and `down_rows(offer)`, how long the offer's outage
     under way has lasted: what `outage_rest_quantile` reads for the odds that an outage ends
-    in time.
+    in time; `longest_outage_bound()`, a cheap bound on the longest of those outages.
     """
 
     tick_h: float
@@ -118,6 +118,7 @@ class LifetimeTracker:
     _down_since: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
     _rows: int = 0
     _columns: tuple[tuple[float, float], FloatArray, int] | None = field(default=None, repr=False)
+    _longest: tuple[int, int] = (-1, 0)  # (`_rows` when `outages()` last ran, its longest)
 
     def __call__(self, history: Any) -> FloatArray:
         grid, tick = getattr(history, "grid", None), getattr(history, "tick", None)
@@ -133,6 +134,7 @@ class LifetimeTracker:
             self._outages, self._rows = [], 0
             self._done = np.zeros((3, 0), dtype=np.int64)
             self._down_since = np.full(rows.shape[1], -1, dtype=np.int64)
+            self._longest = (-1, 0)
             for row in rows:
                 self._step(row)
         self._grid, self._tick = grid, (tick if tick is not None else -1)
@@ -164,7 +166,18 @@ class LifetimeTracker:
         offer = np.concatenate([self._done[0], going])
         length = np.concatenate([self._done[2], self._rows - self._down_since[going]])
         ended = np.arange(offer.size) < self._done.shape[1]
+        self._longest = (self._rows, int(length.max(initial=0)))
         return offer, length, ended
+
+    def longest_outage_bound(self) -> int:
+        """At least the length (in rows) of the longest outage `outages()` would list now,
+        without listing them: a step adds at most a row to any outage, so the longest of
+        the last listing plus the steps since (exact where it was listed at this step)."""
+        rows, longest = self._longest
+        if rows < 0:
+            self.outages()
+            rows, longest = self._longest
+        return longest + self._rows - rows
 
     def down_rows(self, offer: int) -> int:
         """How many rows offer `offer` has been down, as of the last call (0: up; down since

@@ -113,6 +113,30 @@ def test_tracker_keeps_the_outages_of_its_window(lookback: int) -> None:
             assert tracker.down_rows(o) == trailing
 
 
+@pytest.mark.parametrize("lookback", [1000, 40])
+def test_the_bound_on_the_longest_outage_holds_between_listings(lookback: int) -> None:
+    """Listed every few steps (and rebuilt after a jump), the cheap bound is never below the
+    longest outage the listing would give, and equals it where it was just listed."""
+    rng = np.random.default_rng(5)
+    n_t, n_o = 300, 5
+    capacity = np.repeat(rng.random((n_t // 3 + 1, n_o)) < 0.5, rng.integers(1, 12), axis=0)
+    capacity = capacity[:n_t].astype(float)
+
+    class Grid:
+        spot_capacity = capacity
+
+    tracker = LifetimeTracker(0.25, prior_hours=2.0, halflife_h=6.0, lookback=lookback)
+    probe = LifetimeTracker(0.25, prior_hours=2.0, halflife_h=6.0, lookback=lookback)
+    for i, k in enumerate([*range(n_t), 120, 121, 250]):
+        tracker(SignalHistory(Grid(), k))  # type: ignore[arg-type]
+        probe(SignalHistory(Grid(), k))  # type: ignore[arg-type]
+        longest = int(probe.outages()[1].max(initial=0))
+        assert tracker.longest_outage_bound() >= longest
+        if i % 7 == 0:
+            tracker.outages()
+            assert tracker.longest_outage_bound() == longest
+
+
 def _seen(*outages: tuple[int, int, bool]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     offer, length, ended = zip(*outages, strict=True)
     return np.array(offer), np.array(length), np.array(ended)

@@ -180,12 +180,13 @@ class LifetimeTracker:
         return longest + self._rows - rows
 
     def down_rows(self, offer: int) -> int:
-        """How many rows offer `offer` has been down, as of the last call (0: up; down since
-        before the rows seen: all of them, up to `lookback`)."""
+        """How many rows offer `offer` has been down, as of the last call (0: up), up to
+        `lookback`: what the last `lookback` rows show, stepped or rebuilt alike (down since
+        before the rows seen: all of them)."""
         if self._up[offer]:
             return 0
         since = int(self._down_since[offer])
-        return self._rows - since if since >= 0 else min(self._rows, self.lookback)
+        return min(self._rows - since if since >= 0 else self._rows, self.lookback)
 
     @property
     def mature_h(self) -> FloatArray:

@@ -58,8 +58,9 @@ def test_tracker_learns_runs_outages_and_young_deaths(young_h: float) -> None:
     tracker = LifetimeTracker(
         tick_h, prior_hours=2.0, halflife_h=3.0, lookback=10_000, young_h=young_h
     )
+    grid = Grid()  # one grid: the tracker steps from tick to tick on it
     for k in [*range(capacity.shape[0]), 5, 6, 40]:  # tick by tick, then back: from rows
-        got = tracker(SignalHistory(Grid(), k))  # type: ignore[arg-type]
+        got = tracker(SignalHistory(grid, k))  # type: ignore[arg-type]
         for o in range(n_o):
             up = [bool(c > 0) for c in capacity[: k + 1, o]]
             life, outage, young, age, mature = _by_hand(up, tick_h, 3.0, young_h)
@@ -102,8 +103,9 @@ def test_tracker_keeps_the_outages_of_its_window(lookback: int) -> None:
         spot_capacity = capacity
 
     tracker = LifetimeTracker(0.25, prior_hours=2.0, halflife_h=6.0, lookback=lookback)
+    grid = Grid()  # one grid: the tracker steps from tick to tick on it
     for k in [*range(n_t), 120, 121, 250]:  # tick by tick, then back: from rows
-        tracker(SignalHistory(Grid(), k))  # type: ignore[arg-type]
+        tracker(SignalHistory(grid, k))  # type: ignore[arg-type]
         rows = (capacity[max(0, k - lookback + 1) : k + 1] > 0).tolist()
         offer, length, ended = tracker.outages()
         got = sorted(zip(offer.tolist(), length.tolist(), ended.tolist(), strict=True))
@@ -121,15 +123,17 @@ def test_the_bound_on_the_longest_outage_holds_between_listings(lookback: int) -
     n_t, n_o = 300, 5
     capacity = np.repeat(rng.random((n_t // 3 + 1, n_o)) < 0.5, rng.integers(1, 12), axis=0)
     capacity = capacity[:n_t].astype(float)
+    capacity[180:, 0] = 0.0  # the longest, growing while it goes on
 
     class Grid:
         spot_capacity = capacity
 
+    grid = Grid()  # one grid: the tracker steps from tick to tick on it
     tracker = LifetimeTracker(0.25, prior_hours=2.0, halflife_h=6.0, lookback=lookback)
     probe = LifetimeTracker(0.25, prior_hours=2.0, halflife_h=6.0, lookback=lookback)
     for i, k in enumerate([*range(n_t), 120, 121, 250]):
-        tracker(SignalHistory(Grid(), k))  # type: ignore[arg-type]
-        probe(SignalHistory(Grid(), k))  # type: ignore[arg-type]
+        tracker(SignalHistory(grid, k))  # type: ignore[arg-type]
+        probe(SignalHistory(Grid(), k))  # type: ignore[arg-type]  # rebuilt each time
         longest = int(probe.outages()[1].max(initial=0))
         assert tracker.longest_outage_bound() >= longest
         if i % 7 == 0:

@@ -346,6 +346,11 @@ def _add_bench_commands(sub: Any) -> None:
         help="carbon-year: the seeded spot hazard's rate of loss (default 0.1; 0: always up)",
     )
     bp.add_argument(
+        "--jobs-alone",
+        action="store_true",
+        help="carbon-year: replay each job by itself on its window's world (no contention)",
+    )
+    bp.add_argument(
         "--oracle-from",
         type=Path,
         default=None,
@@ -750,6 +755,7 @@ def _bench_policies(args: argparse.Namespace) -> int:
             "jobs_per_window": args.jobs_per_window,
             "seed": args.seed,
             "spot_loss_per_hour": args.spot_loss_per_hour,
+            "jobs_alone": True if args.jobs_alone else None,
         }
     )
     if args.timeline:

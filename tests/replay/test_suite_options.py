@@ -19,6 +19,7 @@ from orchestrator.model import Location
 from orchestrator.replay.runner import run_policy
 from orchestrator.replay.suites import (
     ORACLE,
+    carbon_year,
     case_grid,
     cbl_v100,
     run_suite,
@@ -133,6 +134,7 @@ def test_cbl_lists_and_deadline_ratio(shared_data: Path) -> None:
         ("skynomad-h100", {"egress_usd_per_gb": "0.1,0.2"}, "egress_usd_per_gb"),
         ("cbl-v100", {"deadline_ratio": 1.5, "slack_hours": 4}, "options"),
         ("carbon-year", {"checkpoint_gb": 50}, "options"),
+        ("skynomad-h100", {"jobs_alone": True}, "jobs_alone"),  # one job a window already
     ],
 )
 def test_bad_options_name_the_field(
@@ -140,6 +142,41 @@ def test_bad_options_name_the_field(
 ) -> None:
     with pytest.raises(InputError, match=field):
         run_suite(suite, shared_data, [], options)
+
+
+def test_carbon_year_jobs_alone_replays_each_job_on_its_windows_world(
+    shared_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`jobs_alone`: one case per job, named by the job, on the window's world: the same
+    offers (those its GPUs allow), prices and spot draws as the fleet's case."""
+    options = {"windows": 1, "jobs_per_window": 3, "carbon_prices": "0"}
+    (fleet,) = carbon_year(shared_data, options).cases
+    alone = carbon_year(shared_data, {**options, "jobs_alone": True})
+    assert [c.jobs for c in alone.cases] == [(job,) for job in fleet.jobs]
+    assert [c.window for c in alone.cases] == [job.id for job in fleet.jobs]
+    assert alone.description.endswith(", each job alone") and alone.config["jobs_alone"]
+    world = case_grid(fleet)
+    column = {o.id: k for k, o in enumerate(world.offers)}
+    for case in alone.cases:
+        assert (case.start, case.end, case.settings) == (fleet.start, fleet.end, fleet.settings)
+        grid = case_grid(case)
+        (job,) = case.jobs
+        assert {o.id for o in grid.offers} == {
+            o.id for o in world.offers if job.allows(o.gpu_type)
+        }
+        cols = [column[o.id] for o in grid.offers]
+        assert (grid.spot_capacity == world.spot_capacity[:, cols]).all()
+        assert grid.usd_per_hour.tobytes() == world.usd_per_hour[:, cols].tobytes()
+
+    args = ["bench", "policies", "--suite", "carbon-year", "--data", str(shared_data)]
+    args += ["--windows", "1", "--jobs-per-window", "2", "--carbon-prices", "0"]
+    args += ["--policies", "spot-failover", "--out", str(tmp_path), "--jobs-alone"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].endswith(", each job alone")
+    for job in fleet.jobs[:2]:
+        assert f"carbon 0 USD/t               {job.id}   spot-failover" in out
+    assert json.loads((tmp_path / "results.json").read_text())["config"]["jobs_alone"] is True
 
 
 def test_summaries_report_non_trivial_mean_and_worst_window(shared_data: Path) -> None:

@@ -20,6 +20,7 @@ from orchestrator.model import JobSpec
 from orchestrator.replay.suites.base import Suite, SuiteCase
 from orchestrator.replay.suites.options import (
     AtLeastOne,
+    Flag,
     Integer,
     MoveOptions,
     Numbers,
@@ -61,6 +62,9 @@ class CarbonYearOptions(MoveOptions):
     # The seeded hazard that fills GCP's missing spot availability: lost at this rate per
     # hour (back at providers.sim's 0.15/h); 0 keeps every spot offer up throughout.
     spot_loss_per_hour: One = DEFAULT_LOSS_PER_HOUR
+    # Each job replayed by itself on its window's world (the same prices, carbon and spot
+    # draws; no other job takes its slots): one case per job, the window named by the job.
+    jobs_alone: Flag = False
 
 
 def carbon_year(data_dir: Path, overrides: Mapping[str, Any]) -> Suite:
@@ -70,13 +74,18 @@ def carbon_year(data_dir: Path, overrides: Mapping[str, Any]) -> Suite:
     spot availability has no trace in that period: the replay's seeded hazard fills it
     (providers.sim: calibrated on the Can't Be Late V100 traces, 60 % available, outages of
     hours). Shapes the price source lists at the bare VM's price in some region are left
-    out there (`_unpriced_gpu_regions`)."""
+    out there (`_unpriced_gpu_regions`). `jobs_alone`: one case per job, alone on its
+    window's world (`providers.sim.realize_spot` draws each offer's chain from its own
+    seed, so a job's offers see the fleet's spot draws); beside the fleet's run, what
+    sharing the slots costs."""
     opts = CarbonYearOptions.parse(overrides)
     n_windows, per_window = int(opts.windows), int(opts.jobs_per_window)
     days = opts.window_days
     trace, unpriced_gpu = _trace(data_dir)
     regions = sorted(set(trace.offers["region"]))
     windows = _windows(n_windows, per_window, days, opts.seed, regions)
+    if opts.jobs_alone:
+        windows = [(job.id, w_start, (job,)) for _, w_start, jobs in windows for job in jobs]
     cases = tuple(
         SuiteCase(
             setting=f"carbon {price:g} USD/t",
@@ -100,6 +109,7 @@ def carbon_year(data_dir: Path, overrides: Mapping[str, Any]) -> Suite:
             f"(seed {opts.seed}), 30-minute ticks, carbon price "
             f"{listed(opts.carbon_prices)} USD/t, {move_label(cases[0].settings)}, "
             f"spot lost at {opts.spot_loss_per_hour:g}/h"
+            + (", each job alone" if opts.jobs_alone else "")
         ),
         cases=cases,
         config={
@@ -109,6 +119,7 @@ def carbon_year(data_dir: Path, overrides: Mapping[str, Any]) -> Suite:
             "window_days": days,
             "seed": opts.seed,
             "spot_loss_per_hour": opts.spot_loss_per_hour,
+            "jobs_alone": opts.jobs_alone,
             "regions": regions,
             "egress_usd_per_gb": cases[0].settings.egress_usd_per_gb,
             "transfer_gbps": cases[0].settings.transfer_gbps,

@@ -161,9 +161,7 @@ def test_carbon_year_jobs_alone_replays_each_job_on_its_windows_world(
         assert (case.start, case.end, case.settings) == (fleet.start, fleet.end, fleet.settings)
         grid = case_grid(case)
         (job,) = case.jobs
-        assert {o.id for o in grid.offers} == {
-            o.id for o in world.offers if job.allows(o.gpu_type)
-        }
+        assert {o.id for o in grid.offers} == {o.id for o in world.offers if job.allows(o.gpu_type)}
         cols = [column[o.id] for o in grid.offers]
         assert (grid.spot_capacity == world.spot_capacity[:, cols]).all()
         assert grid.usd_per_hour.tobytes() == world.usd_per_hour[:, cols].tobytes()

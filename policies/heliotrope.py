@@ -382,20 +382,7 @@ class Heliotrope:
                 room = time_left[ii] - after_h - self.safety_margin_ticks * tick_h
                 waits = veto.any(axis=1) & (tracker.outage_h[h] <= room)
                 if self.wait_odds > 0 and waits.any():
-                    # ... and the rest of the outage at these odds (`wait_odds`), by the outages
-                    # that outlasted this one's age.
-                    seen = None  # the outages, read where the bound on the longest is not enough
-                    longest = tracker.longest_outage_bound()
-                    for c in np.unique(h[waits]).tolist():
-                        age, these = tracker.down_rows(c), waits & (h == c)
-                        fits = room[these].min()
-                        if seen is None and max(age, longest - age) * tick_h > fits:
-                            seen = tracker.outages()
-                            longest = int(seen[1].max(initial=0))
-                        if seen is None or max(age, longest - age) * tick_h <= fits:
-                            continue  # no rest it can read from these outages is longer
-                        rest = outage_rest_quantile(seen, c, age, self.wait_odds, self.wait_pool)
-                        waits[these] &= rest * tick_h <= room[these]
+                    waits = self._rest_fits(tracker, h, waits, room, tick_h)
                 rows, cols = (waits[:, None] & veto).nonzero()
                 utility[ii[rows], cols] = -np.inf
         chosen: dict[int, Intent] = {}
@@ -595,6 +582,34 @@ class Heliotrope:
                 queue[acts].tolist(), best[acts].tolist(), go[acts].tolist(), strict=True
             )
         ]
+
+    def _rest_fits(
+        self,
+        tracker: LifetimeTracker,
+        option: IntArray,
+        waits: BoolArray,
+        room: FloatArray,
+        tick_h: float,
+    ) -> BoolArray:
+        """Per waiting job: whether the rest of its option's outage, at `wait_odds`, fits
+        its `room` (hours), by the outages that outlasted this one's age
+        (`outage_rest_quantile`). The outages are listed only where the bound on the
+        longest cannot settle it: no rest read from them is longer than the longer of the
+        age and the longest less the age."""
+        fits = waits.copy()
+        seen = None
+        longest = tracker.longest_outage_bound()
+        for c in np.unique(option[waits]).tolist():
+            age, these = tracker.down_rows(c), waits & (option == c)
+            least = room[these].min()
+            if seen is None and max(age, longest - age) * tick_h > least:
+                seen = tracker.outages()
+                longest = int(seen[1].max(initial=0))
+            if seen is None or max(age, longest - age) * tick_h <= least:
+                continue
+            rest = outage_rest_quantile(seen, c, age, self.wait_odds, self.wait_pool)
+            fits[these] = rest * tick_h <= room[these]
+        return fits
 
     # -- cached while their inputs stay the same ------------------------------------------------
     def _jobs(self, snapshot: Snapshot) -> _Jobs | None:

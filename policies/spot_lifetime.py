@@ -118,7 +118,8 @@ class LifetimeTracker:
     _down_since: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
     _rows: int = 0
     _columns: tuple[tuple[float, float], FloatArray, int] | None = field(default=None, repr=False)
-    _longest: tuple[int, int] = (-1, 0)  # (`_rows` when `outages()` last ran, its longest)
+    # (`_rows` when `outages()` last ran, the longest it listed); -1: not since the rebuild
+    _longest: tuple[int, int] = field(default=(-1, 0), repr=False)
 
     def __call__(self, history: Any) -> FloatArray:
         grid, tick = getattr(history, "grid", None), getattr(history, "tick", None)

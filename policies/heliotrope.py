@@ -599,7 +599,7 @@ class Heliotrope:
         fits = waits.copy()
         seen = None
         longest = tracker.longest_outage_bound()
-        for c in np.unique(option[waits]).tolist():
+        for c in sorted(set(option[waits].tolist())):
             age, these = tracker.down_rows(c), waits & (option == c)
             least = room[these].min()
             if seen is None and max(age, longest - age) * tick_h > least:

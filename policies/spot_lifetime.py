@@ -261,17 +261,22 @@ def outage_rest_quantile(
     less its age."""
     off, length, ended = outages
     keep = (length > age) & ~((off == offer) & ~ended)  # its own under way is this one
-    off, rest, ended = off[keep], (length[keep] - age).astype(float), ended[keep]
+    rest = length[keep] - age  # rows, >= 1
     if rest.size == 0:
         return float(age)
-    own = off == offer
-    others = rest.size - int(own.sum())
+    own = off[keep] == offer
+    others = rest.size - int(np.count_nonzero(own))
     weight = np.where(own, 1.0, pool / max(others, 1))
-    order = np.argsort(rest, kind="stable")
-    rest, ended, weight = rest[order], ended[order], weight[order]
-    at_risk = weight.sum() - np.concatenate([[0.0], np.cumsum(weight)[:-1]])
-    survival = np.cumprod(np.where(ended, 1.0 - weight / at_risk, 1.0))
-    reached = np.flatnonzero(ended & (survival <= 1.0 - odds + 1e-12))
+    # Kaplan-Meier by whole rows: at each rest r, the weight of the outages that ended
+    # there over the weight of those that lasted at least r (tied ends one after another
+    # give the same product).
+    at = np.bincount(rest, weights=weight)
+    done = ended[keep]
+    ends = np.bincount(rest[done], weights=weight[done], minlength=at.size)
+    at_risk = np.cumsum(at[::-1])[::-1]
+    hazard = np.divide(ends, at_risk, out=np.zeros(at.size), where=ends > 0)
+    survival = np.cumprod(1.0 - hazard)
+    reached = np.flatnonzero((ends > 0) & (survival <= 1.0 - odds + 1e-12))
     if reached.size:
-        return float(rest[reached[0]])
-    return float(max(age, rest[-1]))  # beyond what was seen: at least its longest
+        return float(reached[0])
+    return float(max(age, at.size - 1))  # beyond what was seen: at least its longest

@@ -180,6 +180,16 @@ def test_outages_still_going_on_are_censored() -> None:
     assert outage_rest_quantile(longer, 0, 2, 0.8, pool=1.0) == 10.0
 
 
+def test_an_outage_going_on_as_long_as_two_that_ended_is_at_risk_when_they_end() -> None:
+    """Two outages ended 2 rows in, one goes on past 2 rows and one ended at 5: at 2 rows
+    four are at risk and two end (half survive), at 5 the last at risk ends. At odds 0.6
+    that is 5 rows; had the one going on left before the two ended, a third would survive
+    2 rows, and the answer would be 2."""
+    seen = _seen((0, 2, True), (0, 2, True), (0, 5, True), (1, 2, False))
+    assert outage_rest_quantile(seen, 0, 0, 0.5, pool=1.0) == 2.0
+    assert outage_rest_quantile(seen, 0, 0, 0.6, pool=1.0) == 5.0
+
+
 def test_an_outage_longer_than_any_seen_is_expected_to_last_as_long_again() -> None:
     assert outage_rest_quantile(OWN, 0, 9, 0.5, pool=3.0) == 9.0
     assert outage_rest_quantile(_seen((0, 4, False)), 0, 4, 0.5, pool=3.0) == 4.0

@@ -301,10 +301,11 @@ class Heliotrope:
         hours = stay
         live: FloatArray | None = None  # the chance a launch lives past its young run
         if young is not None and young.any():
-            q = np.repeat(young[None, :], stay.shape[0], axis=0)
-            q[hj, hc] = 0.0  # where it runs, it has started
-            live = 1.0 - q
-            hours = live * stay + q * np.minimum(np.maximum(startup, tick_h), stay)
+            # Per offer, broadcast over the jobs; where a job runs, it has started (q is 0:
+            # the stay itself, to the bit).
+            live = 1.0 - young
+            hours = live * stay + young * np.minimum(np.maximum(startup, tick_h), stay)
+            hours[hj, hc] = stay[hj, hc]
         move_cost = egress
         if self.return_aware and tracker is not None:
             # The cheapest spot option is down: once it is back (in `outage` hours) a job
@@ -329,7 +330,11 @@ class Heliotrope:
                 move_cost = egress.copy()
                 move_cost[away] += np.where(np.isfinite(after), after, 0.0)
         gained = np.maximum(stay - startup, 0.0)
-        progress = rate * gained if live is None else live * rate * gained
+        if live is None:
+            progress = rate * gained
+        else:
+            progress = live * rate * gained
+            progress[hj, hc] = rate[hj, hc] * gained[hj, hc]
         utility = (value[:, None] * progress - hourly * hours - move_cost) / hours
         utility[~(feasible & np.isfinite(utility))] = -np.inf
 

@@ -181,10 +181,10 @@ def test_outages_still_going_on_are_censored() -> None:
 
 
 def test_an_outage_going_on_as_long_as_two_that_ended_is_at_risk_when_they_end() -> None:
-    """Two outages ended 2 rows in, one goes on past 2 rows and one ended at 5: at 2 rows
-    four are at risk and two end (half survive), at 5 the last at risk ends. At odds 0.6
-    that is 5 rows; had the one going on left before the two ended, a third would survive
-    2 rows, and the answer would be 2."""
+    """Two of its outages ended after 2 rows and one after 5; another offer's has lasted 2
+    rows and goes on. At 2 rows four are at risk and two end (half survive); at 5 the last
+    one at risk ends. At odds 0.6 that is 5 rows. Had the one going on left the risk set
+    before the two ended, a third would survive 2 rows, and the answer would be 2."""
     seen = _seen((0, 2, True), (0, 2, True), (0, 5, True), (1, 2, False))
     assert outage_rest_quantile(seen, 0, 0, 0.5, pool=1.0) == 2.0
     assert outage_rest_quantile(seen, 0, 0, 0.6, pool=1.0) == 5.0

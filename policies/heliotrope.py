@@ -607,11 +607,13 @@ class Heliotrope:
         for c in sorted(set(option[waits].tolist())):
             age, these = tracker.down_rows(c), waits & (option == c)
             least = room[these].min()
-            if seen is None and max(age, longest - age) * tick_h > least:
+            if max(age, longest - age) * tick_h <= least:
+                continue  # the bound settles it
+            if seen is None:  # list them, and try the exact longest
                 seen = tracker.outages()
                 longest = int(seen[1].max(initial=0))
-            if seen is None or max(age, longest - age) * tick_h <= least:
-                continue
+                if max(age, longest - age) * tick_h <= least:
+                    continue
             rest = outage_rest_quantile(seen, c, age, self.wait_odds, self.wait_pool)
             fits[these] = rest * tick_h <= room[these]
         return fits

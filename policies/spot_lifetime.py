@@ -252,9 +252,10 @@ def outage_rest_quantile(
     outages: tuple[IntArray, IntArray, BoolArray], offer: int, age: int, odds: float, pool: float
 ) -> float:
     """How long (in rows) offer `offer`'s outage, `age` rows old, will last yet, at `odds`:
-    the `odds` quantile of the rest of the `outages` (`LifetimeTracker.outages`) that
-    outlasted its age, a Kaplan-Meier estimate (outages still going on are censored). Its
-    own outages weigh one each; the other offers' weigh `pool` together. Where no outage
+    the `odds` quantile of the rest of the `outages` (`LifetimeTracker.outages`, lengths in
+    whole rows) that outlasted its age, a Kaplan-Meier estimate (outages still going on are
+    censored). Its own outages weigh one each; the other offers' weigh `pool` together.
+    Where no outage
     lasted that long, its age: an outage is expected to last as long again; where the
     estimate never reaches `odds` (the longest rests censored), the longer of its age and
     the longest rest seen. So never more than the longer of its age and the longest outage

@@ -381,6 +381,11 @@ def _add_bench_commands(sub: Any) -> None:
     )
     bb.add_argument("--offers", type=int, default=6, help="spot offers per job (2**N states)")
     bb.add_argument("--samples", type=int, default=150, help="availability paths per job")
+    bb.add_argument(
+        "--continuous",
+        action="store_true",
+        help="a preemption loses no work (default: each job's own checkpoint interval)",
+    )
     bb.add_argument("--workers", type=int, default=1, help="processes (default 1)")
     bb.add_argument("--json", action="store_true")
     bb.set_defaults(handler=_bench_bound)
@@ -827,6 +832,7 @@ def _bench_bound(args: argparse.Namespace) -> int:
             overrides,
             offers=args.offers,
             samples=args.samples,
+            continuous=args.continuous,
             workers=args.workers,
             progress=step,
         )

@@ -20,7 +20,10 @@ offers, each in its own region, priced per hour of the job's instances, constant
 job; on-demand at one price and speed in every region, always up (run where the checkpoint
 lies, beside the cheapest spot offer before there is one); every tick billed; a
 launch pays a cold start (plus the checkpoint's transfer time and egress from where it
-lies); a preemption loses no work; no other jobs compete for the slots.
+lies); a preemption takes the job back to its last checkpoint (written, as in the replay,
+every `checkpoint_h` hours of running from the end of its cold start, at the end of the tick
+that reaches it; a move or a pause checkpoints first; 0: continuously, a preemption loses
+nothing); no other jobs compete for the slots.
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ class HazardJob:
     ticks: int  # decisions before the deadline
     tick_h: float
     cold_start_h: float
+    checkpoint_h: float = 0.0  # how often it checkpoints while running (0: continuously)
 
     @property
     def k(self) -> int:
@@ -94,7 +98,8 @@ class HazardBound:
 @dataclass(frozen=True, slots=True)
 class _Grid:
     """The job on a progress grid: units per tick warm, per launch from each checkpoint
-    place (row K: no checkpoint yet), and the egress of that launch."""
+    place (row K: no checkpoint yet), and the egress of that launch; and the states of a run
+    on spot (`_runs`)."""
 
     levels: int
     warm: list[int]
@@ -102,6 +107,54 @@ class _Grid:
     egress: FloatArray  # (K + 1, K)
     od_warm: int
     od_launch: int
+    runs: _Runs
+
+
+@dataclass(frozen=True, slots=True)
+class _Runs:
+    """The states of a run on spot: on offer `offer[s]`, `lost[s]` units since the last
+    checkpoint (what a preemption now takes back), `after[s]` the state one tick on, and
+    `first[c, o]` the state after a launch on o from checkpoint place c. Continuous
+    checkpoints: one state per offer, nothing lost."""
+
+    offer: list[int]
+    lost: list[int]
+    after: list[int]
+    first: IntArray  # (K + 1, K)
+
+
+def _runs(job: HazardJob, launch: IntArray, warm: list[int]) -> _Runs:
+    """A run's state is (offer, ticks until its next checkpoint, units since the last): the
+    clock starts when the launch is ready, and a checkpoint is written at the end of the
+    tick whose end is `checkpoint_h` or more past the last (the replay's rule)."""
+    k, h, every = job.k, job.tick_h, job.checkpoint_h
+    steady = max(1, math.ceil(every / h - 1e-9)) if every > 0 else 1
+    index: dict[tuple[int, int, int], int] = {}
+    offer: list[int] = []
+    lost: list[int] = []
+    after: list[int] = []
+
+    def state(o: int, ticks: int, units: int) -> int:
+        key = (o, ticks, units)
+        if key not in index:
+            index[key] = len(offer)
+            offer.append(o)
+            lost.append(units)
+            after.append(-1)
+            nxt = (o, steady, 0) if ticks <= 1 else (o, ticks - 1, units + warm[o])
+            after[index[key]] = state(*nxt) if nxt != key else index[key]
+        return index[key]
+
+    first = np.zeros((k + 1, k), dtype=np.int64)
+    for src in range(k + 1):
+        for dst in range(k):
+            moved = src < k and src != dst
+            ready = job.cold_start_h + (float(job.transfer_h[src, dst]) if moved else 0.0)
+            clock = max(h - ready, 0.0)
+            ticks = max(0, math.ceil((every - clock) / h - 1e-9)) if every > 0 else 0
+            units = int(launch[src, dst])
+            first[src, dst] = state(dst, ticks, units) if ticks else state(dst, steady, 0)
+    return _Runs(offer=offer, lost=lost, after=after, first=first)
 
 
 def _grid(job: HazardJob, max_levels: int) -> _Grid:
@@ -116,13 +169,15 @@ def _grid(job: HazardJob, max_levels: int) -> _Grid:
             wait = job.cold_start_h + (float(job.transfer_h[src, dst]) if moved else 0.0)
             launch[src, dst] = round(float(job.spot_rate[dst]) * max(0.0, h - wait) / unit)
             egress[src, dst] = float(job.egress_usd[src, dst]) if moved else 0.0
+    warm = [round(float(r) * h / unit) for r in job.spot_rate]
     return _Grid(
         levels=math.ceil(job.work / unit - 1e-9),
-        warm=[round(float(r) * h / unit) for r in job.spot_rate],
+        warm=warm,
         launch=launch,
         egress=egress,
         od_warm=round(job.od_rate * h / unit),
         od_launch=round(job.od_rate * max(0.0, h - job.cold_start_h) / unit),
+        runs=_runs(job, launch, warm),
     )
 
 
@@ -130,6 +185,12 @@ def _ahead(values: FloatArray, units: int) -> FloatArray:
     """values[..., q, x] -> values[..., min(q + units, Q), x]."""
     top = values.shape[-2] - 1
     return values[..., np.minimum(np.arange(top + 1) + units, top), :]
+
+
+def _behind(values: FloatArray, units: int) -> FloatArray:
+    """values[..., q, x] -> values[..., max(q - units, 0), x]."""
+    top = values.shape[-2] - 1
+    return values[..., np.maximum(np.arange(top + 1) - units, 0), :]
 
 
 def _solve(
@@ -140,43 +201,69 @@ def _solve(
     expect: Callable[[FloatArray], FloatArray],
 ) -> FloatArray:
     """Backward induction. Placements: idle with the checkpoint at offer l (K of them), idle
-    with none yet, on spot k (K), on on-demand at l (K). The last axis X of a value array is
-    the availability state (online) or the path (clairvoyant); `up_now(t)` / `up_next(t)`
-    give (X, K) availability at t and t + 1 on that axis, `expect` the value at t + 1 seen
-    from t. Returns the cost from the start (idle, no checkpoint, no progress) per X."""
-    k, h, top = job.k, job.tick_h, g.levels
-    idle0, none, spot0, od0 = 0, k, k + 1, 2 * k + 1
-    where = [*range(k), k, *range(k), *range(k)]  # checkpoint place of each placement
+    with none yet, on spot in each run state (`_Runs`: one per offer with continuous
+    checkpoints), on on-demand at l (K). The last axis X of a value array is the
+    availability state (online) or the path (clairvoyant); `up_now(t)` / `up_next(t)` give
+    (X, K) availability at t and t + 1 on that axis, `expect` the value at t + 1 seen from t.
+    Returns the cost from the start (idle, no checkpoint, no progress) per X."""
+    k, h, top, runs = job.k, job.tick_h, g.levels, g.runs
+    n_runs = len(runs.offer)
+    idle0, none, spot0, od0 = 0, k, k + 1, k + 1 + n_runs
     x = up_now(0).shape[0]
-    value = np.full((3 * k + 1, top + 1, x), _NEVER)
+    value = np.full((od0 + k, top + 1, x), _NEVER)
     value[:, top, :] = 0.0
+    spot_h = [float(job.spot_usd_per_h[o]) * h for o in range(k)]
+    od_h = job.od_usd_per_h * h
     for t in range(job.ticks - 1, -1, -1):
         now, nxt = up_now(t), up_next(t)
-        idle = [expect(value[idle0 + c]) for c in range(k)] + [expect(value[none])]
-        # On spot k through the tick: preempted at its end if the offer goes down.
-        ride = [
-            expect(np.where(nxt[:, c][None, :], value[spot0 + c], value[idle0 + c]))
-            for c in range(k)
+        idle = expect(value[: k + 1])  # idle with the checkpoint at each offer, or none
+        demand = expect(value[od0:])
+        # Through the tick into run state s: preempted at its end if the offer goes down,
+        # back to the last checkpoint (none at all where that is no progress); done is done.
+        through = np.empty((n_runs, top + 1, x))
+        for s in range(n_runs):
+            o, lost = runs.offer[s], runs.lost[s]
+            down = _behind(value[idle0 + o], lost)
+            down[: lost + 1] = value[none, 0]
+            through[s] = np.where(nxt[:, o][None, :], value[spot0 + s], down)
+        ride = expect(through)
+        ride[:, top] = 0.0
+        # A launch on o from checkpoint place c (row k: none), the best over o, and the best
+        # over the other offers for a job running on c.
+        launch = [
+            [
+                np.where(
+                    now[:, o][None, :],
+                    spot_h[o]
+                    + g.egress[c, o]
+                    + _ahead(ride[runs.first[c, o]], int(g.launch[c, o])),
+                    _NEVER,
+                )
+                for o in range(k)
+            ]
+            for c in range(k + 1)
         ]
-        demand = [expect(value[od0 + c]) for c in range(k)]
+        any_launch = [np.minimum.reduce(row) for row in launch]
+        other_launch = [
+            np.minimum.reduce([row[o] for o in range(k) if o != c]) if k > 1 else None
+            for c, row in enumerate(launch[:k])
+        ]
+        od_launch = [od_h + _ahead(demand[c], g.od_launch) for c in range(k)]
         fresh = np.empty_like(value)
-        for p in range(3 * k + 1):
-            c = where[p]
-            best = idle[c].copy()
-            for o in range(k):
-                if p == spot0 + o:
-                    cost = job.spot_usd_per_h[o] * h + _ahead(ride[o], g.warm[o])
-                else:
-                    cost = (
-                        job.spot_usd_per_h[o] * h
-                        + g.egress[c, o]
-                        + _ahead(ride[o], int(g.launch[c, o]))
-                    )
-                np.minimum(best, np.where(now[:, o][None, :], cost, _NEVER), out=best)
+        for c in range(k + 1):  # idle
             home = c if c < k else 0
-            units = g.od_warm if p == od0 + home else g.od_launch
-            np.minimum(best, job.od_usd_per_h * h + _ahead(demand[home], units), out=best)
-            fresh[p] = best
+            fresh[idle0 + c] = np.minimum(np.minimum(idle[c], any_launch[c]), od_launch[home])
+        for s in range(n_runs):  # on spot: keep running, or leave (a checkpoint first)
+            o = runs.offer[s]
+            keep = np.where(
+                now[:, o][None, :], spot_h[o] + _ahead(ride[runs.after[s]], g.warm[o]), _NEVER
+            )
+            best = np.minimum(np.minimum(idle[o], keep), od_launch[o])
+            other = other_launch[o]
+            fresh[spot0 + s] = best if other is None else np.minimum(best, other)
+        for c in range(k):  # on on-demand where the checkpoint lies
+            stay = od_h + _ahead(demand[c], g.od_warm)
+            fresh[od0 + c] = np.minimum(np.minimum(idle[c], any_launch[c]), stay)
         fresh[:, top, :] = 0.0
         value = np.minimum(fresh, _NEVER)
     out: FloatArray = value[none, 0, :]

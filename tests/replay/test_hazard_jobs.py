@@ -56,6 +56,8 @@ def test_each_job_gets_its_cheapest_offers_and_an_on_demand_that_finishes(
         assert job.work == spec.work_gpu_hours and job.cold_start_h == spec.cold_start_h
         assert job.od_rate * (job.ticks * job.tick_h - job.cold_start_h) >= job.work
         assert (np.diag(job.egress_usd) == 0).all() and (job.egress_usd >= 0).all()
+        assert job.checkpoint_h == spec.checkpoint_interval_h > 0  # what a preemption loses
+        assert hazard_job(grid, case, fit, moves, j, 4, continuous=True).checkpoint_h == 0.0
 
 
 def test_the_online_optimum_is_never_below_the_clairvoyant_and_equal_without_hazard(

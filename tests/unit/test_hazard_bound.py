@@ -30,6 +30,7 @@ def job(
     cold: float = 0.2,
     egress: float = 0.0,
     od: float = 10.0,
+    checkpoint_h: float = 0.0,
 ) -> HazardJob:
     k = len(prices)
     return HazardJob(
@@ -43,6 +44,7 @@ def job(
         ticks=ticks,
         tick_h=0.5,
         cold_start_h=cold,
+        checkpoint_h=checkpoint_h,
     )
 
 
@@ -114,6 +116,50 @@ def test_a_second_offer_helps_and_the_clairvoyant_stays_below() -> None:
     paths = sample_paths(HAZARD, 2, two_job.ticks, two_job.tick_h, 2000, np.random.default_rng(1))
     clair = float(clairvoyant_costs(two_job, paths).mean())
     assert clair < two < one
+
+
+def test_a_preemption_between_checkpoints_takes_the_work_back() -> None:
+    # One offer at 1 USD/h, up in ticks 0, 2 and 3 and down in tick 1; 1.5 h of work in 4
+    # ticks of 0.5 h, no cold start; on-demand 10 USD/h. Checkpointing continuously, or at
+    # the end of every tick (every 0.5 h), the tick run before the drop is kept: three ticks
+    # on spot, 1.5 USD.
+    up = np.ones((5, 1, 1), dtype=bool)
+    up[1] = False
+    for every in (0.0, 0.5):
+        j = job([1.0], work=1.5, ticks=4, cold=0.0, checkpoint_h=every)
+        assert clairvoyant_costs(j, up)[0] == pytest.approx(1.5)
+    # Hourly, the first checkpoint would come at the end of tick 1: riding tick 0 into the
+    # drop loses it, so a tick on on-demand it must be (5 USD) and two on spot: 6 USD.
+    hourly = job([1.0], work=1.5, ticks=4, cold=0.0, checkpoint_h=1.0)
+    assert clairvoyant_costs(hourly, up)[0] == pytest.approx(6.0)
+    # With the drop a tick later, the checkpoint at the end of tick 1 keeps both ticks.
+    later = np.ones((6, 1, 1), dtype=bool)
+    later[2] = False
+    longer = job([1.0], work=1.5, ticks=5, cold=0.0, checkpoint_h=1.0)
+    assert clairvoyant_costs(longer, later)[0] == pytest.approx(1.5)
+
+
+def test_checkpoints_cost_the_online_optimum_more_than_the_clairvoyant() -> None:
+    # The small case of the exact enumeration above, with hourly checkpoints: what a
+    # preemption takes back costs the policy that cannot see it coming; the clairvoyant
+    # loses little, and is still below it.
+    def exact(j: HazardJob) -> float:
+        lose, back = HAZARD.step(j.tick_h)
+        paths = np.array(list(itertools.product([False, True], repeat=j.ticks + 1)), dtype=bool)
+        prob = np.where(paths[:, 0], HAZARD.up_share, 1.0 - HAZARD.up_share)
+        for t in range(j.ticks):
+            a, b = paths[:, t], paths[:, t + 1]
+            prob = prob * np.where(a, np.where(b, 1 - lose, lose), np.where(b, back, 1 - back))
+        return float(prob @ clairvoyant_costs(j, paths.T[:, :, None]))
+
+    continuous = job([1.0], work=1.2, ticks=8, od=10.0)
+    hourly = job([1.0], work=1.2, ticks=8, od=10.0, checkpoint_h=1.0)
+    assert exact(continuous) <= exact(hourly) < online_optimum(hourly, HAZARD)
+    assert online_optimum(hourly, HAZARD) > online_optimum(continuous, HAZARD)
+    # The foresight is worth more where preemptions cost work.
+    assert online_optimum(hourly, HAZARD) / exact(hourly) > online_optimum(
+        continuous, HAZARD
+    ) / exact(continuous)
 
 
 def test_paths_must_cover_the_job() -> None:

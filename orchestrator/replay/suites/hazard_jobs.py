@@ -5,8 +5,10 @@ clairvoyant one, job by job.
 Per job: its `offers` cheapest spot offers per unit of progress (prices averaged over the
 ticks to its deadline; up to `offers - 2` of them among those fast enough to finish
 alone, so a job whose bargain is a slow L4 also has A100s to fall back on), egress and
-transfer times between them from the catalog's routes, and the cheapest on-demand offer
-per unit of progress that finishes in time. Dollars only: the bound is for 0 USD/t.
+transfer times between them from the catalog's routes, the cheapest on-demand offer per
+unit of progress that finishes in time, and the job's own checkpoint interval (what a
+preemption takes back; `continuous`: nothing, the bound as first measured). Dollars only:
+the bound is for 0 USD/t.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ def hazard_job(
     moves: tuple[FloatArray, FloatArray],
     j: int,
     offers: int,
+    continuous: bool = False,
 ) -> HazardJob:
     """Job `j` of `case` as `hazard_bound` sees it (module docstring); `moves` is
     `move_matrices` of the grid's offers."""
@@ -95,11 +98,16 @@ def hazard_job(
         ticks=ticks,
         tick_h=tick_h,
         cold_start_h=job.cold_start_h,
+        checkpoint_h=0.0 if continuous else job.checkpoint_interval_h,
     )
 
 
 def case_bounds(
-    case: SuiteCase, offers: int = 6, samples: int = 150, seed: int = 0
+    case: SuiteCase,
+    offers: int = 6,
+    samples: int = 150,
+    continuous: bool = False,
+    seed: int = 0,
 ) -> list[JobBound]:
     """`hazard_bound` for every job of one case, on the suite's own hazard."""
     grid = case_grid(case)
@@ -111,7 +119,10 @@ def case_bounds(
             case.window,
             job.id,
             hazard_bound(
-                hazard_job(grid, case, fit, moves, j, offers), hazard, samples=samples, seed=seed
+                hazard_job(grid, case, fit, moves, j, offers, continuous),
+                hazard,
+                samples=samples,
+                seed=seed,
             ),
         )
         for j, job in enumerate(case.jobs)
@@ -124,6 +135,7 @@ def carbon_year_bounds(
     *,
     offers: int = 6,
     samples: int = 150,
+    continuous: bool = False,
     workers: int = 1,
     progress: Callable[[int, int], None] | None = None,
 ) -> list[JobBound]:
@@ -145,7 +157,7 @@ def carbon_year_bounds(
         suite,
         indices,
         case_bounds,
-        (offers, samples),
+        (offers, samples, continuous),
         workers,
         done,
     )

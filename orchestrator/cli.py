@@ -379,6 +379,9 @@ def _add_bench_commands(sub: Any) -> None:
     bb.add_argument(
         "--spot-loss-per-hour", default=None, help="the seeded spot hazard's rate of loss"
     )
+    bb.add_argument(
+        "--carbon-price", default="0", help="USD/t: J = dollars + price x tCO2 (default 0)"
+    )
     bb.add_argument("--offers", type=int, default=6, help="spot offers per job (2**N states)")
     bb.add_argument("--samples", type=int, default=150, help="availability paths per job")
     bb.add_argument(
@@ -810,9 +813,17 @@ def _bench_bound(args: argparse.Namespace) -> int:
             "jobs_per_window": args.jobs_per_window,
             "seed": args.seed,
             "spot_loss_per_hour": args.spot_loss_per_hour,
-            "carbon_prices": "0",
+            "carbon_prices": args.carbon_price,
         }
     )
+    try:
+        price = float(args.carbon_price)
+    except ValueError:
+        price = -1.0
+    if not price >= 0:
+        raise InputError(
+            "", "--carbon-price", "one number of USD/t, 0 or more", got=args.carbon_price
+        )
     if not 1 <= args.offers <= 8:
         raise InputError("", "--offers", "a whole number from 1 to 8", got=args.offers)
     if args.samples < 1:
@@ -837,7 +848,9 @@ def _bench_bound(args: argparse.Namespace) -> int:
             progress=step,
         )
     _print_rows(
-        window_rows(bounds), args.json, "carbon-year at 0 USD/t: online optimum / clairvoyant"
+        window_rows(bounds),
+        args.json,
+        f"carbon-year at {args.carbon_price} USD/t: online optimum / clairvoyant (J)",
     )
     return 0
 

@@ -60,6 +60,22 @@ def test_each_job_gets_its_cheapest_offers_and_an_on_demand_that_finishes(
         assert hazard_job(grid, case, fit, moves, j, 4, continuous=True).checkpoint_h == 0.0
 
 
+def test_at_a_carbon_price_each_offer_costs_its_emissions_too(shared_data_module: Path) -> None:
+    # The same job at 0 and 200 USD/t: its cheapest spot and on-demand options dearer by the
+    # carbon of their energy; the work and the deadline as they were.
+    jobs = []
+    for price in ("0", "200"):
+        case = carbon_year(shared_data_module, {**SMALL, "carbon_prices": price}).cases[0]
+        grid = case_grid(case)
+        fit = JobOfferFit.build(case.jobs, grid.offers)
+        jobs.append(hazard_job(grid, case, fit, move_matrices(grid.offers, case.settings), 0, 1))
+    free, priced = jobs
+    # Per unit of progress (the offers are picked by it; the pick may change with the price).
+    assert priced.od_usd_per_h / priced.od_rate > free.od_usd_per_h / free.od_rate
+    assert (priced.spot_usd_per_h / priced.spot_rate)[0] > (free.spot_usd_per_h / free.spot_rate)[0]
+    assert (priced.work, priced.ticks) == (free.work, free.ticks)
+
+
 def test_the_online_optimum_is_never_below_the_clairvoyant_and_equal_without_hazard(
     hazard: Suite, steady: Suite
 ) -> None:
@@ -82,7 +98,8 @@ def test_bench_bound_prints_the_windows(
 
 
 @pytest.mark.parametrize(
-    ("flag", "value"), [("--offers", "9"), ("--samples", "0"), ("--workers", "0")]
+    ("flag", "value"),
+    [("--offers", "9"), ("--samples", "0"), ("--workers", "0"), ("--carbon-price", "50,200")],
 )
 def test_bench_bound_refuses_bad_sizes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str

@@ -7,8 +7,9 @@ ticks to its deadline; up to `offers - 2` of them among those fast enough to fin
 alone, so a job whose bargain is a slow L4 also has A100s to fall back on), egress and
 transfer times between them from the catalog's routes, the cheapest on-demand offer per
 unit of progress that finishes in time, and the job's own checkpoint interval (what a
-preemption takes back; `continuous`: nothing, the bound as first measured). Dollars only:
-the bound is for 0 USD/t.
+preemption takes back; `continuous`: nothing, the bound as first measured). Costs are J at
+the case's carbon price: an offer's dollars an hour plus its energy's carbon at the zone's
+average intensity over those ticks (egress in dollars).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator import units
-from orchestrator.costs import JobOfferFit, move_matrices
+from orchestrator.costs import JobOfferFit, carbon_usd, move_matrices
 from orchestrator.model import FloatArray, JobSpec, Market
 from orchestrator.replay.hazard_bound import Hazard, HazardBound, HazardJob, hazard_bound
 from orchestrator.replay.suites.base import SuiteCase
@@ -64,10 +65,16 @@ def hazard_job(
     first = min(grid.tick_of(job.start), grid.n_ticks - 1)
     ticks = int((job.deadline.timestamp() - (grid.start_s + first * grid.tick_s)) // grid.tick_s)
     rate = fit.rate[j]
+    span = slice(first, first + max(ticks, 1))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # an offer unpriced throughout
-        hourly = np.nanmean(grid.usd_per_hour[first : first + max(ticks, 1)], axis=0)
+        hourly = np.nanmean(grid.usd_per_hour[span], axis=0)
+        intensity = np.nanmean(grid.carbon_g_per_kwh[span], axis=0)
     hourly = hourly * fit.instances[j]
+    price = case.settings.carbon_usd_per_tonne
+    if price > 0:  # J an hour: the dollars and the carbon at the average intensity
+        kwh = fit.power_kw[j] * fit.pue
+        hourly = hourly + carbon_usd(kwh, np.nan_to_num(intensity), price)
     per_progress = np.where(rate > 0, hourly / np.where(rate > 0, rate, 1.0), np.nan)
     usable = np.isfinite(per_progress)
     spot = np.array([o.market is Market.SPOT for o in grid.offers])

@@ -255,11 +255,10 @@ def outage_rest_quantile(
     the `odds` quantile of the rest of the `outages` (`LifetimeTracker.outages`, lengths in
     whole rows) that outlasted its age, a Kaplan-Meier estimate (outages still going on are
     censored). Its own outages weigh one each; the other offers' weigh `pool` together.
-    Where no outage
-    lasted that long, its age: an outage is expected to last as long again; where the
-    estimate never reaches `odds` (the longest rests censored), the longer of its age and
-    the longest rest seen. So never more than the longer of its age and the longest outage
-    less its age."""
+    Where no outage lasted that long, its age: an outage is expected to last as long again;
+    where the estimate never reaches `odds` (the longest rests censored), the longer of its
+    age and the longest rest seen. So never more than the longer of its age and the longest
+    outage less its age."""
     off, length, ended = outages
     keep = (length > age) & ~((off == offer) & ~ended)  # its own under way is this one
     rest = length[keep] - age  # rows, >= 1

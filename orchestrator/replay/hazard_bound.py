@@ -123,10 +123,11 @@ class _Runs:
     first: IntArray  # (K + 1, K)
 
 
-def _runs(job: HazardJob, launch: IntArray, warm: list[int]) -> _Runs:
+def _runs(job: HazardJob, wait: FloatArray, launch: IntArray, warm: list[int]) -> _Runs:
     """A run's state is (offer, ticks until its next checkpoint, units since the last): the
-    clock starts when the launch is ready, and a checkpoint is written at the end of the
-    tick whose end is `checkpoint_h` or more past the last (the replay's rule)."""
+    clock starts when the launch is ready (`wait` hours into its tick, per checkpoint place
+    and offer), and a checkpoint is written at the end of the tick whose end is
+    `checkpoint_h` or more past the last (the replay's rule)."""
     k, h, every = job.k, job.tick_h, job.checkpoint_h
     steady = max(1, math.ceil(every / h - 1e-9)) if every > 0 else 1
     index: dict[tuple[int, int, int], int] = {}
@@ -148,9 +149,7 @@ def _runs(job: HazardJob, launch: IntArray, warm: list[int]) -> _Runs:
     first = np.zeros((k + 1, k), dtype=np.int64)
     for src in range(k + 1):
         for dst in range(k):
-            moved = src < k and src != dst
-            ready = job.cold_start_h + (float(job.transfer_h[src, dst]) if moved else 0.0)
-            clock = max(h - ready, 0.0)
+            clock = max(h - float(wait[src, dst]), 0.0)
             ticks = max(0, math.ceil((every - clock) / h - 1e-9)) if every > 0 else 0
             units = int(launch[src, dst])
             first[src, dst] = state(dst, ticks, units) if ticks else state(dst, steady, 0)
@@ -163,11 +162,14 @@ def _grid(job: HazardJob, max_levels: int) -> _Grid:
     unit = max(job.work / max_levels, slowest * h / 40.0)
     launch = np.zeros((k + 1, k), dtype=np.int64)
     egress = np.zeros((k + 1, k))
+    wait = np.full((k + 1, k), job.cold_start_h)  # until the launch is ready, hours
     for src in range(k + 1):
         for dst in range(k):
             moved = src < k and src != dst
-            wait = job.cold_start_h + (float(job.transfer_h[src, dst]) if moved else 0.0)
-            launch[src, dst] = round(float(job.spot_rate[dst]) * max(0.0, h - wait) / unit)
+            wait[src, dst] += float(job.transfer_h[src, dst]) if moved else 0.0
+            launch[src, dst] = round(
+                float(job.spot_rate[dst]) * max(0.0, h - wait[src, dst]) / unit
+            )
             egress[src, dst] = float(job.egress_usd[src, dst]) if moved else 0.0
     warm = [round(float(r) * h / unit) for r in job.spot_rate]
     return _Grid(
@@ -177,7 +179,7 @@ def _grid(job: HazardJob, max_levels: int) -> _Grid:
         egress=egress,
         od_warm=round(job.od_rate * h / unit),
         od_launch=round(job.od_rate * max(0.0, h - job.cold_start_h) / unit),
-        runs=_runs(job, launch, warm),
+        runs=_runs(job, wait, launch, warm),
     )
 
 
@@ -244,23 +246,23 @@ def _solve(
             for c in range(k + 1)
         ]
         any_launch = [np.minimum.reduce(row) for row in launch]
-        other_launch = [
-            np.minimum.reduce([row[o] for o in range(k) if o != c]) if k > 1 else None
+        od_launch = [od_h + _ahead(demand[c], g.od_launch) for c in range(k)]
+        # A job running on spot o may leave it (a checkpoint first): idle, on-demand, or a
+        # launch on another offer.
+        leave = [
+            np.minimum.reduce([idle[c], od_launch[c], *(row[o] for o in range(k) if o != c)])
             for c, row in enumerate(launch[:k])
         ]
-        od_launch = [od_h + _ahead(demand[c], g.od_launch) for c in range(k)]
         fresh = np.empty_like(value)
         for c in range(k + 1):  # idle
             home = c if c < k else 0
             fresh[idle0 + c] = np.minimum(np.minimum(idle[c], any_launch[c]), od_launch[home])
-        for s in range(n_runs):  # on spot: keep running, or leave (a checkpoint first)
+        for s in range(n_runs):  # on spot: keep running, or leave
             o = runs.offer[s]
             keep = np.where(
                 now[:, o][None, :], spot_h[o] + _ahead(ride[runs.after[s]], g.warm[o]), _NEVER
             )
-            best = np.minimum(np.minimum(idle[o], keep), od_launch[o])
-            other = other_launch[o]
-            fresh[spot0 + s] = best if other is None else np.minimum(best, other)
+            fresh[spot0 + s] = np.minimum(leave[o], keep)
         for c in range(k):  # on on-demand where the checkpoint lies
             stay = od_h + _ahead(demand[c], g.od_warm)
             fresh[od0 + c] = np.minimum(np.minimum(idle[c], any_launch[c]), stay)

@@ -48,6 +48,19 @@ def job(
     )
 
 
+def exact_clairvoyant_mean(j: HazardJob) -> float:
+    """The clairvoyant optimum's exact expectation for a one-offer job: every availability
+    path over its ticks, weighted by its probability under `HAZARD`."""
+    lose, back = HAZARD.step(j.tick_h)
+    paths = np.array(list(itertools.product([False, True], repeat=j.ticks + 1)), dtype=bool)
+    prob = np.where(paths[:, 0], HAZARD.up_share, 1.0 - HAZARD.up_share)
+    for t in range(j.ticks):
+        a, b = paths[:, t], paths[:, t + 1]
+        prob = prob * np.where(a, np.where(b, 1.0 - lose, lose), np.where(b, back, 1.0 - back))
+    assert prob.sum() == pytest.approx(1.0)
+    return float(prob @ clairvoyant_costs(j, paths.T[:, :, None]))
+
+
 def test_with_spot_always_up_both_pay_the_cheapest_run() -> None:
     # 2 h of work: 0.3 h in the launch tick (0.2 h cold start), then 0.5 h a tick: 5 ticks
     # of 0.5 h at 2 USD/h.
@@ -90,16 +103,8 @@ def test_online_is_above_the_exact_clairvoyant_mean_and_below_on_demand() -> Non
     # expectation of the clairvoyant optimum. The online optimum cannot beat it, and never
     # pays more than on-demand alone (3 ticks: 0.3 + 0.5 + 0.5 h of 1.2 h; 1.5 h at 10 USD/h).
     j = job([1.0], work=1.2, ticks=8, od=10.0)
-    lose, back = HAZARD.step(j.tick_h)
-    paths = np.array(list(itertools.product([False, True], repeat=j.ticks + 1)), dtype=bool)
-    prob = np.where(paths[:, 0], HAZARD.up_share, 1.0 - HAZARD.up_share)
-    for t in range(j.ticks):
-        a, b = paths[:, t], paths[:, t + 1]
-        prob = prob * np.where(a, np.where(b, 1.0 - lose, lose), np.where(b, back, 1.0 - back))
-    costs = clairvoyant_costs(j, paths.T[:, :, None])
-    exact = float(prob @ costs)
+    exact = exact_clairvoyant_mean(j)
     online = online_optimum(j, HAZARD)
-    assert prob.sum() == pytest.approx(1.0)
     assert exact < online < 15.0
     # The sampled mean agrees with the exact one.
     b = hazard_bound(j, HAZARD, samples=4000, seed=3)
@@ -143,23 +148,18 @@ def test_checkpoints_cost_the_online_optimum_more_than_the_clairvoyant() -> None
     # The small case of the exact enumeration above, with hourly checkpoints: what a
     # preemption takes back costs the policy that cannot see it coming; the clairvoyant
     # loses little, and is still below it.
-    def exact(j: HazardJob) -> float:
-        lose, back = HAZARD.step(j.tick_h)
-        paths = np.array(list(itertools.product([False, True], repeat=j.ticks + 1)), dtype=bool)
-        prob = np.where(paths[:, 0], HAZARD.up_share, 1.0 - HAZARD.up_share)
-        for t in range(j.ticks):
-            a, b = paths[:, t], paths[:, t + 1]
-            prob = prob * np.where(a, np.where(b, 1 - lose, lose), np.where(b, back, 1 - back))
-        return float(prob @ clairvoyant_costs(j, paths.T[:, :, None]))
-
     continuous = job([1.0], work=1.2, ticks=8, od=10.0)
     hourly = job([1.0], work=1.2, ticks=8, od=10.0, checkpoint_h=1.0)
-    assert exact(continuous) <= exact(hourly) < online_optimum(hourly, HAZARD)
+    assert (
+        exact_clairvoyant_mean(continuous)
+        <= exact_clairvoyant_mean(hourly)
+        < online_optimum(hourly, HAZARD)
+    )
     assert online_optimum(hourly, HAZARD) > online_optimum(continuous, HAZARD)
     # The foresight is worth more where preemptions cost work.
-    assert online_optimum(hourly, HAZARD) / exact(hourly) > online_optimum(
+    assert online_optimum(hourly, HAZARD) / exact_clairvoyant_mean(hourly) > online_optimum(
         continuous, HAZARD
-    ) / exact(continuous)
+    ) / exact_clairvoyant_mean(continuous)
 
 
 def test_paths_must_cover_the_job() -> None:
